@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# install.sh — set up rocketbox on this box.
+#
+#   ./install.sh --dev   make ./.venv with rocketbox (editable) and its test tools; no root needed
+#                        unless Debian packages are missing, in which case apt-get is used.
+#
+# Idempotent: running it again only fills in what is missing.
+# (System-wide install with systemd units arrives with the readers/HAProxy issue.)
+set -euo pipefail
+cd "$(dirname "$0")"
+
+mode=""
+for arg in "$@"; do
+  case "$arg" in
+    --dev) mode=dev ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    *) echo "install.sh: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
+  esac
+done
+if [ "$mode" != dev ]; then
+  echo "install.sh: only --dev is supported so far (system-wide install comes with the systemd units)" >&2
+  exit 2
+fi
+
+need_apt=()
+python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
+command -v gcc >/dev/null || need_apt+=(gcc)
+python3 -c 'import sysconfig,os,sys; sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_paths()["include"],"Python.h")) else 1)' || need_apt+=(python3-dev)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  sudo_cmd=""; [ "$(id -u)" -eq 0 ] || sudo_cmd=sudo
+  $sudo_cmd apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q "${need_apt[@]}"
+fi
+
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/pip install -q --upgrade pip >/dev/null
+.venv/bin/pip install -q -e '.[dev]'
+echo "install.sh: ready — .venv/bin/appliance start  |  .venv/bin/pytest"

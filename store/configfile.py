@@ -1,0 +1,59 @@
+"""``config/*.json`` files (FACTS §3.9, §5.6): topics.json, consumerOffset.json, ...
+
+Write: ``<file>.tmp`` -> old file copied to ``<file>.bak`` -> rename, TAB-indented like fastjson's
+pretty printer.  Read: tolerant of fastjson's unquoted integer map keys (``{0:6,1:3}``); falls back
+to ``.bak`` when the main file is missing, empty or corrupt.  Each file has exactly one writing
+process (named where it is used); this module has no state.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+
+from store.errors import StoreError
+
+# an unquoted integer key: after '{' or ',' (and whitespace), digits, then ':'
+_UNQUOTED_KEY = re.compile(r'([{,]\s*)(-?\d+)(\s*:)')
+
+
+def loads_tolerant(text: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return json.loads(_UNQUOTED_KEY.sub(r'\1"\2"\3', text))
+
+
+def read(path: str):
+    """The parsed file, else its ``.bak``, else None when neither exists.  Both present but
+    unreadable is a StoreError naming both paths."""
+    errors = []
+    for p in (path, path + ".bak"):
+        if not os.path.exists(p):
+            continue
+        try:
+            with open(p, encoding="utf-8") as f:
+                text = f.read()
+            if text.strip():
+                return loads_tolerant(text)
+            errors.append(f"{p}: empty")
+        except (OSError, ValueError) as e:
+            errors.append(f"{p}: {e}")
+    if errors:
+        raise StoreError("cannot read config file: " + "; ".join(errors))
+    return None
+
+
+def write(path: str, data) -> None:
+    """Persist ``data`` durably: tmp file fsynced, old copied to .bak, then renamed into place."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    text = json.dumps(data, indent="\t", sort_keys=True, ensure_ascii=False)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    if os.path.exists(path):
+        shutil.copyfile(path, path + ".bak")
+    os.replace(tmp, path)

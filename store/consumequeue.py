@@ -1,0 +1,158 @@
+"""ConsumeQueue: one queue's index into the CommitLog (FACTS §5.2).
+
+    entry (20 bytes, big-endian)         file: 300,000 entries = 6,000,000 bytes,
+    off size field                       named by the 20-digit start *byte* offset
+    0   8    commitLogOffset  i64        (entry index x 20)
+    8   4    size             i32
+    12  8    tagsCode         i64
+
+Logical (queue) offset = byte position / 20.  An entry is valid when offset >= 0 and size > 0;
+recovery stops at the first invalid one.  Writes are idempotent: entries at or below the queue's
+``max_phys`` (end of the last entry already written) are skipped, so re-dispatch is safe.
+
+Who writes: the dispatcher only.  Readers and Spark open read-only and never read past the
+queue's max offset published in shared memory.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from store.errors import CorruptData
+from store.mappedfile import MappedFileQueue
+
+ENTRY = np.dtype([("phys", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+ENTRY_SIZE = 20
+assert ENTRY.itemsize == ENTRY_SIZE
+BLANK_ENTRY = (0, 0x7FFFFFFF, 0)   # fills the front of a queue whose first file starts late
+
+
+def queue_dir(root: str, topic: str, queue_id: int) -> str:
+    return os.path.join(root, "consumequeue", topic, str(queue_id))
+
+
+def file_size_for(configured: int) -> int:
+    """Configured ``mapedFileSizeConsumeQueue`` rounded up to a whole number of entries."""
+    return -(-configured // ENTRY_SIZE) * ENTRY_SIZE
+
+
+class ConsumeQueue:
+    def __init__(self, root: str, topic: str, queue_id: int, file_size: int, writable: bool):
+        self.topic, self.queue_id = topic, queue_id
+        self.per_file = file_size // ENTRY_SIZE
+        self.files = MappedFileQueue(queue_dir(root, topic, queue_id), file_size, writable)
+        self.max_offset = 0     # entries written (next queue offset to write)
+        self.max_phys = 0       # end (offset+size) of the last entry written
+
+    # ------------------------------------------------------------ open / recover
+    def load(self) -> "ConsumeQueue":
+        """Map the files and find the end of valid entries (recovery scans the last 3 files)."""
+        self.files.load()
+        self._recover()
+        return self
+
+    def _entries_of(self, mf) -> np.ndarray:
+        return mf.view.view(ENTRY) if mf.view is not None else np.empty(0, ENTRY)
+
+    def _recover(self) -> None:
+        files = self.files.files
+        self.max_offset = files[0].start // ENTRY_SIZE if files else 0
+        self.max_phys = 0
+        for mf in files[max(0, len(files) - 3):]:
+            e = self._entries_of(mf)
+            bad = np.flatnonzero((e["phys"] < 0) | (e["size"] <= 0))
+            n = int(bad[0]) if bad.size else len(e)
+            self.max_offset = mf.start // ENTRY_SIZE + n
+            if n:
+                last = e[n - 1]
+                if int(last["size"]) != BLANK_ENTRY[1] or int(last["phys"]) != 0:
+                    self.max_phys = int(last["phys"]) + int(last["size"])
+            if n < len(e):
+                break
+        # drop files wholly past the end (a crash after creating the next file)
+        end_byte = self.max_offset * ENTRY_SIZE
+        for mf in list(files):
+            if mf.start > end_byte or (mf.start == end_byte and mf is not files[0]):
+                mf.close()
+                os.unlink(mf.path)
+                files.remove(mf)
+
+    @property
+    def min_offset(self) -> int:
+        """First queue offset still held in a file (retention deletes whole files)."""
+        return self.files.min_offset // ENTRY_SIZE
+
+    # ------------------------------------------------------------ write (dispatcher)
+    def put(self, queue_offset: int, phys: np.ndarray, size: np.ndarray, tags: np.ndarray) -> int:
+        """Write entries for consecutive queue offsets from ``queue_offset``.  Entries already
+        present (phys+size <= max_phys) are skipped; returns how many were written."""
+        keep = (phys + size) > self.max_phys
+        if not keep.all():
+            first = int(np.argmax(keep)) if keep.any() else len(keep)
+            queue_offset += first
+            phys, size, tags = phys[first:], size[first:], tags[first:]
+        if len(phys) == 0:
+            return 0
+        if queue_offset != self.max_offset:
+            if self.max_offset == 0 and not self.files.files:
+                self._fill_blank_front(queue_offset)
+            else:
+                raise CorruptData(self.files.directory, queue_offset * ENTRY_SIZE,
+                                  f"queue offset {queue_offset} is not the next offset {self.max_offset}")
+        done = 0
+        while done < len(phys):
+            q = queue_offset + done
+            mf = self.files.file_for_write(q * ENTRY_SIZE)
+            e = mf.view.view(ENTRY)
+            i = q - mf.start // ENTRY_SIZE
+            n = min(len(phys) - done, self.per_file - i)
+            block = e[i:i + n]
+            block["phys"] = phys[done:done + n]
+            block["size"] = size[done:done + n]
+            block["tags"] = tags[done:done + n]
+            done += n
+        self.max_offset = queue_offset + len(phys)
+        self.max_phys = int(phys[-1]) + int(size[-1])
+        return len(phys)
+
+    def _fill_blank_front(self, queue_offset: int) -> None:
+        start = queue_offset - queue_offset % self.per_file
+        mf = self.files.create(start * ENTRY_SIZE)
+        e = mf.view.view(ENTRY)
+        front = e[:queue_offset - start]
+        front["phys"], front["size"], front["tags"] = BLANK_ENTRY
+        self.max_offset = queue_offset
+
+    def truncate_phys(self, phys_offset: int) -> None:
+        """Drop every entry pointing at or past ``phys_offset`` (CommitLog tail was cut)."""
+        if self.max_offset > self.min_offset and int(self.entries(self.max_offset - 1, 1)["phys"][0]) >= phys_offset:
+            lo, hi = self.min_offset, self.max_offset - 1   # binary search: phys is increasing
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if int(self.entries(mid, 1)["phys"][0]) >= phys_offset:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            self.files.truncate(lo * ENTRY_SIZE)
+            self.max_offset = lo
+        self.max_phys = 0
+        if self.max_offset > self.min_offset:
+            last = self.entries(self.max_offset - 1, 1)[0]
+            self.max_phys = int(last["phys"]) + int(last["size"])
+
+    # ------------------------------------------------------------ read
+    def entries(self, queue_offset: int, count: int) -> np.ndarray:
+        """A read-only numpy view of up to ``count`` entries from ``queue_offset`` (one file)."""
+        mf = self.files.file_for(queue_offset * ENTRY_SIZE)
+        if mf is None:
+            return np.empty(0, ENTRY)
+        i = queue_offset - mf.start // ENTRY_SIZE
+        return mf.view.view(ENTRY)[i:i + max(0, count)]
+
+    def flush(self) -> None:
+        for mf in self.files.files[-2:]:
+            mf.flush()
+
+    def close(self) -> None:
+        self.files.close()

@@ -1,0 +1,135 @@
+"""IndexFile: hash index from message keys to CommitLog offsets (FACTS §5.3).
+
+    header (40 bytes)                          slot table at 40: max_slots x i32
+    off size field                               slot = newest entry number in the bucket (0 = empty)
+    0   8    beginTimestamp                    entries at 40 + max_slots*4: max_entries x 20 bytes
+    8   8    endTimestamp                        off size field
+    16  8    beginPhyOffset                      0   4    keyHash   abs(String.hashCode("topic#key"))
+    24  8    endPhyOffset                        4   8    commitLogOffset
+    32  4    hashSlotCount (slots in use)        12  4    timeDiff  (storeTs - beginTimestamp) / 1000 s
+    36  4    indexCount (starts at 1)            16  4    prevIndex (older entry in same slot, 0 = end)
+
+File name = creation time ``yyyyMMddHHmmssSSS`` (local time).  Entry 0 is unused.
+Who writes: the dispatcher (``put_batch``, vectorized over a whole batch of keys).
+Who reads: readers answering QUERY_MESSAGE (``lookup``), recovery, Spark.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from store.errors import CorruptData
+from store.mappedfile import MappedFile
+
+HEADER = np.dtype([("begin_ts", ">i8"), ("end_ts", ">i8"), ("begin_phys", ">i8"),
+                   ("end_phys", ">i8"), ("slot_count", ">i4"), ("index_count", ">i4")])
+HEADER_SIZE = 40
+assert HEADER.itemsize == HEADER_SIZE
+ENTRY = np.dtype([("hash", ">i4"), ("phys", ">i8"), ("time_diff", ">i4"), ("prev", ">i4")])
+assert ENTRY.itemsize == 20
+INT_MAX = 0x7FFFFFFF
+
+
+def file_size(max_slots: int, max_entries: int) -> int:
+    return HEADER_SIZE + max_slots * 4 + max_entries * ENTRY.itemsize
+
+
+def name_for(ts_ms: int) -> str:
+    return time.strftime("%Y%m%d%H%M%S", time.localtime(ts_ms / 1000)) + f"{ts_ms % 1000:03d}"
+
+
+class IndexFile:
+    def __init__(self, path: str, max_slots: int, max_entries: int, writable: bool):
+        self.path, self.max_slots, self.max_entries = path, max_slots, max_entries
+        self.mf = MappedFile(path, 0, file_size(max_slots, max_entries), writable)
+
+    def open(self, create: bool = False) -> "IndexFile":
+        self.mf.open(create=create)
+        v = self.mf.view
+        self.header = v[:HEADER_SIZE].view(HEADER)[0:1]          # 1-element structured view
+        self.slots = v[HEADER_SIZE:HEADER_SIZE + self.max_slots * 4].view(">i4")
+        self.entries = v[HEADER_SIZE + self.max_slots * 4:].view(ENTRY)
+        if create and int(self.header["index_count"][0]) == 0:
+            self.header["index_count"] = 1
+        return self
+
+    def h(self, field: str) -> int:
+        return int(self.header[field][0])
+
+    @property
+    def is_full(self) -> bool:
+        return self.h("index_count") >= self.max_entries
+
+    def put_batch(self, hashes: np.ndarray, phys: np.ndarray, store_ts: np.ndarray) -> int:
+        """Add keys in order; stops when the file is full.  Returns how many were added.
+        Keys of a record older than ``end_phys`` are the caller's to skip (re-dispatch)."""
+        n0 = self.h("index_count")
+        k = int(min(len(hashes), self.max_entries - n0))
+        if k <= 0:
+            return 0
+        hashes, phys, store_ts = hashes[:k].astype(np.int64), phys[:k].astype(np.int64), store_ts[:k].astype(np.int64)
+        numbers = np.arange(n0, n0 + k, dtype=np.int64)
+        slot = hashes % self.max_slots
+        begin_ts = self.h("begin_ts")
+        if n0 <= 1:              # the very first entry sets the begin values (its own diff is 0)
+            self.header["begin_phys"], self.header["begin_ts"] = phys[0], store_ts[0]
+        diffs = np.zeros(k, dtype=np.int64)
+        if begin_ts > 0:
+            diffs = np.clip((store_ts - begin_ts) // 1000, 0, INT_MAX)
+        elif k > 1:
+            diffs[1:] = np.clip((store_ts[1:] - store_ts[0]) // 1000, 0, INT_MAX)
+        # chain each key to the previous key of its slot: earlier in this batch, else the slot table
+        order = np.argsort(slot, kind="stable")
+        s_sorted = slot[order]
+        first_in_group = np.ones(k, dtype=bool)
+        first_in_group[1:] = s_sorted[1:] != s_sorted[:-1]
+        old = self.slots[s_sorted].astype(np.int64)
+        old[(old <= 0) | (old > n0)] = 0
+        prev_sorted = np.where(first_in_group, old, np.concatenate(([0], numbers[order][:-1])))
+        prev = np.empty(k, dtype=np.int64)
+        prev[order] = prev_sorted
+        block = self.entries[n0:n0 + k]
+        block["hash"], block["phys"], block["time_diff"], block["prev"] = hashes, phys, diffs, prev
+        last_in_group = np.ones(k, dtype=bool)
+        last_in_group[:-1] = s_sorted[1:] != s_sorted[:-1]
+        newly_used = int(np.count_nonzero(first_in_group & (old == 0)))
+        self.slots[s_sorted[last_in_group]] = numbers[order][last_in_group]
+        self.header["slot_count"] = self.h("slot_count") + newly_used
+        self.header["end_phys"], self.header["end_ts"] = phys[-1], store_ts[-1]
+        self.header["index_count"] = n0 + k
+        return k
+
+    def lookup(self, key_hash: int, begin_ts: int, end_ts: int, max_count: int) -> list[int]:
+        """CommitLog offsets of entries with this hash stored within [begin_ts, end_ts], newest first."""
+        out: list[int] = []
+        count = self.h("index_count")
+        base = self.h("begin_ts")
+        n = int(self.slots[key_hash % self.max_slots])
+        seen = 0
+        while 0 < n < count and len(out) < max_count and seen < count:
+            e = self.entries[n]
+            t = base + int(e["time_diff"]) * 1000
+            if t < begin_ts:
+                break
+            if int(e["hash"]) == key_hash and t <= end_ts:
+                out.append(int(e["phys"]))
+            nxt = int(e["prev"])
+            if nxt == n:
+                raise CorruptData(self.path, HEADER_SIZE + self.max_slots * 4 + n * 20, "index entry points to itself")
+            n, seen = nxt, seen + 1
+        return out
+
+    def flush(self) -> None:
+        self.mf.flush()
+
+    def close(self) -> None:
+        self.header = self.slots = self.entries = None
+        self.mf.close()
+
+
+def list_index_files(directory: str) -> list[str]:
+    if not os.path.isdir(directory):
+        return []
+    return sorted(os.path.join(directory, n) for n in os.listdir(directory) if len(n) == 17 and n.isdigit())

@@ -1,0 +1,168 @@
+"""Mapped files: fixed-size files named by their 20-digit start offset (FACTS §5.1, §5.2).
+
+``MappedFile`` is one file mapped shared, with a numpy uint8 view for vector reads/writes.
+``MappedFileQueue`` is a directory of them (CommitLog, each ConsumeQueue): load with a size check,
+find the file holding an offset, create the next one, truncate everything past an offset.
+
+Who writes: the writer (CommitLog) and the dispatcher (ConsumeQueue) open these read-write;
+readers, the flusher and Spark open them read-only.  Files are created at full size as sparse files
+(ftruncate), so a 1 GiB CommitLog file costs nothing until written.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+
+import numpy as np
+
+from store.errors import FileSizeMismatch
+
+NAME_DIGITS = 20
+
+
+def offset_to_name(offset: int) -> str:
+    return f"{offset:0{NAME_DIGITS}d}"
+
+
+def is_offset_name(name: str) -> bool:
+    return len(name) == NAME_DIGITS and name.isdigit()
+
+
+class MappedFile:
+    """One mapped file of ``size`` bytes starting at global offset ``start``."""
+
+    def __init__(self, path: str, start: int, size: int, writable: bool):
+        self.path, self.start, self.size, self.writable = path, start, size, writable
+        self.mm: mmap.mmap | None = None
+        self.view: np.ndarray | None = None   # uint8 view over the whole file
+
+    @property
+    def end(self) -> int:
+        return self.start + self.size
+
+    def open(self, create: bool = False) -> "MappedFile":
+        flags = os.O_RDWR if self.writable else os.O_RDONLY
+        if create:
+            flags |= os.O_CREAT
+        fd = os.open(self.path, flags, 0o644)
+        try:
+            length = os.fstat(fd).st_size
+            if create and length == 0:
+                os.ftruncate(fd, self.size)
+                length = self.size
+            if length != self.size:
+                raise FileSizeMismatch(f"{self.path}: length {length} is not the configured file size {self.size}")
+            prot = mmap.PROT_READ | (mmap.PROT_WRITE if self.writable else 0)
+            self.mm = mmap.mmap(fd, self.size, mmap.MAP_SHARED, prot)
+        finally:
+            os.close(fd)
+        self.view = np.frombuffer(self.mm, dtype=np.uint8)
+        if not self.writable:
+            self.view.flags.writeable = False
+        return self
+
+    def zero_from(self, pos: int) -> None:
+        """Make bytes [pos, size) read as zero, cheaply: punch them out of the file."""
+        with open(self.path, "r+b") as f:
+            f.truncate(pos)
+            f.truncate(self.size)
+
+    def flush(self) -> None:
+        """fdatasync the file.  Raises OSError; callers treat that as fatal."""
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+
+    def close(self) -> None:
+        """Unmap.  If a caller still holds a numpy view, the mapping stays until that view is
+        dropped (closing under it would leave it dangling); the file itself is released now."""
+        self.view = None
+        if self.mm is not None:
+            try:
+                self.mm.close()
+            except BufferError:
+                pass
+            self.mm = None
+
+
+class MappedFileQueue:
+    """A directory of equally sized mapped files, ordered by start offset."""
+
+    def __init__(self, directory: str, file_size: int, writable: bool):
+        self.directory, self.file_size, self.writable = directory, file_size, writable
+        self.files: list[MappedFile] = []
+
+    def load(self) -> "MappedFileQueue":
+        """Map every file in the directory; a file of the wrong size fails the load."""
+        if self.writable:
+            os.makedirs(self.directory, exist_ok=True)
+        elif not os.path.isdir(self.directory):
+            return self
+        names = sorted(n for n in os.listdir(self.directory) if is_offset_name(n))
+        try:
+            for name in names:
+                mf = MappedFile(os.path.join(self.directory, name), int(name), self.file_size, self.writable)
+                self.files.append(mf.open())
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def refresh(self) -> None:
+        """Read-only users: map files the writer has created since ``load``."""
+        if not os.path.isdir(self.directory):
+            return
+        known = {f.start for f in self.files}
+        for name in sorted(n for n in os.listdir(self.directory) if is_offset_name(n)):
+            if int(name) not in known and (not self.files or int(name) > self.files[-1].start):
+                path = os.path.join(self.directory, name)
+                if os.path.getsize(path) == self.file_size:
+                    self.files.append(MappedFile(path, int(name), self.file_size, self.writable).open())
+
+    @property
+    def min_offset(self) -> int:
+        return self.files[0].start if self.files else 0
+
+    def file_for(self, offset: int) -> MappedFile | None:
+        """The file holding global ``offset`` (None if not mapped)."""
+        if not self.files:
+            return None
+        i = (offset - self.files[0].start) // self.file_size
+        if 0 <= i < len(self.files) and self.files[i].start <= offset < self.files[i].end:
+            return self.files[i]
+        for f in self.files:  # gaps after retention deletes
+            if f.start <= offset < f.end:
+                return f
+        return None
+
+    def create(self, start: int) -> MappedFile:
+        """Create (or map the existing) file starting at ``start``."""
+        assert start % self.file_size == 0, start
+        os.makedirs(self.directory, exist_ok=True)
+        mf = MappedFile(os.path.join(self.directory, offset_to_name(start)), start, self.file_size, True).open(create=True)
+        self.files.append(mf)
+        return mf
+
+    def file_for_write(self, offset: int) -> MappedFile:
+        mf = self.file_for(offset)
+        return mf if mf is not None else self.create(offset - offset % self.file_size)
+
+    def truncate(self, offset: int) -> None:
+        """Drop everything at or past ``offset``: later files deleted, the partial one zeroed."""
+        keep = []
+        for mf in self.files:
+            if mf.start >= offset:
+                mf.close()
+                os.unlink(mf.path)
+            else:
+                if offset < mf.end:
+                    mf.zero_from(offset - mf.start)
+                keep.append(mf)
+        self.files = keep
+
+    def close(self) -> None:
+        for mf in self.files:
+            mf.close()
+        self.files = []

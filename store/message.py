@@ -1,0 +1,281 @@
+"""CommitLog record codec ("v1", magic 0xDAA320A7) — FACTS §4.
+
+Every role that touches record bytes uses this module: the producer side encodes a record with
+placeholders (queue offset, physical offset, store timestamp), the writer patches those three
+fields in place (``QUEUE_OFFSET_AT``, ``PHYS_OFFSET_AT``, ``store_ts_at``), and the dispatcher,
+readers, recovery and Spark decode with ``RecordView``/``check_record``.
+
+Stored record (IPv4 hosts; each V6 host field grows by 12 bytes):
+
+    off  size  field
+    0    4     TOTALSIZE          whole record incl. this field
+    4    4     MAGICCODE          0xDAA320A7
+    8    4     BODYCRC            zlib.crc32(body) & 0x7FFFFFFF
+    12   4     QUEUEID
+    16   4     FLAG               user flag
+    20   8     QUEUEOFFSET        consume-queue index (0 for prepared/rollback tx)
+    28   8     PHYSICALOFFSET     commit-log offset of this record
+    36   4     SYSFLAG            MessageSysFlag
+    40   8     BORNTIMESTAMP      ms
+    48   8/20  BORNHOST           ip(4/16) + port i32
+    56   8     STORETIMESTAMP     ms, set by the writer
+    64   8/20  STOREHOST          ip(4/16) + port i32
+    72   4     RECONSUMETIMES
+    76   8     PREPARED TX OFFSET
+    84   4+B   BODYLEN + BODY
+    88+B 1+T   TOPICLEN (1 byte) + TOPIC
+    ..   2+P   PROPLEN (i16) + PROPERTIES
+
+Pure: no I/O.  Integers big-endian.
+"""
+from __future__ import annotations
+
+import re
+import struct
+import zlib
+from dataclasses import dataclass
+
+from store.errors import CorruptData, MessageRejected
+
+MAGIC = -626843481          # 0xDAA320A7, MESSAGE_MAGIC_CODE (v1)
+MAGIC_V2 = -626843477       # 0xDAA320AB, 5.x two-byte topic length; recognised, never written
+BLANK_MAGIC = -875286124    # 0xCBD43194, end-of-file filler
+END_FILE_MIN_BLANK = 8      # [i32 remaining][i32 BLANK_MAGIC]
+BLANK = struct.Struct(">ii")
+
+# MessageSysFlag (FACTS §4.4)
+COMPRESSED = 0x1
+MULTI_TAGS = 0x2
+TX_MASK = 0xC
+TX_NOT, TX_PREPARED, TX_COMMIT, TX_ROLLBACK = 0x0, 0x4, 0x8, 0xC
+BORNHOST_V6 = 0x10
+STOREHOST_V6 = 0x20
+
+# property separators and well-known keys (FACTS §4.1)
+NAME_VALUE_SEP = "\x01"
+PROPERTY_SEP = "\x02"
+PROP_TAGS, PROP_KEYS, PROP_UNIQ_KEY, PROP_DELAY, PROP_WAIT = "TAGS", "KEYS", "UNIQ_KEY", "DELAY", "WAIT"
+
+# response codes used when a message is refused (FACTS §2.2)
+SYSTEM_ERROR, MESSAGE_ILLEGAL = 1, 13
+
+TOPIC_MAX_LEN = 127
+PROPERTIES_MAX_LEN = 32767
+RECORD_SLACK = 64 * 1024     # 4.9.4+: whole record may exceed maxMessageSize by this much
+_TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+
+# The fixed prefix every record shares, up to and including SYSFLAG.
+PREFIX = struct.Struct(">iiiiiqqi")
+QUEUE_OFFSET_AT = 20
+PHYS_OFFSET_AT = 28
+SYSFLAG_AT = 36
+BORN_TS_AT = 40
+BORN_HOST_AT = 48
+assert PREFIX.size == 40
+
+
+def _header_struct(born_v6: bool, store_v6: bool) -> struct.Struct:
+    born = "16si" if born_v6 else "4si"
+    store = "16si" if store_v6 else "4si"
+    return struct.Struct(">iiiiiqqiq" + born + "q" + store + "iqi")
+
+
+# HEADERS[sysflag & 0x30 >> 4]: the full fixed header through BODYLEN, for each host-width mix.
+HEADERS = tuple(_header_struct(bool(i & 1), bool(i & 2)) for i in range(4))
+assert HEADERS[0].size == 88
+
+
+def header_for(sys_flag: int) -> struct.Struct:
+    return HEADERS[(sys_flag >> 4) & 3]
+
+
+def store_ts_at(sys_flag: int) -> int:
+    """Byte offset of STORETIMESTAMP inside a record with this sysflag."""
+    return 56 + (12 if sys_flag & BORNHOST_V6 else 0)
+
+
+def record_size(body_len: int, topic_len: int, props_len: int, sys_flag: int = 0) -> int:
+    return header_for(sys_flag).size + body_len + 1 + topic_len + 2 + props_len
+
+
+def body_crc(body) -> int:
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+# ---------------------------------------------------------------- properties string
+
+def encode_properties(props: dict[str, str]) -> str:
+    """``k1\\x01v1\\x02k2\\x01v2`` (4.9.4+: no trailing separator); None values skipped."""
+    return PROPERTY_SEP.join(f"{k}{NAME_VALUE_SEP}{v}" for k, v in props.items() if v is not None)
+
+
+def parse_properties(s: str) -> dict[str, str]:
+    """Accepts both the 4.9.4+ and the older trailing-separator form; drops empty keys/values."""
+    out: dict[str, str] = {}
+    for seg in s.split(PROPERTY_SEP):
+        i = seg.find(NAME_VALUE_SEP)
+        if len(seg) >= 3 and 0 < i < len(seg) - 1:
+            out[seg[:i]] = seg[i + 1:]
+    return out
+
+
+def property_value(props: bytes, key: bytes) -> bytes | None:
+    """One property straight from the stored bytes, without building a dict (dispatcher hot path)."""
+    needle = key + b"\x01"
+    i = 0
+    while True:
+        i = props.find(needle, i)
+        if i < 0:
+            return None
+        if i == 0 or props[i - 1] == 2:
+            start = i + len(needle)
+            end = props.find(b"\x02", start)
+            return props[start:] if end < 0 else props[start:end]
+        i += 1
+
+
+# ---------------------------------------------------------------- validation
+
+def check_topic(topic: str) -> None:
+    """RocketMQ's TopicValidator: blank, illegal characters or > 127 chars is SYSTEM_ERROR."""
+    if not topic or not topic.strip():
+        raise MessageRejected(SYSTEM_ERROR, "the specified topic is blank")
+    if len(topic) > TOPIC_MAX_LEN:
+        raise MessageRejected(SYSTEM_ERROR, f"the specified topic is longer than topic max length {TOPIC_MAX_LEN}.")
+    if not _TOPIC_RE.match(topic):
+        raise MessageRejected(SYSTEM_ERROR, f"the specified topic[{topic}] contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$")
+
+
+def check_sizes(body_len: int, props_len: int, max_message_size: int) -> None:
+    if props_len > PROPERTIES_MAX_LEN:
+        raise MessageRejected(MESSAGE_ILLEGAL, f"message properties length too long {props_len} > {PROPERTIES_MAX_LEN}")
+    if body_len > max_message_size:
+        raise MessageRejected(MESSAGE_ILLEGAL, f"message body size exceeded, body {body_len} > maxMessageSize {max_message_size}")
+
+
+# ---------------------------------------------------------------- hosts and ids
+
+def pack_host(host: tuple[str, int]) -> tuple[bytes, int, bool]:
+    """('10.0.0.1', 10911) -> (ip bytes, port, is_v6)."""
+    import ipaddress
+    ip = ipaddress.ip_address(host[0])
+    return ip.packed, host[1], ip.version == 6
+
+
+def offset_msg_id(store_ip: bytes, store_port: int, phys_offset: int) -> str:
+    """offsetMsgId (FACTS §4.6): uppercase hex of store ip ‖ port i32 ‖ commit-log offset i64."""
+    return (store_ip + struct.pack(">iq", store_port, phys_offset)).hex().upper()
+
+
+def parse_offset_msg_id(msg_id: str) -> tuple[bytes, int, int]:
+    raw = bytes.fromhex(msg_id)
+    if len(raw) not in (16, 28):
+        raise ValueError(f"offsetMsgId must be 32 or 56 hex chars, got {len(msg_id)}")
+    ip_len = len(raw) - 12
+    port, phys = struct.unpack_from(">iq", raw, ip_len)
+    return raw[:ip_len], port, phys
+
+
+# ---------------------------------------------------------------- encode
+
+def encode_record(*, topic: bytes, queue_id: int, body: bytes, properties: bytes, flag: int = 0,
+                  sys_flag: int = 0, born_ts: int = 0, born_ip: bytes = b"\0\0\0\0", born_port: int = 0,
+                  store_ip: bytes = b"\0\0\0\0", store_port: int = 0, reconsume_times: int = 0,
+                  prepared_offset: int = 0, queue_offset: int = 0, phys_offset: int = 0,
+                  store_ts: int = 0) -> bytes:
+    """One complete stored record.  Host-width bits of ``sys_flag`` are set from the ip lengths."""
+    sys_flag &= ~(BORNHOST_V6 | STOREHOST_V6)
+    if len(born_ip) == 16:
+        sys_flag |= BORNHOST_V6
+    if len(store_ip) == 16:
+        sys_flag |= STOREHOST_V6
+    hdr = header_for(sys_flag)
+    total = hdr.size + len(body) + 1 + len(topic) + 2 + len(properties)
+    return b"".join((
+        hdr.pack(total, MAGIC, body_crc(body), queue_id, flag, queue_offset, phys_offset, sys_flag,
+                 born_ts, born_ip, born_port, store_ts, store_ip, store_port, reconsume_times,
+                 prepared_offset, len(body)),
+        body, bytes((len(topic),)), topic, struct.pack(">h", len(properties)), properties))
+
+
+# ---------------------------------------------------------------- decode
+
+@dataclass(frozen=True)
+class Record:
+    """A decoded stored record (copies; for tests, tools and slow paths)."""
+    total_size: int
+    magic: int
+    body_crc: int
+    queue_id: int
+    flag: int
+    queue_offset: int
+    phys_offset: int
+    sys_flag: int
+    born_ts: int
+    born_ip: bytes
+    born_port: int
+    store_ts: int
+    store_ip: bytes
+    store_port: int
+    reconsume_times: int
+    prepared_offset: int
+    body: bytes
+    topic: str
+    properties: dict
+
+    @property
+    def tx_type(self) -> int:
+        return self.sys_flag & TX_MASK
+
+    @property
+    def msg_id(self) -> str:
+        return offset_msg_id(self.store_ip, self.store_port, self.phys_offset)
+
+
+def _fields(buf, pos: int, where: str):
+    """Parse one record at ``pos`` into (header tuple, body, topic, props); raises CorruptData."""
+    n = len(buf)
+    if pos + 40 > n:
+        raise CorruptData(where, pos, "record header runs past the end of the data")
+    total, magic = struct.unpack_from(">ii", buf, pos)
+    if magic != MAGIC:
+        raise CorruptData(where, pos, f"bad magic code {magic & 0xFFFFFFFF:#010x}")
+    sys_flag = struct.unpack_from(">i", buf, pos + SYSFLAG_AT)[0]
+    hdr = header_for(sys_flag)
+    if total < hdr.size + 3 or pos + total > n:
+        raise CorruptData(where, pos, f"record size {total} does not fit the data")
+    h = hdr.unpack_from(buf, pos)
+    body_len = h[-1]
+    body_at = pos + hdr.size
+    topic_at = body_at + body_len
+    if body_len < 0 or topic_at + 1 > pos + total:
+        raise CorruptData(where, pos, f"body length {body_len} does not fit record size {total}")
+    topic_len = buf[topic_at]
+    props_at = topic_at + 1 + topic_len
+    if props_at + 2 > pos + total:
+        raise CorruptData(where, pos, "topic runs past the record")
+    props_len = struct.unpack_from(">h", buf, props_at)[0]
+    if props_len < 0 or hdr.size + body_len + 1 + topic_len + 2 + props_len != total:
+        raise CorruptData(where, pos, f"field lengths do not add up to record size {total}")
+    return (h, bytes(buf[body_at:topic_at]), bytes(buf[topic_at + 1:props_at]),
+            bytes(buf[props_at + 2:props_at + 2 + props_len]))
+
+
+def decode_record(buf, pos: int = 0, where: str = "record") -> Record:
+    h, body, topic, props = _fields(buf, pos, where)
+    return Record(h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9], h[10], h[11], h[12],
+                  h[13], h[14], h[15], body, topic.decode(), parse_properties(props.decode()))
+
+
+def check_record(buf, pos: int, check_crc: bool = True, where: str = "commitlog"):
+    """Recovery's ``checkMessageAndReturnSize``: returns the record size, 0 for a BLANK filler,
+    or raises CorruptData.  An all-zero header (never written) is CorruptData too."""
+    if pos + 8 > len(buf):
+        raise CorruptData(where, pos, "no room for a record header")
+    total, magic = struct.unpack_from(">ii", buf, pos)
+    if magic == BLANK_MAGIC:
+        return 0
+    h, body, _topic, _props = _fields(buf, pos, where)
+    if check_crc and body_crc(body) != h[2]:
+        raise CorruptData(where, pos, f"body CRC mismatch: stored {h[2]}, computed {body_crc(body)}")
+    return total

@@ -1,0 +1,79 @@
+import os
+
+import numpy as np
+import pytest
+
+from store.consumequeue import ENTRY, ConsumeQueue, file_size_for
+from store.errors import CorruptData, FileSizeMismatch
+
+
+def arr(*vals):
+    return np.array(vals, dtype=np.int64)
+
+
+def test_entry_bytes_are_big_endian_golden(tmp_path):
+    cq = ConsumeQueue(str(tmp_path), "T", 0, file_size_for(100), True).load()
+    cq.put(0, arr(1234), arr(200), arr(2598919))
+    raw = open(tmp_path / "consumequeue/T/0/00000000000000000000", "rb").read()
+    assert len(raw) == 100
+    assert raw[:20] == (1234).to_bytes(8, "big") + (200).to_bytes(4, "big") + (2598919).to_bytes(8, "big")
+    cq.close()
+
+
+def test_roll_reopen_and_idempotent_put(tmp_path):
+    size = file_size_for(95)          # rounded up to 100 bytes = 5 entries per file
+    assert size == 100
+    cq = ConsumeQueue(str(tmp_path), "T", 1, size, True).load()
+    phys = np.arange(12, dtype=np.int64) * 100
+    cq.put(0, phys, np.full(12, 100), np.arange(12))
+    assert cq.max_offset == 12 and cq.max_phys == 1200
+    assert sorted(os.listdir(tmp_path / "consumequeue/T/1")) == [
+        "00000000000000000000", "00000000000000000100", "00000000000000000200"]
+    assert cq.put(5, phys[5:], np.full(7, 100), np.arange(5, 12)) == 0   # re-dispatch skipped
+    cq.close()
+    cq = ConsumeQueue(str(tmp_path), "T", 1, size, False).load()
+    assert cq.max_offset == 12 and cq.max_phys == 1200
+    e = cq.entries(5, 3)
+    assert e["phys"].tolist() == [500, 600, 700] and e["tags"].tolist() == [5, 6, 7]
+    cq.close()
+
+
+def test_gap_is_corruption(tmp_path):
+    cq = ConsumeQueue(str(tmp_path), "T", 0, 100, True).load()
+    cq.put(0, arr(0), arr(10), arr(0))
+    with pytest.raises(CorruptData):
+        cq.put(3, arr(100), arr(10), arr(0))
+    cq.close()
+
+
+def test_truncate_phys(tmp_path):
+    cq = ConsumeQueue(str(tmp_path), "T", 0, 100, True).load()
+    cq.put(0, np.arange(12, dtype=np.int64) * 100, np.full(12, 100), np.zeros(12, np.int64))
+    cq.truncate_phys(650)
+    assert cq.max_offset == 7 and cq.max_phys == 700
+    cq.close()
+    cq = ConsumeQueue(str(tmp_path), "T", 0, 100, True).load()
+    assert cq.max_offset == 7
+    assert len(os.listdir(tmp_path / "consumequeue/T/0")) == 2
+    cq.close()
+
+
+def test_wrong_file_size_refuses_to_load(tmp_path):
+    d = tmp_path / "consumequeue/T/0"
+    d.mkdir(parents=True)
+    (d / "00000000000000000000").write_bytes(b"\0" * 60)
+    with pytest.raises(FileSizeMismatch):
+        ConsumeQueue(str(tmp_path), "T", 0, 100, False).load()
+
+
+def test_garbage_tail_ends_recovery(tmp_path):
+    cq = ConsumeQueue(str(tmp_path), "T", 0, 100, True).load()
+    cq.put(0, arr(0, 100), arr(100, 100), arr(0, 0))
+    cq.close()
+    p = tmp_path / "consumequeue/T/0/00000000000000000000"
+    raw = bytearray(p.read_bytes())
+    raw[40:60] = (-5).to_bytes(8, "big", signed=True) + bytes(12)
+    p.write_bytes(bytes(raw))
+    cq = ConsumeQueue(str(tmp_path), "T", 0, 100, False).load()
+    assert cq.max_offset == 2 and cq.entries(0, 5).dtype == ENTRY
+    cq.close()

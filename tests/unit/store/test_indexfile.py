@@ -1,0 +1,45 @@
+import numpy as np
+
+from store.indexfile import HEADER_SIZE, IndexFile, file_size, name_for
+from store.javahash import index_key_hashes
+
+
+def test_layout_size_and_name():
+    assert file_size(5_000_000, 20_000_000) == 420_000_040
+    assert len(name_for(1700000000123)) == 17 and name_for(1700000000123).endswith("123")
+
+
+def test_put_lookup_chain_and_header_bytes(tmp_path):
+    p = str(tmp_path / "20240101000000000")
+    ix = IndexFile(p, 8, 32, True).open(create=True)
+    keys = ["T#a", "T#b", "T#a", "T#c"]
+    hashes = index_key_hashes(keys)
+    phys = np.array([100, 200, 300, 400])
+    ts = np.array([1_000_000, 1_001_000, 1_005_000, 1_009_999])
+    assert ix.put_batch(hashes, phys, ts) == 4
+    assert ix.lookup(int(hashes[0]), 0, 2**62, 10) == [300, 100]
+    assert ix.lookup(int(hashes[3]), 0, 2**62, 10) == [400]
+    assert ix.lookup(int(hashes[0]), 1_003_000, 2**62, 10) == [300]
+    ix.close()
+    raw = open(p, "rb").read()
+    assert len(raw) == file_size(8, 32)
+    begin_ts, end_ts, begin_phys, end_phys = (int.from_bytes(raw[i:i + 8], "big") for i in (0, 8, 16, 24))
+    assert (begin_ts, end_ts, begin_phys, end_phys) == (1_000_000, 1_009_999, 100, 400)
+    assert int.from_bytes(raw[36:40], "big") == 5         # indexCount starts at 1
+    slots_in_use = len({int(h) % 8 for h in hashes})
+    assert int.from_bytes(raw[32:36], "big") == slots_in_use
+    e3 = HEADER_SIZE + 8 * 4 + 3 * 20                      # entry number 3 = third key "T#a"
+    assert int.from_bytes(raw[e3:e3 + 4], "big") == int(hashes[2])
+    assert int.from_bytes(raw[e3 + 4:e3 + 12], "big") == 300
+    assert int.from_bytes(raw[e3 + 12:e3 + 16], "big") == 5      # (1_005_000 - 1_000_000) / 1000
+    assert int.from_bytes(raw[e3 + 16:e3 + 20], "big") == 1      # prev = entry 1 ("T#a" first)
+
+
+def test_batches_chain_across_calls_and_fill_up(tmp_path):
+    ix = IndexFile(str(tmp_path / "x"), 4, 6, True).open(create=True)
+    h = index_key_hashes(["T#k"] * 3)
+    assert ix.put_batch(h, np.array([1, 2, 3]), np.array([5000, 5000, 5000])) == 3
+    assert ix.put_batch(h, np.array([4, 5, 6]), np.array([6000, 6000, 6000])) == 2
+    assert ix.is_full
+    assert ix.lookup(int(h[0]), 0, 2**62, 10) == [5, 4, 3, 2, 1]
+    ix.close()

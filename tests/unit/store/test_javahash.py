@@ -1,0 +1,26 @@
+import numpy as np
+
+from store.javahash import index_key_hash, index_key_hashes, string_hash, string_hashes
+
+VECTORS = {"": 0, "*": 42, "TagA": 2598919, "TagB": 2598920, "hello world": 1794106052,
+           "TopicTest": -1902610879, "中文": 646394}
+
+
+def test_golden_vectors_scalar():
+    for s, h in VECTORS.items():
+        assert string_hash(s) == h, s
+
+
+def test_golden_vectors_vectorized_match_scalar():
+    keys = list(VECTORS) + ["T#" + "x" * 500, "😀emoji", "a" * 5000]
+    got = string_hashes(keys)
+    assert got.dtype == np.int32
+    assert got.tolist() == [string_hash(k) for k in keys]
+
+
+def test_index_hash_is_abs_and_min_int_maps_to_zero():
+    assert index_key_hash("TopicTest") == 1902610879
+    # "polygenelubricants" hashes to Integer.MIN_VALUE in Java
+    assert string_hash("polygenelubricants") == -2**31
+    assert index_key_hash("polygenelubricants") == 0
+    assert index_key_hashes(["polygenelubricants", "TopicTest"]).tolist() == [0, 1902610879]

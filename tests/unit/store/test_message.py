@@ -1,0 +1,100 @@
+import struct
+import zlib
+
+import pytest
+
+from store import message as m
+from store.errors import CorruptData, MessageRejected
+
+
+def make(**kw):
+    args = dict(topic=b"TopicTest", queue_id=3, body=b"hello", properties=b"TAGS\x01TagA\x02KEYS\x01k1 k2",
+                flag=7, born_ts=1700000000000, born_ip=bytes([10, 0, 0, 5]), born_port=5555,
+                store_ip=bytes([10, 0, 0, 1]), store_port=10911, queue_offset=9, phys_offset=1234,
+                store_ts=1700000000123)
+    args.update(kw)
+    return m.encode_record(**args)
+
+
+def test_record_layout_golden_offsets():
+    rec = make()
+    body, topic, props = b"hello", b"TopicTest", b"TAGS\x01TagA\x02KEYS\x01k1 k2"
+    assert len(rec) == 91 + len(body) + len(topic) + len(props)
+    total, magic, crc, qid, flag, qoff, phys, sysflag = struct.unpack_from(">iiiiiqqi", rec)
+    assert total == len(rec)
+    assert rec[4:8] == bytes.fromhex("DAA320A7")
+    assert crc == zlib.crc32(body) & 0x7FFFFFFF
+    assert (qid, flag, qoff, phys, sysflag) == (3, 7, 9, 1234, 0)
+    assert struct.unpack_from(">q", rec, 40)[0] == 1700000000000
+    assert rec[48:52] == bytes([10, 0, 0, 5]) and struct.unpack_from(">i", rec, 52)[0] == 5555
+    assert struct.unpack_from(">q", rec, 56)[0] == 1700000000123
+    assert rec[64:68] == bytes([10, 0, 0, 1]) and struct.unpack_from(">i", rec, 68)[0] == 10911
+    assert struct.unpack_from(">i", rec, 84)[0] == 5 and rec[88:93] == body
+    assert rec[93] == 9 and rec[94:103] == topic
+    assert struct.unpack_from(">h", rec, 103)[0] == len(props) and rec[105:] == props
+
+
+def test_ipv6_hosts_grow_header_and_set_flags():
+    rec = make(born_ip=bytes(16), store_ip=bytes(range(16)))
+    r = m.decode_record(rec)
+    assert r.sys_flag & (m.BORNHOST_V6 | m.STOREHOST_V6) == 0x30
+    assert r.total_size == len(rec) == 91 + 24 + 5 + 9 + len(b"TAGS\x01TagA\x02KEYS\x01k1 k2")
+    assert m.store_ts_at(r.sys_flag) == 68
+    assert struct.unpack_from(">q", rec, 68)[0] == 1700000000123
+    assert len(r.msg_id) == 56
+
+
+def test_round_trip_decode():
+    r = m.decode_record(make())
+    assert r.topic == "TopicTest" and r.body == b"hello" and r.queue_id == 3
+    assert r.properties == {"TAGS": "TagA", "KEYS": "k1 k2"}
+    assert r.msg_id == "0A00000100002A9F00000000000004D2"
+
+
+def test_offset_msg_id_round_trip():
+    mid = m.offset_msg_id(bytes([127, 0, 0, 1]), 10911, 2**40 + 5)
+    assert mid == "7F00000100002A9F0000010000000005"
+    assert m.parse_offset_msg_id(mid) == (bytes([127, 0, 0, 1]), 10911, 2**40 + 5)
+    with pytest.raises(ValueError):
+        m.parse_offset_msg_id("ABCD")
+
+
+def test_properties_both_dialects():
+    assert m.encode_properties({"a": "1", "b": "2", "c": None}) == "a\x011\x02b\x012"
+    assert m.parse_properties("a\x011\x02b\x012\x02") == {"a": "1", "b": "2"}
+    assert m.parse_properties("a\x011\x02\x01x\x02y\x01\x02zz") == {"a": "1"}
+    assert m.property_value(b"XTAGS\x01no\x02TAGS\x01yes", b"TAGS") == b"yes"
+    assert m.property_value(b"KEYS\x01a b", b"KEYS") == b"a b"
+    assert m.property_value(b"KEYS\x01a b", b"TAGS") is None
+
+
+def test_check_record_detects_crc_magic_and_truncation():
+    rec = bytearray(make())
+    assert m.check_record(rec, 0) == len(rec)
+    flipped = bytearray(rec)
+    flipped[90] ^= 0xFF   # inside the body
+    with pytest.raises(CorruptData, match="CRC"):
+        m.check_record(flipped, 0)
+    bad = bytearray(rec)
+    bad[4] = 0
+    with pytest.raises(CorruptData, match="magic"):
+        m.check_record(bad, 0)
+    with pytest.raises(CorruptData):
+        m.check_record(rec[:-3], 0)
+    with pytest.raises(CorruptData):
+        m.check_record(bytes(200), 0)
+    assert m.check_record(m.BLANK.pack(500, m.BLANK_MAGIC), 0) == 0
+
+
+def test_validation_codes():
+    for bad in ("", "  ", "a b", "x" * 128, "t/opic"):
+        with pytest.raises(MessageRejected) as e:
+            m.check_topic(bad)
+        assert e.value.code == 1
+    m.check_topic("%RETRY%group-1|x_y")
+    with pytest.raises(MessageRejected) as e:
+        m.check_sizes(10, 32768, 1024)
+    assert e.value.code == 13
+    with pytest.raises(MessageRejected) as e:
+        m.check_sizes(1025, 10, 1024)
+    assert e.value.code == 13
