@@ -1,0 +1,267 @@
+"""broker.conf: one table of (key, type, default, check) read into one frozen ``BrokerConfig``.
+
+The file is Java-properties (``key=value``, ``key: value`` or ``key value``; ``#``/``!`` comments)
+with RocketMQ's own key names, so an operator's broker.conf mostly works as is.  An unknown key or
+a bad value stops start-up with the file, line, key and value (``ConfigError``).  rocketbox's own
+keys are few and follow the same camelCase style (see README).  Nothing else reads broker.conf.
+"""
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, fields
+
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+_UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+class ConfigError(Exception):
+    pass
+
+
+def _local_ip() -> str:
+    try:
+        ip = socket.gethostbyname(socket.gethostname())
+        return ip if not ip.startswith("127.") else "127.0.0.1"
+    except OSError:
+        return "127.0.0.1"
+
+
+def _bool(v: str) -> bool:
+    low = v.strip().lower()
+    if low not in ("true", "false"):
+        raise ValueError("expected true or false")
+    return low == "true"
+
+
+def _choice(*names):
+    def parse(v: str) -> str:
+        if v not in names:
+            raise ValueError("expected one of " + ", ".join(names))
+        return v
+    return parse
+
+
+def _int_in(lo: int, hi: int):
+    def parse(v: str) -> int:
+        n = int(v.strip())
+        if not lo <= n <= hi:
+            raise ValueError(f"expected an integer in [{lo}, {hi}]")
+        return n
+    return parse
+
+
+def parse_delay_levels(v: str) -> tuple[int, ...]:
+    out = []
+    for tok in v.split():
+        if len(tok) < 2 or tok[-1] not in _UNITS or not tok[:-1].isdigit():
+            raise ValueError(f"delay level '{tok}' is not <number><s|m|h|d>")
+        out.append(int(tok[:-1]) * _UNITS[tok[-1]])
+    if not out:
+        raise ValueError("no delay levels")
+    return tuple(out)
+
+
+def _str(v: str) -> str:
+    return v.strip()
+
+
+_MAX = 2**62
+# key, parser, default (a string as it would appear in the file, or a callable), meaning
+TABLE = (
+    ("brokerClusterName", _str, "DefaultCluster", "cluster this broker registers in"),
+    ("brokerName", _str, lambda: socket.gethostname(), "broker name (default: host name)"),
+    ("brokerId", _int_in(0, 1024), "0", "0 = master, > 0 = slave"),
+    ("brokerIP1", _str, lambda: _local_ip(), "address stored in records and registered with name servers"),
+    ("listenPort", _int_in(3, 65534), "10911", "client-facing port (HAProxy); VIP = listenPort-2, HA = listenPort+1"),
+    ("namesrvAddr", _str, "", "name servers, host:port;host:port"),
+    ("storePathRootDir", _str, "data/store", "store root (relative paths are relative to the working directory)"),
+    ("storePathCommitLog", _str, "", "CommitLog directory (default <storePathRootDir>/commitlog)"),
+    ("brokerRole", _choice("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"), "ASYNC_MASTER", ""),
+    ("flushDiskType", _choice("ASYNC_FLUSH", "SYNC_FLUSH"), "ASYNC_FLUSH", ""),
+    ("mappedFileSizeCommitLog", _int_in(64 * 1024, 2**40), "1073741824", "CommitLog file size"),
+    ("mappedFileSizeConsumeQueue", _int_in(20, 2**31), "6000000", "ConsumeQueue file size (rounded up to 20)"),
+    ("maxMessageSize", _int_in(1024, 2**30), "4194304", "largest message body"),
+    ("defaultTopicQueueNums", _int_in(1, 1024), "8", "queues of TBW102 (auto-created topics)"),
+    ("autoCreateTopicEnable", _bool, "true", ""),
+    ("autoCreateSubscriptionGroup", _bool, "true", ""),
+    ("clusterTopicEnable", _bool, "true", ""),
+    ("brokerTopicEnable", _bool, "true", ""),
+    ("flushIntervalCommitLog", _int_in(1, 60_000), "500", "ASYNC_FLUSH period, ms"),
+    ("flushCommitLogLeastPages", _int_in(0, 2**20), "4", "ASYNC_FLUSH: flush only when this many 4 KiB pages are dirty"),
+    ("flushCommitLogThoroughInterval", _int_in(0, 3_600_000), "10000", "ASYNC_FLUSH: flush everything at least this often, ms"),
+    ("flushIntervalConsumeQueue", _int_in(1, 60_000), "1000", "ConsumeQueue/index flush period, ms"),
+    ("syncFlushTimeout", _int_in(1, 600_000), "5000", "SYNC_FLUSH wait before FLUSH_DISK_TIMEOUT, ms"),
+    ("deleteWhen", _str, "04", "hours of day retention runs, ';'-separated"),
+    ("fileReservedTime", _int_in(0, 100_000), "72", "hours a CommitLog file is kept"),
+    ("diskMaxUsedSpaceRatio", _int_in(10, 95), "75", "percent"),
+    ("messageDelayLevel", _str, DEFAULT_DELAY_LEVELS, "delay levels, e.g. '1s 5s 1m'"),
+    ("maxHashSlotNum", _int_in(1, 50_000_000), "5000000", "IndexFile hash slots"),
+    ("maxIndexNum", _int_in(2, 200_000_000), "20000000", "IndexFile entries"),
+    ("messageIndexEnable", _bool, "true", ""),
+    ("checkCRCOnRecover", _bool, "true", ""),
+    # rocketbox's own keys
+    ("readerProcessNums", _int_in(1, 64), "2", "reader processes behind HAProxy"),
+    ("shmPrefix", _str, "", "prefix of shared memory and semaphore names (default /rbx-<listenPort>)"),
+    ("ringSlots", _int_in(1, 256), "8", "producer ring pairs: readers + tools + benchmarks"),
+    ("ringRequestBytes", _int_in(64 * 1024, 2**31), "33554432", "capacity of each request ring"),
+    ("ringResponseBytes", _int_in(64 * 1024, 2**31), "4194304", "capacity of each response ring"),
+    ("shmQueueSlots", _int_in(16, 2**24), "65536", "most topic-queues the appliance can hold"),
+    ("shmTopicSlots", _int_in(16, 2**22), "16384", "most topics the appliance can hold"),
+    ("writerBatchBytes", _int_in(64 * 1024, 2**31), "8388608", "most bytes the writer takes from one ring per pass"),
+)
+_BY_KEY = {row[0]: row for row in TABLE}
+ALIASES = {"mapedFileSizeConsumeQueue": "mappedFileSizeConsumeQueue", "mapedFileSizeCommitLog": "mappedFileSizeCommitLog"}
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    brokerClusterName: str
+    brokerName: str
+    brokerId: int
+    brokerIP1: str
+    listenPort: int
+    namesrvAddr: str
+    storePathRootDir: str
+    storePathCommitLog: str
+    brokerRole: str
+    flushDiskType: str
+    mappedFileSizeCommitLog: int
+    mappedFileSizeConsumeQueue: int
+    maxMessageSize: int
+    defaultTopicQueueNums: int
+    autoCreateTopicEnable: bool
+    autoCreateSubscriptionGroup: bool
+    clusterTopicEnable: bool
+    brokerTopicEnable: bool
+    flushIntervalCommitLog: int
+    flushCommitLogLeastPages: int
+    flushCommitLogThoroughInterval: int
+    flushIntervalConsumeQueue: int
+    syncFlushTimeout: int
+    deleteWhen: str
+    fileReservedTime: int
+    diskMaxUsedSpaceRatio: int
+    messageDelayLevel: str
+    maxHashSlotNum: int
+    maxIndexNum: int
+    messageIndexEnable: bool
+    checkCRCOnRecover: bool
+    readerProcessNums: int
+    shmPrefix: str
+    ringSlots: int
+    ringRequestBytes: int
+    ringResponseBytes: int
+    shmQueueSlots: int
+    shmTopicSlots: int
+    writerBatchBytes: int
+    source: str = "<defaults>"
+
+    # ---------------------------------------------------------------- derived
+    @property
+    def root(self) -> str:
+        return self.storePathRootDir
+
+    @property
+    def commitlog_dir(self) -> str:
+        return self.storePathCommitLog or os.path.join(self.root, "commitlog")
+
+    @property
+    def index_dir(self) -> str:
+        return os.path.join(self.root, "index")
+
+    @property
+    def config_dir(self) -> str:
+        return os.path.join(self.root, "config")
+
+    @property
+    def run_dir(self) -> str:
+        """Slot lock files and the role pid files (not a RocketMQ path; RocketMQ ignores it)."""
+        return os.path.join(self.root, "run")
+
+    @property
+    def sync_flush(self) -> bool:
+        return self.flushDiskType == "SYNC_FLUSH"
+
+    @property
+    def delay_levels_ms(self) -> tuple[int, ...]:
+        return parse_delay_levels(self.messageDelayLevel)
+
+    @property
+    def max_record_size(self) -> int:
+        return self.maxMessageSize + 64 * 1024
+
+    def geometry(self):
+        from shm.state import Geometry
+        return Geometry(self.shmPrefix, self.ringSlots, self.ringRequestBytes, self.ringResponseBytes,
+                        self.shmQueueSlots, self.shmTopicSlots)
+
+
+def _parse_lines(text: str, source: str):
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        cut = [i for i in (line.find("="), line.find(":")) if i > 0]
+        if cut:
+            i = min(cut)
+            key, value = line[:i].strip(), line[i + 1:].strip()
+        else:
+            key, _, value = line.partition(" ")
+            key, value = key.strip(), value.strip()
+        yield lineno, key, value
+
+
+def load(path: str | None = None, overrides: dict[str, str] | None = None) -> BrokerConfig:
+    """Build the config from the table's defaults, then ``path``, then ``overrides``."""
+    values: dict[str, object] = {}
+    origin: dict[str, str] = {}
+    entries = []
+    if path is not None:
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as e:
+            raise ConfigError(f"{path}: cannot read: {e.strerror}") from None
+        entries += [(f"{path}:{ln}", k, v) for ln, k, v in _parse_lines(text, path)]
+    entries += [("override", k, v) for k, v in (overrides or {}).items()]
+    for where, key, value in entries:
+        key = ALIASES.get(key, key)
+        row = _BY_KEY.get(key)
+        if row is None:
+            raise ConfigError(f"{where}: unknown key '{key}' (value '{value}')")
+        try:
+            values[key] = row[1](value)
+        except ValueError as e:
+            raise ConfigError(f"{where}: bad value for '{key}': '{value}': {e}") from None
+        origin[key] = where
+    for key, parser, default, _doc in TABLE:
+        if key not in values:
+            values[key] = parser(default() if callable(default) else default)
+    if not values["shmPrefix"]:
+        values["shmPrefix"] = f"/rbx-{values['listenPort']}"
+    cfg = BrokerConfig(**values, source=path or "<defaults>")
+    _check_relations(cfg, origin)
+    return cfg
+
+
+def _check_relations(cfg: BrokerConfig, origin: dict[str, str]) -> None:
+    def fail(key, why):
+        raise ConfigError(f"{origin.get(key, 'default')}: bad value for '{key}': '{getattr(cfg, key)}': {why}")
+    try:
+        cfg.delay_levels_ms
+    except ValueError as e:
+        fail("messageDelayLevel", str(e))
+    if cfg.max_record_size + 64 > cfg.mappedFileSizeCommitLog:
+        fail("mappedFileSizeCommitLog", f"must hold the largest record (maxMessageSize {cfg.maxMessageSize} + 64 KiB)")
+    if cfg.ringRequestBytes < 2 * (cfg.max_record_size + 4096):
+        fail("ringRequestBytes", f"must be at least twice the largest record ({cfg.max_record_size} bytes)")
+    if not cfg.shmPrefix.startswith("/") or "/" in cfg.shmPrefix[1:]:
+        fail("shmPrefix", "must start with '/' and contain no other '/'")
+    for h in cfg.deleteWhen.split(";"):
+        if not h.strip().isdigit() or not 0 <= int(h) <= 23:
+            fail("deleteWhen", "expected hours 0-23 separated by ';'")
+
+
+def describe(cfg: BrokerConfig) -> str:
+    return "\n".join(f"{f.name}={getattr(cfg, f.name)}" for f in fields(cfg) if f.name != "source")

@@ -1,0 +1,95 @@
+"""Layouts of everything the appliance shares, declared once.  Every field has exactly one writing
+process; everybody else only reads.  Integers are native int64 unless noted, 8-byte aligned, and
+published after the data they cover is in place.
+
+Segment ``/<prefix>.state`` (in this order):
+
+    control      CONTROL_FIELDS x int64               see the table below
+    slots        max_slots x SLOT_FIELDS x int64      one per producer ring pair (readers, tools)
+    queue names  queue_slots x 128 bytes  (writer)    topic of each queue slot, NUL-padded
+    queue ids    queue_slots x int32      (writer)    queueId of each queue slot
+    queue max    queue_slots x int64      (dispatcher) entries in the consume queue (max offset)
+    queue min    queue_slots x int64      (dispatcher) first queue offset still stored
+    topic names  topic_slots x 128 bytes  (writer)
+    topic meta   topic_slots x TOPIC_FIELDS x int32 (writer)
+
+Segment ``/<prefix>.rings``: for each slot, a request ring (slot owner -> writer) then a response
+ring (writer -> slot owner); see ``ring.py``.
+
+Queue and topic slots are append-only: an entry is filled in, then the count in the control
+block is raised, so a reader that sees count N can trust entries < N.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+# (field, the one process that writes it, meaning)
+CONTROL_FIELDS = (
+    ("magic", "supervisor", "LAYOUT_MAGIC once the segment is initialised"),
+    ("stopping", "supervisor", "1 when a graceful stop has begun"),
+    ("recovered", "supervisor", "1 once recovery finished and the offsets below are valid"),
+    ("written", "writer", "CommitLog end offset of committed appends (the commit point)"),
+    ("written_ts", "writer", "store timestamp of the last committed batch"),
+    ("min_phys", "writer", "CommitLog min offset (first byte still stored)"),
+    ("writer_epoch", "writer", "incremented each time a writer process starts"),
+    ("journal_written", "writer", "'written' value the slots' journal_read_pos belong to"),
+    ("topic_count", "writer", "topic table entries in use"),
+    ("queue_count", "writer", "queue slots in use"),
+    ("topic_version", "writer", "bumped on every topic table change"),
+    ("dispatched", "dispatcher", "CommitLog offset up to which CQ and index are built"),
+    ("dispatched_ts", "dispatcher", "store timestamp of the last dispatched record"),
+    ("flushed", "flusher", "CommitLog offset up to which data is on disk"),
+    ("slave_acked", "replicator", "CommitLog offset the slave has confirmed"),
+    ("pid_writer", "writer", "pid of the running writer (0 = none)"),
+    ("pid_dispatcher", "dispatcher", "pid of the running dispatcher"),
+    ("pid_flusher", "flusher", "pid of the running flusher"),
+    ("pid_supervisor", "supervisor", "pid of the supervisor"),
+)
+C = type("C", (), {name.upper(): i for i, (name, _w, _m) in enumerate(CONTROL_FIELDS)})
+CONTROL_LEN = 32      # int64 words reserved; room to grow without moving what follows
+assert len(CONTROL_FIELDS) <= CONTROL_LEN
+LAYOUT_MAGIC = 0x52424F5801       # "RBOX" v1
+
+SLOT_FIELDS = (
+    ("owner_pid", "slot owner", "pid holding the slot (flock'ed), 0 = free"),
+    ("claim_epoch", "slot owner", "bumped per claim; request ids carry it, stale replies are dropped"),
+    ("flush_wait", "slot owner", "CommitLog offset this owner waits to see flushed, 0 = none"),
+    ("dispatch_wait", "slot owner", "1 = post my waker when new messages are dispatched"),
+    ("journal_read_pos", "writer", "request-ring read position once journal_written is committed"),
+)
+S = type("S", (), {name.upper(): i for i, (name, _w, _m) in enumerate(SLOT_FIELDS)})
+SLOT_LEN = 8
+assert len(SLOT_FIELDS) <= SLOT_LEN
+
+NAME_BYTES = 128      # topic names are at most 127 bytes
+TOPIC_FIELDS = ("read_queue_nums", "write_queue_nums", "perm", "topic_sys_flag", "order", "live")
+T = type("T", (), {name.upper(): i for i, name in enumerate(TOPIC_FIELDS)})
+TOPIC_LEN = 8
+
+
+def state_size(max_slots: int, queue_slots: int, topic_slots: int) -> int:
+    return (CONTROL_LEN * 8 + max_slots * SLOT_LEN * 8 + queue_slots * (NAME_BYTES + 4 + 8 + 8)
+            + topic_slots * (NAME_BYTES + TOPIC_LEN * 4))
+
+
+def state_views(buf: np.ndarray, max_slots: int, queue_slots: int, topic_slots: int) -> dict:
+    """Carve the state segment into named numpy views (no copies)."""
+    views, at = {}, 0
+
+    def take(name, count, dtype, shape=None):
+        nonlocal at
+        n = count * np.dtype(dtype).itemsize
+        v = buf[at:at + n].view(dtype)
+        views[name] = v.reshape(shape) if shape else v
+        at += n
+
+    take("control", CONTROL_LEN, "<i8")
+    take("slots", max_slots * SLOT_LEN, "<i8", (max_slots, SLOT_LEN))
+    take("queue_max", queue_slots, "<i8")
+    take("queue_min", queue_slots, "<i8")
+    take("queue_names", queue_slots, f"S{NAME_BYTES}")
+    take("queue_ids", queue_slots, "<i4")
+    take("topic_names", topic_slots, f"S{NAME_BYTES}")
+    take("topic_meta", topic_slots * TOPIC_LEN, "<i4", (topic_slots, TOPIC_LEN))
+    assert at <= len(buf)
+    return views

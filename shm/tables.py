@@ -1,0 +1,57 @@
+"""Read-side caches of the shared topic and queue tables (written by the writer only).
+
+Entries are append-only and filled in before the count is raised, so a cache only has to look at
+entries past the count it saw last; a topic's meta row may change in place (topic_version bumps).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from shm.layout import C, T
+
+
+class TopicIndex:
+    def __init__(self, views: dict, control: np.ndarray):
+        self.names, self.meta, self.control = views["topic_names"], views["topic_meta"], control
+        self.by_name: dict[str, int] = {}
+        self.seen = 0
+
+    def refresh(self) -> None:
+        n = int(self.control[C.TOPIC_COUNT])
+        for i in range(self.seen, n):
+            self.by_name[self.names[i].decode()] = i
+        self.seen = n
+
+    def lookup(self, topic: str) -> int | None:
+        """Index of a live topic, or None."""
+        i = self.by_name.get(topic)
+        if i is None:
+            self.refresh()
+            i = self.by_name.get(topic)
+        if i is None or not self.meta[i, T.LIVE]:
+            return None
+        return i
+
+    def queue_nums(self, idx: int) -> int:
+        return int(max(self.meta[idx, T.READ_QUEUE_NUMS], self.meta[idx, T.WRITE_QUEUE_NUMS]))
+
+
+class QueueIndex:
+    def __init__(self, views: dict, control: np.ndarray):
+        self.names, self.ids, self.control = views["queue_names"], views["queue_ids"], control
+        self.max_offsets, self.min_offsets = views["queue_max"], views["queue_min"]
+        self.by_key: dict[tuple[str, int], int] = {}
+        self.seen = 0
+
+    def refresh(self) -> None:
+        n = int(self.control[C.QUEUE_COUNT])
+        for i in range(self.seen, n):
+            self.by_key[(self.names[i].decode(), int(self.ids[i]))] = i
+        self.seen = n
+
+    def slot(self, topic: str, queue_id: int) -> int | None:
+        s = self.by_key.get((topic, queue_id))
+        if s is None:
+            self.refresh()
+            s = self.by_key.get((topic, queue_id))
+        return s

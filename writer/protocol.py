@@ -1,0 +1,73 @@
+"""What travels through the rings between a producer slot and the writer, declared once.
+
+PUT (request ring), one entry = a slab of requests from one producer:
+    SLAB_HEAD
+    REQUEST x n_requests        one client request: a message or a batch of one topic/queue
+    uint32  x n_records         size of each record, in order; request i owns ``count`` of them
+    records                     complete stored records (store/message.py), placeholders for
+                                queue offset, physical offset and store timestamp; 8-aligned start
+
+PUT_RESULT (response ring), one entry per slab:
+    RESULT_HEAD, RESULT x n_requests, int64 x n_records (physical offset of each record)
+
+TOPIC (request ring): TOPIC_REQ then TopicConfig JSON.  TOPIC_RESULT: TOPIC_RES.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+PUT, PUT_RESULT, TOPIC, TOPIC_RESULT = 1, 2, 3, 4
+
+SLAB_HEAD = np.dtype([("n_requests", "<u4"), ("n_records", "<u4"), ("records_bytes", "<u8")])
+REQUEST = np.dtype([
+    ("req_id", "<u8"),        # (claim_epoch << 40) | sequence, echoed in the RESULT
+    ("topic_idx", "<i4"),     # index in the shared topic table
+    ("queue_id", "<i4"),
+    ("sys_flag", "<i4"),      # MessageSysFlag of every record in the request
+    ("count", "<i4"),         # records in this request (1, or the batch size)
+    ("flags", "<i4"),         # FLAG_WAIT: the producer will wait for the flush
+    ("pad", "<i4"),
+])
+FLAG_WAIT = 1
+RESULT_HEAD = np.dtype([("n_requests", "<u4"), ("n_records", "<u4")])
+RESULT = np.dtype([
+    ("req_id", "<u8"),
+    ("status", "<i4"),        # RocketMQ response code: 0 SUCCESS, 1, 13, 14, 17
+    ("queue_id", "<i4"),
+    ("queue_offset", "<i8"),  # queue offset of the first record
+    ("phys_offset", "<i8"),   # CommitLog offset of the first record
+    ("end_offset", "<i8"),    # CommitLog offset just past the last record (flush/replica waits)
+    ("store_ts", "<i8"),
+    ("count", "<i4"),         # records of this request; their offsets follow in slab order
+    ("pad", "<i4"),
+])
+TOPIC_REQ = np.dtype([("req_id", "<u8")])
+TOPIC_RES = np.dtype([("req_id", "<u8"), ("status", "<i4"), ("topic_idx", "<i4")])
+
+SUCCESS, SYSTEM_ERROR, MESSAGE_ILLEGAL, SERVICE_NOT_AVAILABLE, TOPIC_NOT_EXIST = 0, 1, 13, 14, 17
+
+
+def align8(n: int) -> int:
+    return (n + 7) & ~7
+
+
+def slab_parts(requests: np.ndarray, sizes: np.ndarray, records: bytes) -> list:
+    head = np.zeros(1, SLAB_HEAD)
+    head[0] = (len(requests), len(sizes), len(records))
+    sizes = np.ascontiguousarray(sizes, dtype="<u4")
+    lead = SLAB_HEAD.itemsize + requests.nbytes + sizes.nbytes
+    return [head, requests, sizes, b"\0" * (align8(lead) - lead), records]
+
+
+def parse_slab(payload: np.ndarray):
+    """-> (requests, sizes, records uint8 view, byte offset of records inside ``payload``)."""
+    head = payload[:SLAB_HEAD.itemsize].view(SLAB_HEAD)[0]
+    nq, nr, nb = int(head["n_requests"]), int(head["n_records"]), int(head["records_bytes"])
+    at = SLAB_HEAD.itemsize
+    requests = payload[at:at + nq * REQUEST.itemsize].view(REQUEST)
+    at += nq * REQUEST.itemsize
+    sizes = payload[at:at + nr * 4].view("<u4")
+    at = align8(at + nr * 4)
+    if at + nb > len(payload):
+        raise ValueError(f"slab claims {nb} record bytes but carries {len(payload) - at}")
+    return requests, sizes, payload[at:at + nb], at

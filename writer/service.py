@@ -1,0 +1,337 @@
+"""The writer: the only process that appends to the CommitLog.
+
+One pass (``step``) drains every non-empty request ring (up to ``writerBatchBytes`` each), and for
+each slab of requests, with a handful of numpy operations over the whole slab:
+validates (topic, queue id, record sizes and magic), finds each request's queue slot, assigns
+queue offsets (dense per queue), physical offsets (rolling files, BLANK-padding the tail of a full
+file), the store timestamp, patches those fields into the records in place in the ring, and copies
+them into the mmap in as few runs as possible.  Then the commit point, in this order:
+
+    1. journal_written = -1; each drained slot's journal_read_pos = its new ring position
+    2. journal_written = new end;  3. written = new end      <- commit: the batch now exists
+    4. responses into the response rings, request rings released, wakers posted
+
+A writer killed before 3 leaves its rings unreleased: the next writer redoes the batch over the
+same bytes.  Killed after 3, the journal tells the next writer where each ring had got to, so no
+request is appended twice.  Responses lost that way surface to producers as a writer-epoch change.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+import numpy as np
+
+from shm.layout import C, S, T
+from store import message
+from store.mappedfile import MappedFileQueue
+from writer import protocol as P
+from writer.topics import TopicTable
+
+log = logging.getLogger("rocketbox.writer")
+_TS_PATCH = np.arange(8)
+
+
+def _be64(values: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(values, dtype=">i8").view(np.uint8).reshape(-1, 8)
+
+
+class WriterService:
+    def __init__(self, cfg, shared):
+        self.cfg, self.sh = cfg, shared
+        self.ctl = shared.control
+        self.commitlog: MappedFileQueue | None = None
+        self.file_size = cfg.mappedFileSizeCommitLog
+        self.stop_requested = False
+
+    # ------------------------------------------------------------ lifecycle
+    def open(self) -> "WriterService":
+        sh, ctl = self.sh, self.ctl
+        if not ctl[C.RECOVERED]:
+            raise RuntimeError("store not recovered yet: the supervisor runs recovery before the writer starts")
+        self.commitlog = MappedFileQueue(self.cfg.commitlog_dir, self.file_size, True).load()
+        self.topics = TopicTable(self.cfg, sh.views, ctl)
+        self.topics.attach()
+        self.write_pos = int(ctl[C.WRITTEN])
+        if ctl[C.JOURNAL_WRITTEN] == ctl[C.WRITTEN]:       # killed after a commit, before releasing
+            for i, ring in enumerate(sh.request_rings):
+                if sh.slots[i, S.JOURNAL_READ_POS] > ring.read_pos:
+                    ring.release(int(sh.slots[i, S.JOURNAL_READ_POS]))
+        self.next_qoff = np.zeros(len(sh.views["queue_max"]), dtype=np.int64)
+        self._wait_dispatched()
+        n = sh.queue_count()
+        self.next_qoff[:n] = sh.views["queue_max"][:n]
+        self._rebuild_slot_keys()
+        ctl[C.WRITER_EPOCH] += 1
+        ctl[C.PID_WRITER] = __import__("os").getpid()
+        return self
+
+    def _wait_dispatched(self) -> None:
+        """Queue offsets are the dispatcher's max offsets once it has caught up with 'written'."""
+        while self.ctl[C.DISPATCHED] < self.ctl[C.WRITTEN] and not self.stop_requested:
+            self.sh.dispatcher_waker.post()
+            time.sleep(0.01)
+
+    def _rebuild_slot_keys(self) -> None:
+        n = self.sh.queue_count()
+        names, ids = self.sh.views["queue_names"][:n], self.sh.views["queue_ids"][:n]
+        tidx = np.array([self.topics.index.get(nm.decode(), -1) for nm in names], dtype=np.int64)
+        keys = (tidx << 20) | ids.astype(np.int64)
+        order = np.argsort(keys)
+        self.slot_keys, self.slot_of_key = keys[order], order.astype(np.int64)
+
+    def close(self) -> None:
+        if self.commitlog is not None:
+            self.ctl[C.PID_WRITER] = 0
+            self.commitlog.close()
+            self.commitlog = None
+
+    # ------------------------------------------------------------ one pass
+    def step(self) -> bool:
+        sh = self.sh
+        drained = []                     # (slot, end position, [response parts])
+        ts = int(time.time() * 1000)
+        for i, ring in enumerate(sh.request_rings):
+            if ring.write_pos == ring.read_pos:
+                continue
+            room = sh.response_rings[i].capacity - sh.response_rings[i].used()
+            entries = ring.entries(self.cfg.writerBatchBytes)
+            parts, end = [], ring.read_pos
+            for kind, payload, after in entries:
+                need = self._response_size(kind, payload)
+                if need > room:
+                    break                # the owner is slow to read replies: leave the rest for later
+                room -= need
+                parts.append(self._handle(kind, payload, ts))
+                end = after
+            if end != ring.read_pos:
+                drained.append((i, end, parts))
+        if not drained:
+            return False
+        self._commit(drained, ts)
+        return True
+
+    def _response_size(self, kind: int, payload: np.ndarray) -> int:
+        if kind == P.PUT and len(payload) >= P.SLAB_HEAD.itemsize:
+            head = payload[:P.SLAB_HEAD.itemsize].view(P.SLAB_HEAD)[0]
+            n = P.RESULT_HEAD.itemsize + int(head["n_requests"]) * P.RESULT.itemsize + int(head["n_records"]) * 8
+        else:
+            n = P.TOPIC_RES.itemsize
+        return 2 * ((n + 8 + 7) & ~7)    # entry header and padding, twice for a possible wrap
+
+    def _handle(self, kind: int, payload: np.ndarray, ts: int):
+        if kind == P.PUT:
+            return self._put(payload, ts)
+        if kind == P.TOPIC:
+            return self._topic(payload)
+        log.error("request ring entry of unknown kind %d (%d bytes) dropped", kind, len(payload))
+        return None
+
+    def _commit(self, drained, ts: int) -> None:
+        sh, ctl = self.sh, self.ctl
+        ctl[C.JOURNAL_WRITTEN] = -1
+        for i, end, _parts in drained:
+            sh.slots[i, S.JOURNAL_READ_POS] = end
+        ctl[C.JOURNAL_WRITTEN] = self.write_pos
+        ctl[C.WRITTEN_TS] = ts
+        ctl[C.WRITTEN] = self.write_pos                  # the commit point
+        sh.dispatcher_waker.post()
+        if self.cfg.sync_flush:
+            sh.flusher_waker.post()
+        for i, end, parts in drained:
+            resp = sh.response_rings[i]
+            for p in parts:
+                if p is not None and not resp.try_push(p[0], p[1]):
+                    log.error("response ring %d full despite the room check; replies dropped", i)
+            sh.request_rings[i].release(end)
+            sh.slot_wakers[i].post()
+
+    # ------------------------------------------------------------ topics
+    def _topic(self, payload: np.ndarray):
+        req_id = int(payload[:8].view("<u8")[0])
+        res = np.zeros(1, P.TOPIC_RES)
+        try:
+            tc = json.loads(bytes(payload[P.TOPIC_REQ.itemsize:]).decode())
+            message.check_topic(tc["topicName"])
+            idx = self.topics.upsert(tc)
+            res[0] = (req_id, P.SUCCESS, idx)
+        except Exception as e:          # a bad request from a producer: answer it, keep going
+            log.warning("create topic refused: %s", e)
+            res[0] = (req_id, P.SYSTEM_ERROR, -1)
+        return P.TOPIC_RESULT, [res]
+
+    # ------------------------------------------------------------ puts
+    def _put(self, payload: np.ndarray, ts: int):
+        try:
+            requests, sizes, recs, _at = P.parse_slab(payload)
+        except ValueError as e:
+            log.error("malformed slab dropped: %s", e)
+            return None
+        nq, nr = len(requests), len(sizes)
+        counts = requests["count"].astype(np.int64)
+        status = self._validate(requests, counts, sizes, recs)
+        ok_req = status == P.SUCCESS
+        ok_rec = np.repeat(ok_req, counts) if counts.sum() == nr else np.zeros(nr, bool)
+        rec_start = np.zeros(nr, dtype=np.int64)
+        np.cumsum(sizes[:-1], out=rec_start[1:])
+        res = np.zeros(nq, P.RESULT)
+        res["req_id"], res["status"], res["queue_id"] = requests["req_id"], status, requests["queue_id"]
+        res["count"] = counts if counts.sum() == nr else 0
+        phys_all = np.full(nr, -1, dtype=np.int64)
+        if ok_req.any():
+            qoff = self._queue_offsets(requests, counts, ok_req)
+            idx = np.flatnonzero(ok_rec)
+            src, size = rec_start[idx], sizes[idx].astype(np.int64)
+            phys = self._place(size)
+            tx = np.repeat(requests["sys_flag"], counts)[idx]
+            self._patch(recs, src, np.repeat(qoff, counts)[idx] + self._rank(counts)[idx], phys,
+                        ts, tx)
+            self._copy(recs, src, size, phys)
+            phys_all[idx] = phys
+            first = np.zeros(nq, dtype=np.int64)
+            np.cumsum(counts[:-1], out=first[1:])
+            okq = np.flatnonzero(ok_req)
+            res["queue_offset"][okq] = qoff[okq]
+            res["phys_offset"][okq] = phys_all[first[okq]]
+            last = first[okq] + counts[okq] - 1
+            res["end_offset"][okq] = phys_all[last] + sizes[last]
+            res["store_ts"][okq] = ts
+        head = np.zeros(1, P.RESULT_HEAD)
+        head[0] = (nq, nr)
+        return P.PUT_RESULT, [head, res, phys_all]
+
+    @staticmethod
+    def _rank(counts: np.ndarray) -> np.ndarray:
+        """Position of each record inside its request."""
+        total = int(counts.sum())
+        first = np.repeat(np.cumsum(counts) - counts, counts)
+        return np.arange(total, dtype=np.int64) - first
+
+    def _validate(self, requests, counts, sizes, recs) -> np.ndarray:
+        nq = len(requests)
+        status = np.zeros(nq, dtype=np.int32)
+        if self.ctl[C.STOPPING]:
+            status[:] = P.SERVICE_NOT_AVAILABLE
+            return status
+        if counts.sum() != len(sizes) or (counts <= 0).any() or int(sizes.astype(np.int64).sum()) != len(recs):
+            log.error("slab whose request counts and record sizes disagree: refused whole")
+            status[:] = P.SYSTEM_ERROR
+            return status
+        n_topics = self.sh.topic_count()
+        meta = self.sh.views["topic_meta"]
+        tidx = requests["topic_idx"]
+        known = (tidx >= 0) & (tidx < n_topics)
+        safe = np.where(known, tidx, 0)
+        known &= meta[safe, T.LIVE] == 1
+        status[~known] = P.TOPIC_NOT_EXIST
+        qnums = np.maximum(meta[safe, T.READ_QUEUE_NUMS], meta[safe, T.WRITE_QUEUE_NUMS])
+        qid = requests["queue_id"]
+        status[(status == 0) & ((qid < 0) | (qid >= qnums))] = P.SYSTEM_ERROR
+        # every record: size within limits, and its own TOTALSIZE and MAGIC fields agree
+        sz = sizes.astype(np.int64)
+        start = np.zeros(len(sz), dtype=np.int64)
+        np.cumsum(sz[:-1], out=start[1:])
+        bad = (sz < 91) | (sz > self.cfg.max_record_size)
+        ok_pos = np.where(bad, 0, start)
+        head = recs[ok_pos[:, None] + np.arange(8)].view(">i4")
+        bad |= (head[:, 0] != sz) | (head[:, 1] != message.MAGIC)
+        bad_per_req = np.add.reduceat(bad.astype(np.int64), np.cumsum(counts) - counts) > 0
+        status[(status == 0) & bad_per_req] = P.MESSAGE_ILLEGAL
+        return status
+
+    def _slots(self, keys: np.ndarray, tidx: np.ndarray, qid: np.ndarray) -> np.ndarray:
+        pos = np.searchsorted(self.slot_keys, keys)
+        pos_c = np.minimum(pos, max(len(self.slot_keys) - 1, 0))
+        found = (pos < len(self.slot_keys)) & (self.slot_keys[pos_c] == keys) if len(self.slot_keys) else np.zeros(len(keys), bool)
+        if not found.all():
+            for j in np.unique(np.flatnonzero(~found)):
+                if not (self.slot_keys == keys[j]).any():
+                    self._new_slot(int(keys[j]), int(tidx[j]), int(qid[j]))
+            return self._slots(keys, tidx, qid)
+        return self.slot_of_key[pos_c]
+
+    def _new_slot(self, key: int, tidx: int, qid: int) -> None:
+        v, s = self.sh.views, self.sh.queue_count()
+        if s >= len(v["queue_ids"]):
+            raise RuntimeError(f"shared queue table is full ({s} queues, see shmQueueSlots)")
+        v["queue_names"][s] = self.sh.views["topic_names"][tidx]
+        v["queue_ids"][s] = qid
+        self.next_qoff[s] = 0
+        self.ctl[C.QUEUE_COUNT] = s + 1
+        i = np.searchsorted(self.slot_keys, key)
+        self.slot_keys = np.insert(self.slot_keys, i, key)
+        self.slot_of_key = np.insert(self.slot_of_key, i, s)
+
+    def _queue_offsets(self, requests, counts, ok_req) -> np.ndarray:
+        """First queue offset of every accepted request; prepared/rollback records take none."""
+        tidx = requests["topic_idx"].astype(np.int64)
+        qid = requests["queue_id"].astype(np.int64)
+        okq = np.flatnonzero(ok_req)
+        slots = self._slots((tidx[okq] << 20) | qid[okq], tidx[okq], qid[okq])
+        tx = requests["sys_flag"][okq] & message.TX_MASK
+        eff = np.where((tx == message.TX_PREPARED) | (tx == message.TX_ROLLBACK), 0, counts[okq])
+        order = np.argsort(slots, kind="stable")
+        s_sorted, e_sorted = slots[order], eff[order]
+        before = np.cumsum(e_sorted) - e_sorted
+        group_start = np.ones(len(s_sorted), bool)
+        group_start[1:] = s_sorted[1:] != s_sorted[:-1]
+        first_idx = np.maximum.accumulate(np.where(group_start, np.arange(len(s_sorted)), 0))
+        base_sorted = self.next_qoff[s_sorted] + before - before[first_idx]
+        out = np.zeros(len(requests), dtype=np.int64)
+        base = np.empty(len(okq), dtype=np.int64)
+        base[order] = base_sorted
+        out[okq] = np.where(eff > 0, base, 0)
+        np.add.at(self.next_qoff, slots, eff)
+        return out
+
+    def _place(self, sizes: np.ndarray) -> np.ndarray:
+        """Physical offset of each record, rolling to a new file (BLANK-padded) when one is full."""
+        n = len(sizes)
+        phys = np.empty(n, dtype=np.int64)
+        pos, i = self.write_pos, 0
+        while i < n:
+            file_end = (pos // self.file_size + 1) * self.file_size
+            ends = pos + np.cumsum(sizes[i:])
+            k = int(np.searchsorted(ends + message.END_FILE_MIN_BLANK, file_end, side="right"))
+            phys[i:i + k] = ends[:k] - sizes[i:i + k]
+            if k:
+                pos = int(ends[k - 1])
+            i += k
+            if i < n:
+                mf = self.commitlog.file_for_write(pos)
+                at = pos - mf.start
+                mf.view[at:at + 8] = np.frombuffer(message.BLANK.pack(file_end - pos, message.BLANK_MAGIC), np.uint8)
+                pos = file_end
+        self.write_pos = pos
+        return phys
+
+    def _patch(self, recs, src, qoff, phys, ts: int, sys_flags) -> None:
+        """Queue offset, physical offset and store timestamp, written into the records in the ring."""
+        qoff = np.where(np.isin(sys_flags & message.TX_MASK, (message.TX_PREPARED, message.TX_ROLLBACK)), 0, qoff)
+        recs[src[:, None] + (message.QUEUE_OFFSET_AT + _TS_PATCH)] = _be64(qoff)
+        recs[src[:, None] + (message.PHYS_OFFSET_AT + _TS_PATCH)] = _be64(phys)
+        ts_at = np.where(sys_flags & message.BORNHOST_V6, 68, 56)
+        recs[(src + ts_at)[:, None] + _TS_PATCH] = _be64(np.full(len(src), ts))
+
+    def _copy(self, recs, src, size, phys) -> None:
+        """Copy records into the mmap, one memcpy per run contiguous in both ring and file."""
+        n = len(src)
+        brk = np.ones(n, bool)
+        brk[1:] = (src[1:] != src[:-1] + size[:-1]) | (phys[1:] != phys[:-1] + size[:-1])
+        starts = np.flatnonzero(brk)
+        ends = np.append(starts[1:], n)
+        for a, b in zip(starts.tolist(), ends.tolist()):
+            p0, s0 = int(phys[a]), int(src[a])
+            length = int(phys[b - 1] + size[b - 1]) - p0
+            mf = self.commitlog.file_for_write(p0)
+            at = p0 - mf.start
+            mf.view[at:at + length] = recs[s0:s0 + length]
+
+    # ------------------------------------------------------------ loop
+    def run(self) -> None:
+        while not self.stop_requested:
+            if not self.step():
+                self.sh.writer_waker.wait(1.0)
+        while self.step():     # drain what producers already queued
+            pass
