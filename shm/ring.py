@@ -52,7 +52,9 @@ class Ring:
 
     # ------------------------------------------------------------ producer side
     def try_push(self, kind: int, parts) -> bool:
-        """Append one entry made of ``parts`` (bytes-likes); False if there is no room now."""
+        """Append one entry made of ``parts`` (bytes-likes or numpy arrays); False if no room now."""
+        parts = [p.view(np.uint8).reshape(-1) if isinstance(p, np.ndarray) else np.frombuffer(p, dtype=np.uint8)
+                 for p in parts]
         length = 8 + sum(len(p) for p in parts)
         padded = align8(length)
         if padded > self.max_entry:
@@ -71,7 +73,7 @@ class Ring:
         i = at + 8
         for p in parts:
             n = len(p)
-            self.data[i:i + n] = np.frombuffer(p, dtype=np.uint8) if not isinstance(p, np.ndarray) else p.view(np.uint8).reshape(-1)
+            self.data[i:i + n] = p
             i += n
         self.pos[0] = w + padded
         return True

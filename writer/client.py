@@ -142,6 +142,8 @@ class RingClient:
                         reconsume_times=r.reconsume_times, prepared_offset=r.prepared_offset))
                 if not recs:
                     raise message.MessageRejected(P.MESSAGE_ILLEGAL, "request without messages")
+                if sum(len(x) + 4 for x in recs) + 256 > self.requests.max_entry:
+                    raise message.MessageRejected(P.MESSAGE_ILLEGAL, "batch too large for one append")
             except message.MessageRejected as e:
                 refused[pos] = PutResult(e.code, remark=e.remark)
                 continue
@@ -166,13 +168,28 @@ class RingClient:
         return ids
 
     def submit_encoded(self, arr: np.ndarray, sizes: np.ndarray, records) -> None:
-        """Push already encoded requests (``arr['req_id']`` filled in by the caller via new_ids)."""
-        parts = P.slab_parts(arr, sizes, records)
+        """Push already encoded requests (``arr['req_id']`` filled in, e.g. from ``new_ids``),
+        split into as many slabs as the ring's entry limit needs."""
         for rid in arr["req_id"].tolist():
             self.pending[rid] = None
-        while not self.requests.try_push(P.PUT, parts):
-            self._wait_for_room()
-        self.sh.writer_waker.post()
+        budget = self.requests.max_entry - 64
+        counts = arr["count"].astype(np.int64)
+        rec_end = np.cumsum(sizes.astype(np.int64))
+        req_last = np.cumsum(counts) - 1
+        req_bytes_end = rec_end[req_last] + np.arange(1, len(arr) + 1) * P.REQUEST.itemsize + (req_last + 1) * 4
+        lo_req, lo_rec, lo_byte, base = 0, 0, 0, 0
+        while lo_req < len(arr):
+            hi_req = int(np.searchsorted(req_bytes_end, base + budget, side="right"))
+            if hi_req <= lo_req:
+                raise ValueError(f"request of {int(req_bytes_end[lo_req] - base)} bytes does not fit one ring entry")
+            hi_rec = int(req_last[hi_req - 1]) + 1
+            hi_byte = int(rec_end[hi_rec - 1])
+            parts = P.slab_parts(arr[lo_req:hi_req], sizes[lo_rec:hi_rec], memoryview(records)[lo_byte:hi_byte])
+            while not self.requests.try_push(P.PUT, parts):
+                self._wait_for_room()
+            self.sh.writer_waker.post()
+            base = int(req_bytes_end[hi_req - 1])
+            lo_req, lo_rec, lo_byte = hi_req, hi_rec, hi_byte
 
     def new_ids(self, n: int) -> list[int]:
         return [self._next_id() for _ in range(n)]

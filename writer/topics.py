@@ -11,6 +11,7 @@ import time
 
 from shm.layout import C, NAME_BYTES, T
 from store import configfile
+from store.consumequeue import queue_dir
 
 PERM_INHERIT, PERM_WRITE, PERM_READ = 1, 2, 4
 PERM_RW = PERM_READ | PERM_WRITE
@@ -20,6 +21,10 @@ def topic_config(name: str, read: int, write: int, perm: int = PERM_RW, sys_flag
                  order: bool = False, filter_type: str = "SINGLE_TAG") -> dict:
     return {"order": order, "perm": perm, "readQueueNums": read, "topicFilterType": filter_type,
             "topicName": name, "topicSysFlag": sys_flag, "writeQueueNums": write}
+
+
+def queue_nums(tc: dict) -> int:
+    return max(int(tc.get("readQueueNums", 0)), int(tc.get("writeQueueNums", 0)))
 
 
 def builtin_topics(cfg) -> list[dict]:
@@ -72,7 +77,17 @@ class TopicTable:
         self.configs[name] = tc
         self.data_version = {"counter": self.data_version.get("counter", 0) + 1, "timestamp": int(time.time() * 1000)}
         self.persist()
+        self._ensure_dirs(name, tc)
         return self._publish(name, tc)
+
+    def ensure_queue_dirs(self) -> None:
+        for name, tc in self.configs.items():
+            self._ensure_dirs(name, tc)
+
+    def _ensure_dirs(self, name: str, tc: dict) -> None:
+        """An empty consume-queue directory per queue: recovery reads a missing one as deleted."""
+        for q in range(queue_nums(tc)):
+            os.makedirs(queue_dir(self.cfg.root, name, q), exist_ok=True)
 
     def persist(self) -> None:
         configfile.write(self.path, {"dataVersion": self.data_version, "topicConfigTable": self.configs})

@@ -1,0 +1,57 @@
+"""``appliance`` command line: start | status | run ROLE | recover."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import psutil
+
+from appliance import config as config_mod
+from appliance.roles import ROLES, pid_path, run_role
+
+
+def _status(cfg) -> int:
+    all_up = True
+    for role in ["supervisor", *ROLES]:
+        pid, state = None, "down"
+        try:
+            with open(pid_path(cfg, role)) as f:
+                pid = int(f.read().strip())
+            p = psutil.Process(pid)
+            cmd = " ".join(p.cmdline())
+            if p.status() != psutil.STATUS_ZOMBIE and (role == "supervisor" or f"run {role}" in cmd):
+                state = "up"
+        except (OSError, ValueError, psutil.Error):
+            pass
+        all_up &= state == "up"
+        print(f"{role:<11} {state:<5} pid {pid if pid else '-'}")
+    return 0 if all_up else 1
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="appliance", description="rocketbox appliance")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name, text in (("start", "run every role in the foreground until SIGTERM/SIGINT"),
+                       ("status", "print each role with its pid; exit 0 only when all are up")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("-c", "--config", help="broker.conf (default: built-in defaults)")
+    p = sub.add_parser("run", help="run one role (what systemd units call)")
+    p.add_argument("role")
+    p.add_argument("-c", "--config")
+    args = ap.parse_args(argv)
+    try:
+        cfg = config_mod.load(args.config)
+    except config_mod.ConfigError as e:
+        print(f"appliance: configuration error: {e}", file=sys.stderr)
+        return 2
+    if args.cmd == "status":
+        return _status(cfg)
+    if args.cmd == "run":
+        return run_role(args.role, cfg)
+    from appliance import supervisor
+    return supervisor.run(cfg, args.config)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

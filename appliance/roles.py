@@ -1,0 +1,66 @@
+"""The role table: what ``appliance run ROLE`` runs, and in which order the supervisor starts and
+stops them.  The same entry point serves systemd units and the embedded supervisor.
+
+Each role process: load config, attach the shared state, ``open`` its service, loop ``run`` until
+SIGTERM/SIGINT (which set the stop flag and post the role's own waker), ``close``, exit 0.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+
+from appliance import config as config_mod
+from shm.state import SharedState
+
+
+def _writer(cfg, sh):
+    from writer.service import WriterService
+    return WriterService(cfg, sh), sh.writer_waker
+
+
+def _dispatcher(cfg, sh):
+    from dispatcher.service import DispatcherService
+    return DispatcherService(cfg, sh), sh.dispatcher_waker
+
+
+def _flusher(cfg, sh):
+    from flusher.service import FlusherService
+    return FlusherService(cfg, sh), sh.flusher_waker
+
+
+# start order; stop order is the reverse (writer first, so dispatcher and flusher see the end)
+ROLES = {"flusher": _flusher, "dispatcher": _dispatcher, "writer": _writer}
+
+
+def pid_path(cfg, role: str) -> str:
+    return os.path.join(cfg.run_dir, f"{role}.pid")
+
+
+def run_role(role: str, cfg) -> int:
+    if role not in ROLES:
+        print(f"appliance: unknown role '{role}' (roles: {', '.join(ROLES)})", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {role}[%(process)d] %(levelname)s %(message)s")
+    sh = SharedState(cfg.geometry()).attach()
+    service, waker = ROLES[role](cfg, sh)
+
+    def stop(_sig, _frm):
+        service.stop_requested = True
+        waker.post()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    os.makedirs(cfg.run_dir, exist_ok=True)
+    with open(pid_path(cfg, role), "w") as f:
+        f.write(f"{os.getpid()}\n")
+    try:
+        service.open()
+        try:
+            service.run()
+        finally:
+            service.close()
+    finally:
+        sh.close()
+    return 0

@@ -1,0 +1,132 @@
+"""The embedded supervisor (``appliance start``): owns the shared state and the role processes.
+
+start: lock the store (``<root>/lock``), create the shared segments (replacing stale ones of a
+crashed run), run boot recovery, then start each role as ``python -m appliance run ROLE -c FILE``.
+While running it watches the children and restarts one that dies (with a short back-off).
+On SIGTERM/SIGINT: mark ``stopping``, stop roles in reverse start order (writer first: it drains
+its rings; then the dispatcher catches up; then the flusher flushes, checkpoints and removes
+``abort``), unlink the shared state, exit 0.
+"""
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from appliance import recovery
+from appliance.roles import ROLES, pid_path
+from shm.layout import C
+from shm.state import SharedState
+
+log = logging.getLogger("rocketbox.supervisor")
+STOP_TIMEOUT_S = 60
+
+
+class Supervisor:
+    def __init__(self, cfg, config_path: str | None):
+        self.cfg, self.config_path = cfg, config_path
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.restarts: dict[str, list[float]] = {r: [] for r in ROLES}
+        self.stop_requested = False
+        self.lock_fd = -1
+
+    def _cmd(self, role: str) -> list[str]:
+        cmd = [sys.executable, "-m", "appliance", "run", role]
+        if self.config_path:
+            cmd += ["-c", self.config_path]
+        return cmd
+
+    def _lock_store(self) -> None:
+        os.makedirs(self.cfg.root, exist_ok=True)
+        self.lock_fd = os.open(os.path.join(self.cfg.root, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise SystemExit(f"appliance: store {self.cfg.root} is locked by another running appliance") from None
+        os.pwrite(self.lock_fd, b"lock", 0)
+
+    def start(self) -> None:
+        self._lock_store()
+        self.sh = SharedState(self.cfg.geometry()).create()
+        self.sh.control[C.PID_SUPERVISOR] = os.getpid()
+        os.makedirs(self.cfg.run_dir, exist_ok=True)
+        with open(pid_path(self.cfg, "supervisor"), "w") as f:
+            f.write(f"{os.getpid()}\n")
+        report = recovery.recover(self.cfg, self.sh)
+        log.info("recovered (%s exit): CommitLog end %d, cut %d bytes, re-dispatched from %d, %d queues",
+                 "abnormal" if report.abnormal else "normal", report.end_offset, report.cut_bytes,
+                 report.redispatch_from, report.queues)
+        for role in ROLES:
+            self._spawn(role)
+
+    def _spawn(self, role: str) -> None:
+        self.procs[role] = subprocess.Popen(self._cmd(role))
+        log.info("started %s (pid %d)", role, self.procs[role].pid)
+
+    def watch(self) -> None:
+        """Restart roles that exit while we are not stopping; returns when a stop is requested."""
+        while not self.stop_requested:
+            for role, p in list(self.procs.items()):
+                rc = p.poll()
+                if rc is None:
+                    continue
+                now = time.monotonic()
+                recent = [t for t in self.restarts[role] if now - t < 60] + [now]
+                self.restarts[role] = recent
+                delay = min(5.0, 0.2 * 2 ** (len(recent) - 1))
+                log.error("%s exited with %s; restarting in %.1f s", role, rc, delay)
+                time.sleep(delay)
+                if not self.stop_requested:
+                    self._spawn(role)
+            time.sleep(0.2)
+
+    def stop(self) -> int:
+        self.sh.control[C.STOPPING] = 1
+        rc = 0
+        for role in reversed(list(ROLES)):
+            p = self.procs.get(role)
+            if p is None or p.poll() is not None:
+                continue
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                log.error("%s did not stop within %d s; killing it", role, STOP_TIMEOUT_S)
+                p.kill()
+                p.wait()
+                rc = 1
+            if p.returncode not in (0, None):
+                rc = 1
+        self.sh.close()
+        self.sh.unlink()
+        for role in [*ROLES, "supervisor"]:
+            try:
+                os.unlink(pid_path(self.cfg, role))
+            except FileNotFoundError:
+                pass
+        os.close(self.lock_fd)
+        return rc
+
+
+def run(cfg, config_path: str | None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s supervisor[%(process)d] %(levelname)s %(message)s")
+    sup = Supervisor(cfg, config_path)
+
+    def on_signal(_sig, _frm):
+        sup.stop_requested = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        sup.start()
+    except BaseException:
+        if getattr(sup, "sh", None) is not None:
+            sup.sh.close()
+            sup.sh.unlink()
+        raise
+    sup.watch()
+    return sup.stop()

@@ -1,0 +1,136 @@
+"""The flusher: durability.  Sole writer of ``flushed``, the ``checkpoint`` file and ``abort``.
+
+SYNC_FLUSH is group commit: woken by the writer after each commit, it takes ``written`` as it is,
+fdatasyncs the CommitLog files up to there once, publishes ``flushed`` and posts every slot whose
+``flush_wait`` is now covered -- all waiters of all batches appended meanwhile are released by
+that one flush.  ASYNC_FLUSH flushes every ``flushIntervalCommitLog`` ms when at least
+``flushCommitLogLeastPages`` pages are dirty (or ``flushCommitLogThoroughInterval`` has passed),
+and at once when some slot waits.  Consume queues and the index are flushed every
+``flushIntervalConsumeQueue`` ms, then the checkpoint is written.
+
+A failed fdatasync raises out of ``step`` and ends the process (the supervisor restarts it and
+recovery takes over); it is never logged and ignored.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import numpy as np
+
+from shm.layout import C, S
+from store import indexfile
+from store.checkpoint import Checkpoint
+from store.consumequeue import ENTRY_SIZE, file_size_for, queue_dir
+from store.mappedfile import offset_to_name
+
+log = logging.getLogger("rocketbox.flusher")
+PAGE = 4096
+
+
+class FlusherService:
+    def __init__(self, cfg, shared):
+        self.cfg, self.sh, self.ctl = cfg, shared, shared.control
+        self.fsize = cfg.mappedFileSizeCommitLog
+        self.cq_file_size = file_size_for(cfg.mappedFileSizeConsumeQueue)
+        self.checkpoint = Checkpoint(os.path.join(cfg.root, "checkpoint"))
+        self.abort_path = os.path.join(cfg.root, "abort")
+        self.stop_requested = False
+        self.last_thorough = self.last_cq = time.monotonic()
+        self.cq_flushed = None
+        self.flush_count = 0
+
+    def open(self) -> "FlusherService":
+        self.checkpoint.load()
+        with open(self.abort_path, "wb"):
+            pass
+        self.cq_flushed = self.sh.views["queue_max"].copy()
+        self.ctl[C.PID_FLUSHER] = os.getpid()
+        return self
+
+    def close(self) -> None:
+        """Final flush of everything; ``abort`` goes only when dispatch has caught up."""
+        self.flush_commitlog(force=True)
+        self.flush_logics(force=True)
+        if self.ctl[C.DISPATCHED] >= self.ctl[C.WRITTEN] and self.ctl[C.FLUSHED] >= self.ctl[C.WRITTEN]:
+            if os.path.exists(self.abort_path):
+                os.unlink(self.abort_path)
+        self.ctl[C.PID_FLUSHER] = 0
+
+    # ------------------------------------------------------------ CommitLog
+    def _waiters(self) -> np.ndarray:
+        return self.sh.slots[:, S.FLUSH_WAIT]
+
+    def flush_commitlog(self, force: bool) -> bool:
+        ts = int(self.ctl[C.WRITTEN_TS])          # read before 'written': never newer than the data
+        written, flushed = int(self.ctl[C.WRITTEN]), int(self.ctl[C.FLUSHED])
+        if written <= flushed:
+            return False
+        if not force:
+            dirty_pages = written // PAGE - flushed // PAGE
+            thorough = time.monotonic() - self.last_thorough >= self.cfg.flushCommitLogThoroughInterval / 1000
+            waiting = bool((self._waiters() > flushed).any())
+            if dirty_pages < self.cfg.flushCommitLogLeastPages and not thorough and not waiting:
+                return False
+        start = flushed - flushed % self.fsize
+        for file_start in range(start, written, self.fsize):
+            self._fdatasync(os.path.join(self.cfg.commitlog_dir, offset_to_name(file_start)))
+        self.ctl[C.FLUSHED] = written
+        self.checkpoint.physic_ts = ts
+        self.last_thorough = time.monotonic()
+        self.flush_count += 1
+        waits = self._waiters()
+        for i in np.flatnonzero((waits > 0) & (waits <= written)).tolist():
+            self.sh.slot_wakers[i].post()
+        return True
+
+    @staticmethod
+    def _fdatasync(path: str) -> None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+
+    # ------------------------------------------------------------ ConsumeQueue, index, checkpoint
+    def flush_logics(self, force: bool = False) -> None:
+        if not force and time.monotonic() - self.last_cq < self.cfg.flushIntervalConsumeQueue / 1000:
+            return
+        self.last_cq = time.monotonic()
+        ts = int(self.ctl[C.DISPATCHED_TS])
+        v = self.sh.views
+        n = self.sh.queue_count()
+        qmax = v["queue_max"][:n].copy()
+        dirty = np.flatnonzero(qmax != self.cq_flushed[:n])
+        per_file = self.cq_file_size // ENTRY_SIZE
+        for s in dirty.tolist():
+            d = queue_dir(self.cfg.root, v["queue_names"][s].decode(), int(v["queue_ids"][s]))
+            lo, hi = int(self.cq_flushed[s]), int(qmax[s])
+            first = lo - lo % per_file
+            for q in range(first, max(hi, first + 1), per_file):
+                path = os.path.join(d, offset_to_name(q * ENTRY_SIZE))
+                if os.path.exists(path):
+                    self._fdatasync(path)
+        self.cq_flushed[:n] = qmax
+        if self.cfg.messageIndexEnable and len(dirty):
+            files = indexfile.list_index_files(self.cfg.index_dir)
+            for p in files[-2:]:
+                self._fdatasync(p)
+            self.checkpoint.index_ts = ts
+        if len(dirty):
+            self.checkpoint.logics_ts = ts
+        self.checkpoint.save()
+
+    # ------------------------------------------------------------ loop
+    def step(self) -> bool:
+        did = self.flush_commitlog(force=self.cfg.sync_flush)
+        self.flush_logics()
+        return did
+
+    def run(self) -> None:
+        interval = (self.cfg.flushIntervalConsumeQueue if self.cfg.sync_flush else
+                    min(self.cfg.flushIntervalCommitLog, self.cfg.flushIntervalConsumeQueue)) / 1000
+        while not self.stop_requested:
+            if not self.step():
+                self.sh.flusher_waker.wait(interval)
