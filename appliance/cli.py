@@ -1,4 +1,4 @@
-"""``appliance`` command line: start | status | run ROLE | recover."""
+"""``appliance`` command line: start | status | check | run ROLE."""
 from __future__ import annotations
 
 import argparse
@@ -33,7 +33,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="appliance", description="rocketbox appliance")
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name, text in (("start", "run every role in the foreground until SIGTERM/SIGINT"),
-                       ("status", "print each role with its pid; exit 0 only when all are up")):
+                       ("status", "print each role with its pid; exit 0 only when all are up"),
+                       ("check", "verify a stopped store: records, consume queues, index")):
         p = sub.add_parser(name, help=text)
         p.add_argument("-c", "--config", help="broker.conf (default: built-in defaults)")
     p = sub.add_parser("run", help="run one role (what systemd units call)")
@@ -47,6 +48,9 @@ def main(argv=None) -> int:
         return 2
     if args.cmd == "status":
         return _status(cfg)
+    if args.cmd == "check":
+        from appliance import check
+        return check.main(cfg)
     if args.cmd == "run":
         return run_role(args.role, cfg)
     from appliance import supervisor

@@ -83,7 +83,8 @@ def _load_queues(cfg) -> dict:
     size = file_size_for(cfg.mappedFileSizeConsumeQueue)
     for topic in sorted(os.listdir(base)):
         for qid in sorted(os.listdir(os.path.join(base, topic))):
-            if qid.lstrip("-").isdigit():
+            path = os.path.join(base, topic, qid)
+            if qid.lstrip("-").isdigit() and os.listdir(path):      # empty directories hold nothing
                 cqs[(topic, int(qid))] = ConsumeQueue(cfg.root, topic, int(qid), size, True).load()
     return cqs
 

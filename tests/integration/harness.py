@@ -1,0 +1,109 @@
+"""Starts a real appliance (``python -m appliance start``) in a temp dir with a private shm
+prefix, and runs producer processes against it.  Used by the integration and crash tests."""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+
+from appliance import config
+from shm.state import SharedState
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_ports = itertools.count(21000 + (os.getpid() % 500) * 20)
+
+
+class Appliance:
+    def __init__(self, tmp_path, **overrides):
+        self.dir = str(tmp_path)
+        self.conf = os.path.join(self.dir, "broker.conf")
+        port = next(_ports)
+        settings = {"storePathRootDir": os.path.join(self.dir, "store"), "mappedFileSizeCommitLog": 1024 * 1024,
+                    "mappedFileSizeConsumeQueue": 20 * 1000, "maxMessageSize": 64 * 1024,
+                    "ringRequestBytes": 1024 * 1024, "ringResponseBytes": 256 * 1024, "listenPort": port,
+                    "brokerName": "b1", "brokerIP1": "127.0.0.1", "shmPrefix": f"/rbxt-{os.getpid()}-{port}",
+                    "maxHashSlotNum": 1000, "maxIndexNum": 4000, "shmQueueSlots": 1024, "shmTopicSlots": 256}
+        settings.update(overrides)
+        with open(self.conf, "w") as f:
+            f.writelines(f"{k}={v}\n" for k, v in settings.items())
+        self.cfg = config.load(self.conf)
+        self.proc: subprocess.Popen | None = None
+        self.log = open(os.path.join(self.dir, "appliance.log"), "ab")
+
+    def cmd(self, *args) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "appliance", *args, "-c", self.conf],
+                              cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+    def start(self, timeout: float = 20) -> "Appliance":
+        self.proc = subprocess.Popen([sys.executable, "-m", "appliance", "start", "-c", self.conf],
+                                     cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"appliance exited with {self.proc.returncode}: {self.log_text()[-2000:]}")
+            if self.cmd("status").returncode == 0:
+                return self
+            time.sleep(0.2)
+        raise TimeoutError("appliance did not come up: " + self.log_text()[-2000:])
+
+    def log_text(self) -> str:
+        with open(os.path.join(self.dir, "appliance.log"), "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def role_pid(self, role: str) -> int:
+        with open(os.path.join(self.cfg.run_dir, f"{role}.pid")) as f:
+            return int(f.read())
+
+    def stop(self, timeout: float = 60) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        rc = self.proc.wait(timeout)
+        self.proc = None
+        return rc
+
+    def kill9(self) -> None:
+        """Kill the supervisor and every role at once, like a power cut for the processes."""
+        procs = [psutil.Process(self.proc.pid)] + psutil.Process(self.proc.pid).children(recursive=True)
+        for p in procs:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(procs, timeout=10)
+        self.proc.wait()
+        self.proc = None
+
+    def shared(self) -> SharedState:
+        return SharedState(self.cfg.geometry()).attach()
+
+    def cleanup(self) -> None:
+        if self.proc is not None:
+            try:
+                self.kill9()
+            except Exception:
+                pass
+        SharedState(self.cfg.geometry()).unlink()
+        self.log.close()
+
+
+def producer_cmd(app: Appliance, name: str, topic: str, count: int, queues: int, ack_file: str,
+                 sync_wait: bool = False, batch: int = 1, delay_s: float = 0.0):
+    args = {"conf": app.conf, "name": name, "topic": topic, "count": count, "queues": queues,
+            "ack_file": ack_file, "sync_wait": sync_wait, "batch": batch, "delay_s": delay_s}
+    return [sys.executable, os.path.join(ROOT, "tests", "integration", "producer.py"), json.dumps(args)]
+
+
+def start_producer(app: Appliance, *a, **kw) -> subprocess.Popen:
+    return subprocess.Popen(producer_cmd(app, *a, **kw), cwd=ROOT, stderr=subprocess.PIPE, text=True)
+
+
+def read_acks(path: str) -> list[str]:
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [line.strip() for line in f if line.endswith("\n")]

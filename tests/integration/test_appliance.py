@@ -1,0 +1,85 @@
+"""The real appliance: supervisor + writer + dispatcher + flusher processes, producers in their
+own processes, checked through the store files afterwards."""
+import collections
+import os
+
+from appliance.check import check
+from store.consumequeue import ConsumeQueue, file_size_for
+from tests.integration.harness import read_acks, start_producer
+
+
+def keys_in_store(app) -> collections.Counter:
+    rep = check(app.cfg)
+    assert rep.clean, rep.problems[:10]
+    c = collections.Counter()
+    for rows in rep.queues.values():
+        for _q, _p, body in rows:
+            c[body.decode().split("body-")[1]] += 1
+    return c
+
+
+def test_concurrent_producers_every_message_once_dense_offsets_and_index(appliance_factory):
+    app = appliance_factory().start()
+    sh = app.shared()
+    from writer.client import RingClient
+    admin = RingClient(app.cfg, sh).open()
+    assert admin.create_topic("Orders", 8) == 0
+    assert admin.create_topic("Audit", 3) == 0
+    admin.close()
+    sh.close()
+    acks = [os.path.join(app.dir, f"acks{i}") for i in range(4)]
+    procs = [start_producer(app, f"p{i}", "Orders" if i % 2 == 0 else "Audit", 1500, 8 if i % 2 == 0 else 3,
+                            acks[i], batch=1 + i * 7) for i in range(4)]
+    for p in procs:
+        assert p.wait(120) == 0, p.stderr.read()
+    assert app.stop() == 0
+    assert not os.path.exists(os.path.join(app.cfg.root, "abort"))
+    assert not [n for n in os.listdir("/dev/shm") if app.cfg.shmPrefix[1:] in n]
+    acked = [k for f in acks for k in read_acks(f)]
+    assert len(acked) == 6000
+    stored = keys_in_store(app)
+    assert all(stored[k] == 1 for k in acked) and sum(stored.values()) == 6000
+    rep = check(app.cfg)
+    # two producers each spread 1500 messages as i % 8: queues 0-3 get 188, 4-7 get 187 from each
+    assert {k[1]: len(v) for k, v in rep.queues.items() if k[0] == "Orders"} == {q: 376 if q < 4 else 374 for q in range(8)}
+    assert sorted(len(v) for k, v in rep.queues.items() if k[0] == "Audit") == [1000] * 3
+    assert len(os.listdir(app.cfg.commitlog_dir)) >= 2      # rolled over 1 MiB files
+
+
+def test_restart_continues_queue_offsets_and_status(appliance_factory):
+    app = appliance_factory().start()
+    assert app.cmd("status").returncode == 0
+    ack = os.path.join(app.dir, "acks")
+    p = start_producer(app, "a", "TBW102", 300, 2, ack)
+    assert p.wait(60) == 0, p.stderr.read()
+    assert app.stop() == 0
+    st = app.cmd("status")
+    assert st.returncode == 1 and "down" in st.stdout
+    app.start()
+    assert "normal exit" in app.log_text()
+    p = start_producer(app, "b", "TBW102", 300, 2, ack)
+    assert p.wait(60) == 0, p.stderr.read()
+    assert app.stop() == 0
+    rep = check(app.cfg)
+    assert rep.clean, rep.problems[:5]
+    assert [q for q, _p, _b in rep.queues[("TBW102", 0)]] == list(range(300))
+    cq = ConsumeQueue(app.cfg.root, "TBW102", 1, file_size_for(app.cfg.mappedFileSizeConsumeQueue), False).load()
+    assert cq.max_offset == 300 and cq.files.files and len(cq.files.files) == 1
+    cq.close()
+    assert app.cmd("check").returncode == 0
+
+
+def test_bad_config_stops_start_with_file_line_key_value(tmp_path):
+    import subprocess
+    import sys
+    from tests.integration.harness import ROOT
+    conf = tmp_path / "broker.conf"
+    conf.write_text("brokerName=x\n# comment\nflushDiskType=SOMETIMES\n")
+    r = subprocess.run([sys.executable, "-m", "appliance", "start", "-c", str(conf)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2
+    assert f"{conf}:3" in r.stderr and "flushDiskType" in r.stderr and "SOMETIMES" in r.stderr
+    conf.write_text("brokerNmae=x\n")
+    r = subprocess.run([sys.executable, "-m", "appliance", "status", "-c", str(conf)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "unknown key 'brokerNmae'" in r.stderr and f"{conf}:1" in r.stderr
