@@ -70,6 +70,8 @@ class ConsumeQueue:
                     self.max_phys = int(last["phys"]) + int(last["size"])
             if n < len(e):
                 break
+        if not self.files.writable:
+            return
         # drop files wholly past the end (a crash after creating the next file)
         end_byte = self.max_offset * ENTRY_SIZE
         for mf in list(files):

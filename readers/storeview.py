@@ -1,0 +1,143 @@
+"""The read side a reader process uses: consume queues and CommitLog records straight from the
+mmaps (numpy views, no per-byte copies), per-queue offsets from shared memory, tag filtering by
+hash in one vector op, and a blocking wait for newly dispatched messages (long polling).
+
+Never reads past what is published: a queue's entries up to its shared max offset (written by the
+dispatcher after the entries), records below ``dispatched``.  Owns nothing; writes only its own
+slot's ``dispatch_wait`` flag.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from shm.layout import C, S
+from shm.tables import QueueIndex
+from store import message
+from store.consumequeue import ConsumeQueue, file_size_for
+from store.mappedfile import MappedFileQueue
+
+FOUND, NO_NEW, NO_MATCHED, OFFSET_MOVED, NO_QUEUE = "FOUND", "NO_NEW_MSG", "NO_MATCHED_MSG", "OFFSET_MOVED", "NO_QUEUE"
+
+
+@dataclass
+class Pulled:
+    status: str
+    next_offset: int
+    min_offset: int
+    max_offset: int
+    records: list            # uint8 views of whole stored records, in queue order
+
+
+class StoreView:
+    def __init__(self, cfg, shared, slot: int = -1):
+        """``slot``: this process's ring slot (from its RingClient), needed only for ``wait_new``."""
+        self.cfg, self.sh, self.ctl, self.slot = cfg, shared, shared.control, slot
+        self.cq_file_size = file_size_for(cfg.mappedFileSizeConsumeQueue)
+        self.cqs: dict[tuple[str, int], ConsumeQueue] = {}
+
+    def open(self) -> "StoreView":
+        self.commitlog = MappedFileQueue(self.cfg.commitlog_dir, self.cfg.mappedFileSizeCommitLog, False).load()
+        self.queues = QueueIndex(self.sh.views, self.ctl)
+        return self
+
+    def close(self) -> None:
+        for cq in self.cqs.values():
+            cq.close()
+        self.cqs = {}
+        self.commitlog.close()
+
+    # ------------------------------------------------------------ offsets
+    def offsets(self, topic: str, queue_id: int) -> tuple[int, int] | None:
+        """(min, max) queue offsets as published, or None for a queue that has no messages yet."""
+        s = self.queues.slot(topic, queue_id)
+        if s is None:
+            return None
+        return int(self.queues.min_offsets[s]), int(self.queues.max_offsets[s])
+
+    # ------------------------------------------------------------ reads
+    def _cq(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = self.cqs.get((topic, queue_id))
+        if cq is None:
+            cq = self.cqs[(topic, queue_id)] = ConsumeQueue(self.cfg.root, topic, queue_id, self.cq_file_size, False)
+            cq.files.load()
+        return cq
+
+    def entries(self, topic: str, queue_id: int, queue_offset: int, count: int) -> np.ndarray:
+        """CQ entries [queue_offset, +count) capped at the published max, as a read-only view
+        (may be shorter when the range crosses a CQ file: ask again from where it ends)."""
+        off = self.offsets(topic, queue_id)
+        if off is None:
+            return np.empty(0, dtype=[("phys", ">i8"), ("size", ">i4"), ("tags", ">i8")])
+        count = max(0, min(count, off[1] - queue_offset))
+        cq = self._cq(topic, queue_id)
+        e = cq.entries(queue_offset, count)
+        if len(e) < count and cq.files.file_for(queue_offset * 20) is None:
+            cq.files.refresh()
+            e = cq.entries(queue_offset, count)
+        return e
+
+    def record(self, phys: int, size: int | None = None) -> np.ndarray:
+        """The stored record at ``phys`` as a read-only uint8 view of the mmap."""
+        if phys >= self.ctl[C.WRITTEN]:
+            raise ValueError(f"offset {phys} is past the committed CommitLog end")
+        mf = self.commitlog.file_for(phys)
+        if mf is None:
+            self.commitlog.refresh()
+            mf = self.commitlog.file_for(phys)
+            if mf is None:
+                raise ValueError(f"no CommitLog file holds offset {phys} (deleted by retention?)")
+        at = phys - mf.start
+        if size is None:
+            size = struct.unpack_from(">i", mf.mm, at)[0]
+        return mf.view[at:at + size]
+
+    def pull(self, topic: str, queue_id: int, queue_offset: int, max_count: int,
+             tag_codes: list[int] | None = None, max_bytes: int = 256 * 1024) -> Pulled:
+        """PULL_MESSAGE's store side: up to ``max_count`` records from ``queue_offset``,
+        filtered by tag hash (``None`` = all) in one vector op."""
+        off = self.offsets(topic, queue_id)
+        if off is None:
+            return Pulled(NO_QUEUE, 0, 0, 0, [])
+        lo, hi = off
+        if queue_offset < lo or queue_offset > hi:
+            return Pulled(OFFSET_MOVED, lo if queue_offset < lo else hi, lo, hi, [])
+        if queue_offset == hi:
+            return Pulled(NO_NEW, queue_offset, lo, hi, [])
+        e = self.entries(topic, queue_id, queue_offset, max(max_count, 1) * 4 if tag_codes else max_count)
+        scanned = len(e)
+        if tag_codes is not None:
+            idx = np.flatnonzero(np.isin(e["tags"].astype(np.int64), np.asarray(tag_codes, np.int64)))
+        else:
+            idx = np.arange(len(e))
+        records, total = [], 0
+        for i in idx[:max_count].tolist():
+            size = int(e["size"][i])
+            if records and total + size > max_bytes:
+                scanned = i
+                break
+            records.append(self.record(int(e["phys"][i]), size))
+            total += size
+        else:
+            if len(idx) >= max_count and records:
+                scanned = int(idx[max_count - 1]) + 1
+        return Pulled(FOUND if records else NO_MATCHED, queue_offset + scanned, lo, hi, records)
+
+    # ------------------------------------------------------------ long polling
+    def wait_new(self, seen_dispatched: int, waker, timeout_s: float) -> bool:
+        """Block until ``dispatched`` passes ``seen_dispatched`` or the time-out; True if it did."""
+        row = self.sh.slots[self.slot]
+        row[S.DISPATCH_WAIT] = 1
+        try:
+            if self.ctl[C.DISPATCHED] > seen_dispatched:
+                return True
+            waker.wait(timeout_s)
+            return bool(self.ctl[C.DISPATCHED] > seen_dispatched)
+        finally:
+            row[S.DISPATCH_WAIT] = 0
+
+
+def decode(view: np.ndarray) -> message.Record:
+    return message.decode_record(view.tobytes())

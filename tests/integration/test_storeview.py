@@ -1,0 +1,52 @@
+"""The read-side API against a running appliance: pull with tag filter, records from the mmap,
+and a long-poll wait woken by the dispatcher."""
+import threading
+import time
+
+from shm.layout import C
+from readers.storeview import FOUND, NO_NEW, OFFSET_MOVED, StoreView, decode
+from store.javahash import string_hash
+from writer.client import PutRequest, RingClient
+
+
+def test_pull_filter_and_long_poll(appliance_factory):
+    app = appliance_factory().start()
+    sh = app.shared()
+    client = RingClient(app.cfg, sh).open()
+    view = StoreView(app.cfg, sh, client.slot).open()
+    try:
+        reqs = [PutRequest("TBW102", 0, [f"m{i}".encode()], [{"TAGS": "TagA" if i % 2 else "TagB", "UNIQ_KEY": f"U{i}"}])
+                for i in range(50)]
+        assert all(r.ok for r in client.put(reqs))
+        deadline = time.monotonic() + 5
+        while view.offsets("TBW102", 0) != (0, 50):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        got = view.pull("TBW102", 0, 0, 32)
+        assert got.status == FOUND and got.next_offset == 32 and len(got.records) == 32
+        r0 = decode(got.records[0])
+        assert r0.body == b"m0" and r0.queue_offset == 0 and r0.topic == "TBW102"
+        got = view.pull("TBW102", 0, 0, 10, tag_codes=[string_hash("TagA")])
+        assert [decode(v).body for v in got.records] == [f"m{i}".encode() for i in range(1, 20, 2)]
+        assert got.next_offset == 20
+        assert view.pull("TBW102", 0, 50, 32).status == NO_NEW
+        assert view.pull("TBW102", 0, 51, 32).status == OFFSET_MOVED
+        seen = int(sh.control[C.DISPATCHED])
+        t = threading.Timer(0.3, lambda: RingClient(app.cfg, app.shared()).open().put(
+            [PutRequest("TBW102", 0, [b"late"], [{}])]))
+        t0 = time.monotonic()
+        t.start()
+        assert view.wait_new(seen, client.waker, 10)
+        waited = time.monotonic() - t0
+        t.join()
+        assert 0.2 < waited < 5
+        deadline = time.monotonic() + 5
+        while view.offsets("TBW102", 0)[1] != 51:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert decode(view.pull("TBW102", 0, 50, 1).records[0]).body == b"late"
+        assert not view.wait_new(int(sh.control[C.DISPATCHED]), client.waker, 0.2)
+    finally:
+        view.close()
+        client.close()
+        sh.close()
