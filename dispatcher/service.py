@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import struct
-import time
 
 import numpy as np
 
@@ -24,13 +24,48 @@ from shm.tables import QueueIndex
 from store import indexfile, message
 from store.consumequeue import ConsumeQueue, file_size_for
 from store.errors import CorruptData
-from store.javahash import index_key_hashes, string_hash
+from store.javahash import index_key_hashes_bytes, string_hash
 from store.mappedfile import MappedFileQueue
 
 log = logging.getLogger("rocketbox.dispatcher")
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-_I32 = struct.Struct(">i")
-_H16 = struct.Struct(">h")
+_HEAD = struct.Struct(">ii")
+_PROPS = re.compile(rb"(?:^|\x02)(TAGS|KEYS|UNIQ_KEY|DELAY)\x01([^\x02]*)")
+
+
+def _gather(view: np.ndarray, at: np.ndarray, width: int, dtype: str) -> np.ndarray:
+    """Big-endian integers of ``width`` bytes at each offset in ``at``, in one numpy gather."""
+    return view[at[:, None] + np.arange(width)].view(dtype).ravel().astype(np.int64)
+
+
+class Batch:
+    """One pass's records as columns: fixed fields gathered with numpy, topic and the properties
+    the dispatcher needs (TAGS, KEYS, UNIQ_KEY, DELAY) parsed per record."""
+
+    def __init__(self, mf, starts: np.ndarray, sizes: np.ndarray):
+        v, mm = mf.view, mf.mm
+        self.phys, self.size = mf.start + starts, sizes
+        self.queue_id = _gather(v, starts + 12, 4, ">i4")
+        self.queue_offset = _gather(v, starts + message.QUEUE_OFFSET_AT, 8, ">i8")
+        self.sys_flag = _gather(v, starts + message.SYSFLAG_AT, 4, ">i4")
+        born6 = (self.sys_flag & message.BORNHOST_V6) != 0
+        store6 = (self.sys_flag & message.STOREHOST_V6) != 0
+        self.store_ts = _gather(v, starts + np.where(born6, 68, 56), 8, ">i8")
+        header = 88 + 12 * born6 + 12 * store6
+        topic_at = starts + header + _gather(v, starts + header - 4, 4, ">i4")
+        topic_len = v[topic_at].astype(np.int64)
+        props_at = topic_at + 3 + topic_len
+        props_len = _gather(v, topic_at + 1 + topic_len, 2, ">i2")
+        cache: dict[bytes, str] = {}
+        self.topics, self.topic_bytes, self.props = [], [], []
+        for t, tl, p, pl in zip(topic_at.tolist(), topic_len.tolist(), props_at.tolist(), props_len.tolist()):
+            raw = mm[t + 1:t + 1 + tl]
+            name = cache.get(raw)
+            if name is None:
+                name = cache[raw] = raw.decode()
+            self.topics.append(name)
+            self.topic_bytes.append(raw)
+            self.props.append(dict(_PROPS.findall(mm[p:p + pl])))
 
 
 class DispatcherService:
@@ -74,59 +109,46 @@ class DispatcherService:
         start, written = int(self.ctl[C.DISPATCHED]), int(self.ctl[C.WRITTEN])
         if start >= written:
             return False
-        recs, end = self._parse(start, written)
-        if recs:
-            self._dispatch_queues(recs)
+        batch, end = self._parse(start, written)
+        if batch is not None:
+            self._dispatch_queues(batch)
             if self.cfg.messageIndexEnable:
-                self._dispatch_index(recs)
-            self.ctl[C.DISPATCHED_TS] = recs[-1][4]
+                self._dispatch_index(batch)
+            self.ctl[C.DISPATCHED_TS] = int(batch.store_ts[-1])
         self.ctl[C.DISPATCHED] = end
         self._wake_waiters()
         return True
 
     def _parse(self, pos: int, written: int):
-        """Records in [pos, written), up to one pass's worth.  -> (list of tuples, end offset).
-        Tuple: (phys, size, topic, queue_id, store_ts, queue_offset, sys_flag, tags, keys, uniq)."""
-        out, budget = [], self.max_pass_bytes
+        """Records in [pos, written) (one pass's worth, within one CommitLog file).
+        -> (Batch or None, offset where the pass ends)."""
         fsize = self.cfg.mappedFileSizeCommitLog
-        mf = None
-        while pos < written and budget > 0:
-            if mf is None or not (mf.start <= pos < mf.end):
-                mf = self.commitlog.file_for(pos)
-                if mf is None:
-                    self.commitlog.refresh()
-                    mf = self.commitlog.file_for(pos)
-                    if mf is None:
-                        raise CorruptData("commitlog", pos, "no CommitLog file holds this committed offset")
-            mm, at = mf.mm, pos - mf.start
-            total, magic = struct.unpack_from(">ii", mm, at)
-            if magic == message.BLANK_MAGIC:
-                pos = mf.start + fsize
-                continue
-            if magic != message.MAGIC or total <= 0:
+        mf = self.commitlog.file_for(pos)
+        if mf is None:
+            self.commitlog.refresh()
+            mf = self.commitlog.file_for(pos)
+            if mf is None:
+                raise CorruptData("commitlog", pos, "no CommitLog file holds this committed offset")
+        mm, base = mf.mm, mf.start
+        at, limit = pos - base, min(written - base, fsize, pos - base + self.max_pass_bytes)
+        starts, sizes = [], []
+        unpack = _HEAD.unpack_from
+        while at < limit:                        # the only per-record loop: where records start
+            total, magic = unpack(mm, at)
+            if magic != message.MAGIC:
+                if magic == message.BLANK_MAGIC:
+                    at = fsize                   # the rest of this file is filler
+                    break
                 raise CorruptData(mf.path, at, f"bad record (magic {magic & 0xFFFFFFFF:#x}, size {total}) below the written offset")
-            sys_flag = _I32.unpack_from(mm, at + message.SYSFLAG_AT)[0]
-            h = message.header_for(sys_flag)
-            f = h.unpack_from(mm, at)
-            body_len = f[-1]
-            t_at = at + h.size + body_len
-            tlen = mm[t_at]
-            topic = mm[t_at + 1:t_at + 1 + tlen].decode()
-            p_len = _H16.unpack_from(mm, t_at + 1 + tlen)[0]
-            props = mm[t_at + 3 + tlen:t_at + 3 + tlen + p_len]
-            out.append((pos, total, topic, f[3], f[11], f[5], sys_flag,
-                        message.property_value(props, b"TAGS"), message.property_value(props, b"KEYS"),
-                        message.property_value(props, b"UNIQ_KEY"), props))
-            pos += total
-            budget -= total
-        return out, pos
+            starts.append(at)
+            sizes.append(total)
+            at += total
+        end = base + at
+        if not starts:
+            return None, end
+        return Batch(mf, np.array(starts, dtype=np.int64), np.array(sizes, dtype=np.int64)), end
 
-    def _tags_code(self, topic: str, tags, props: bytes, store_ts: int) -> int:
-        if topic == SCHEDULE_TOPIC:
-            delay = message.property_value(props, b"DELAY")
-            if delay is not None and delay.isdigit() and int(delay) > 0:
-                level = min(int(delay), len(self.delays))
-                return store_ts + self.delays[level - 1]
+    def _tags_code(self, tags: bytes | None) -> int:
         if not tags:
             return 0
         code = self.tag_codes.get(tags)
@@ -134,24 +156,41 @@ class DispatcherService:
             code = self.tag_codes[tags] = string_hash(tags.decode())
         return code
 
-    def _dispatch_queues(self, recs) -> None:
-        groups: dict[tuple[str, int], list] = {}
-        for r in recs:
-            tx = r[6] & message.TX_MASK
-            if tx == message.TX_PREPARED or tx == message.TX_ROLLBACK:
-                continue
-            groups.setdefault((r[2], r[3]), []).append(r)
+    def _dispatch_queues(self, b: "Batch") -> None:
+        tx = b.sys_flag & message.TX_MASK
+        keep = np.flatnonzero((tx != message.TX_PREPARED) & (tx != message.TX_ROLLBACK))
+        if keep.size == 0:
+            return
+        slot_of = {}
+        slots = np.empty(len(keep), dtype=np.int64)
+        tags = np.empty(len(keep), dtype=np.int64)
+        topics, qids, props = b.topics, b.queue_id.tolist(), b.props
+        for j, i in enumerate(keep.tolist()):
+            key = (topics[i], qids[i])
+            s = slot_of.get(key)
+            if s is None:
+                s = slot_of[key] = self._slot(key)
+            slots[j] = s
+            tags[j] = self._tags_code(props[i].get(b"TAGS"))
+        sched = [j for j, i in enumerate(keep.tolist()) if topics[i] == SCHEDULE_TOPIC]
+        for j in sched:                          # delayed messages: tagsCode = delivery time
+            delay = b.props[int(keep[j])].get(b"DELAY")
+            if delay is not None and delay.isdigit() and int(delay) > 0:
+                level = min(int(delay), len(self.delays))
+                tags[j] = int(b.store_ts[keep[j]]) + self.delays[level - 1]
+        order = np.argsort(slots, kind="stable")
+        s_sorted = slots[order]
+        cut = np.flatnonzero(np.diff(s_sorted)) + 1
         qmax, qmin = self.sh.views["queue_max"], self.sh.views["queue_min"]
-        for key, rows in groups.items():
-            cq = self._cq(key)
-            phys = np.fromiter((r[0] for r in rows), np.int64, len(rows))
-            size = np.fromiter((r[1] for r in rows), np.int64, len(rows))
-            tags = np.fromiter((self._tags_code(r[2], r[7], r[10], r[4]) for r in rows), np.int64, len(rows))
-            qoffs = np.fromiter((r[5] for r in rows), np.int64, len(rows))
+        slot_key = {v: k for k, v in slot_of.items()}
+        for grp in np.split(order, cut):
+            slot = int(slots[grp[0]])
+            rows = keep[grp]
+            qoffs = b.queue_offset[rows]
             if len(rows) > 1 and not (np.diff(qoffs) == 1).all():
-                raise CorruptData("commitlog", int(phys[0]), f"queue offsets of {key} are not dense in one pass")
-            cq.put(int(qoffs[0]), phys, size, tags)
-            slot = self._slot(key)
+                raise CorruptData("commitlog", int(b.phys[rows[0]]), f"queue offsets of {slot_key[slot]} are not dense in one pass")
+            cq = self._cq(slot_key[slot])
+            cq.put(int(qoffs[0]), b.phys[rows], b.size[rows], tags[grp])
             qmin[slot] = cq.min_offset
             qmax[slot] = cq.max_offset
 
@@ -169,27 +208,30 @@ class DispatcherService:
             s = self.allocate_queue(*key)
         return s
 
-    def _dispatch_index(self, recs) -> None:
-        keys, phys, ts = [], [], []
+    def _dispatch_index(self, b: "Batch") -> None:
+        keys, rows = [], []
         skip_below = self.index.h("end_phys") if self.index is not None and self.index.h("index_count") > 1 else -1
-        for r in recs:
-            if r[0] <= skip_below or (r[6] & message.TX_MASK) == message.TX_ROLLBACK:
+        tx = (b.sys_flag & message.TX_MASK).tolist()
+        phys = b.phys.tolist()
+        for i, props in enumerate(b.props):
+            if phys[i] <= skip_below or tx[i] == message.TX_ROLLBACK:
                 continue
-            topic = r[2]
-            if r[9]:
-                keys.append(f"{topic}#{r[9].decode()}")
-                phys.append(r[0])
-                ts.append(r[4])
-            if r[8]:
-                for k in r[8].decode().split(" "):
-                    if k:
-                        keys.append(f"{topic}#{k}")
-                        phys.append(r[0])
-                        ts.append(r[4])
+            prefix = b.topic_bytes[i] + b"#"
+            uniq = props.get(b"UNIQ_KEY")
+            if uniq:
+                keys.append(prefix + uniq)
+                rows.append(i)
+            k = props.get(b"KEYS")
+            if k:
+                for key in (k.split(b" ") if b" " in k else (k,)):
+                    if key:
+                        keys.append(prefix + key)
+                        rows.append(i)
         if not keys:
             return
-        hashes = index_key_hashes(keys)
-        phys_a, ts_a = np.array(phys, np.int64), np.array(ts, np.int64)
+        hashes = index_key_hashes_bytes(keys)
+        rows_a = np.array(rows, dtype=np.int64)
+        phys_a, ts_a = b.phys[rows_a], b.store_ts[rows_a]
         done = 0
         while done < len(keys):
             if self.index is None or self.index.is_full:

@@ -62,3 +62,33 @@ def index_key_hashes(keys: list[str]) -> np.ndarray:
     h = np.abs(h)
     h[h > 0x7FFFFFFF] = 0
     return h.astype(np.int32)
+
+
+def index_key_hashes_bytes(keys: list[bytes]) -> np.ndarray:
+    """``index_key_hashes`` for UTF-8 keys: ASCII keys (UTF-16 code units = bytes) are hashed
+    straight from one concatenated buffer; the rare others go through ``str``."""
+    out = np.zeros(len(keys), dtype=np.int32)
+    if not keys:
+        return out
+    lens = np.fromiter(map(len, keys), dtype=np.int64, count=len(keys))
+    buf = np.frombuffer(b"".join(keys), dtype=np.uint8)
+    starts = np.zeros(len(keys), dtype=np.int64)
+    np.cumsum(lens[:-1], out=starts[1:])
+    ok = (lens > 0) & (lens <= _MAX_LEN)
+    if buf.size and (buf >= 0x80).any():
+        hi = np.add.reduceat((buf >= 0x80).astype(np.int64), np.minimum(starts, buf.size - 1)) > 0
+        hi &= lens > 0
+        ok &= ~hi
+    else:
+        hi = np.zeros(len(keys), bool)
+    if ok.any():
+        seg_end = np.repeat(starts + lens, lens)
+        terms = buf.astype(np.uint32) * _POW31[np.minimum(seg_end - 1 - np.arange(buf.size), _MAX_LEN - 1)]
+        sums = np.add.reduceat(terms, np.minimum(starts, max(buf.size - 1, 0)), dtype=np.uint32).view(np.int32)
+        out[ok] = sums[ok]
+    slow = np.flatnonzero(hi | (lens > _MAX_LEN))
+    if slow.size:
+        out[slow] = string_hashes([keys[i].decode() for i in slow])
+    h = np.abs(out.astype(np.int64))
+    h[h > 0x7FFFFFFF] = 0
+    return h.astype(np.int32)

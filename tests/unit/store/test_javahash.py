@@ -24,3 +24,10 @@ def test_index_hash_is_abs_and_min_int_maps_to_zero():
     assert string_hash("polygenelubricants") == -2**31
     assert index_key_hash("polygenelubricants") == 0
     assert index_key_hashes(["polygenelubricants", "TopicTest"]).tolist() == [0, 1902610879]
+
+
+def test_bytes_keys_match_string_path():
+    from store.javahash import index_key_hashes_bytes
+    keys = ["T#abc", "", "T#" + "z" * 5000, "T#中文", "polygenelubricants", "TopicTest#UNIQ0001"]
+    assert index_key_hashes_bytes([k.encode() for k in keys]).tolist() == index_key_hashes(keys).tolist()
+    assert index_key_hashes_bytes([]).tolist() == []
