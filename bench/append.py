@@ -5,7 +5,8 @@ Producers pre-encode a pool of distinct records once (client-side encoding is th
 reported separately as ``encode``) and then keep ``--window`` slabs of ``--slab`` requests in
 flight.  SYNC_FLUSH producers count a message only after ``wait_flushed`` (group commit).
 Reports msgs/s, MB/s, the appliance's CPU µs per message (writer + dispatcher + flusher +
-supervisor), and the idle appliance's CPU % afterwards.
+supervisor) during the load and including the dispatcher catching up afterwards, how long that
+catch-up took (``lag s``), and the idle appliance's CPU % once everything is dispatched.
 
     .venv/bin/python -m bench.append [--producers 2] [--seconds 8] [--slab 64] [--modes ASYNC_FLUSH,SYNC_FLUSH]
 """
@@ -24,8 +25,11 @@ import time
 
 import psutil
 
+from appliance import config
+from shm.layout import C
+from shm.state import SharedState
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 
 def producer(conf: str, seconds: float, slab: int, window: int, body_size: int, sync: bool, out) -> None:
@@ -100,6 +104,13 @@ def run_mode(mode: str, args) -> dict:
         for p in ps:
             p.join()
         cpu1 = appliance_cpu(sup.pid)
+        t_end = time.perf_counter()
+        sh = SharedState(config.load(conf).geometry()).attach()
+        while sh.control[C.DISPATCHED] < sh.control[C.WRITTEN]:
+            time.sleep(0.01)
+        dispatch_lag = time.perf_counter() - t_end
+        cpu_dispatched = appliance_cpu(sup.pid)
+        sh.close()
         time.sleep(1)
         idle0, t_idle = appliance_cpu(sup.pid), time.perf_counter()
         time.sleep(args.idle_seconds)
@@ -113,6 +124,8 @@ def run_mode(mode: str, args) -> dict:
     return {"mode": mode, "msgs": msgs, "msgs_per_s": msgs / elapsed,
             "mb_per_s": sum(r["bytes"] for r in results) / elapsed / 1e6,
             "appliance_cpu_us_per_msg": (cpu1 - cpu0) / max(msgs, 1) * 1e6,
+            "appliance_cpu_us_per_msg_incl_dispatch": (cpu_dispatched - cpu0) / max(msgs, 1) * 1e6,
+            "dispatch_lag_s": dispatch_lag,
             "producer_cpu_us_per_msg": sum(r["cpu"] for r in results) / max(msgs, 1) * 1e6,
             "encode_us_per_msg": sum(r["encode_us"] for r in results) / len(results),
             "idle_cpu_pct": idle_pct}
@@ -132,12 +145,13 @@ def main() -> None:
     print(f"# append benchmark: producers={args.producers} seconds={args.seconds} slab={args.slab} "
           f"window={args.window} body={args.body}B cpus={os.cpu_count()} mappedFileSizeCommitLog=1GiB "
           f"store={args.dir or tempfile.gettempdir()}")
-    print(f"{'mode':<12} {'msgs':>9} {'msgs/s':>9} {'MB/s':>7} {'appl µs/msg':>11} {'prod µs/msg':>11} "
-          f"{'encode µs':>9} {'idle CPU%':>9}")
+    print(f"{'mode':<12} {'msgs':>9} {'msgs/s':>9} {'MB/s':>7} {'appl µs/msg':>11} {'+dispatch':>9} "
+          f"{'lag s':>6} {'prod µs/msg':>11} {'encode µs':>9} {'idle CPU%':>9}")
     for mode in args.modes.split(","):
         r = run_mode(mode, args)
         print(f"{r['mode']:<12} {r['msgs']:>9} {r['msgs_per_s']:>9.0f} {r['mb_per_s']:>7.1f} "
-              f"{r['appliance_cpu_us_per_msg']:>11.1f} {r['producer_cpu_us_per_msg']:>11.1f} "
+              f"{r['appliance_cpu_us_per_msg']:>11.1f} {r['appliance_cpu_us_per_msg_incl_dispatch']:>9.1f} "
+              f"{r['dispatch_lag_s']:>6.2f} {r['producer_cpu_us_per_msg']:>11.1f} "
               f"{r['encode_us_per_msg']:>9.1f} {r['idle_cpu_pct']:>9.2f}")
         print("# " + json.dumps(r))
 

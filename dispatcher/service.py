@@ -56,16 +56,9 @@ class Batch:
         topic_len = v[topic_at].astype(np.int64)
         props_at = topic_at + 3 + topic_len
         props_len = _gather(v, topic_at + 1 + topic_len, 2, ">i2")
-        cache: dict[bytes, str] = {}
-        self.topics, self.topic_bytes, self.props = [], [], []
-        for t, tl, p, pl in zip(topic_at.tolist(), topic_len.tolist(), props_at.tolist(), props_len.tolist()):
-            raw = mm[t + 1:t + 1 + tl]
-            name = cache.get(raw)
-            if name is None:
-                name = cache[raw] = raw.decode()
-            self.topics.append(name)
-            self.topic_bytes.append(raw)
-            self.props.append(dict(_PROPS.findall(mm[p:p + pl])))
+        self.topic_at, self.topic_len = topic_at.tolist(), topic_len.tolist()
+        self.props_at, self.props_len = props_at.tolist(), props_len.tolist()
+        self.mm = mm
 
 
 class DispatcherService:
@@ -77,6 +70,8 @@ class DispatcherService:
         self.cqs: dict[tuple[str, int], ConsumeQueue] = {}
         self.cq_file_size = file_size_for(cfg.mappedFileSizeConsumeQueue)
         self.tag_codes: dict[bytes, int] = {}
+        self.slot_of: dict[tuple[bytes, int], int] = {}      # (topic bytes, queue id) -> slot
+        self.slot_key: dict[int, tuple[str, int]] = {}
         self.delays = cfg.delay_levels_ms
         self.max_pass_bytes = 16 * 1024 * 1024
         self.stop_requested = False
@@ -111,9 +106,9 @@ class DispatcherService:
             return False
         batch, end = self._parse(start, written)
         if batch is not None:
-            self._dispatch_queues(batch)
-            if self.cfg.messageIndexEnable:
-                self._dispatch_index(batch)
+            slots, tags, keys, key_rows = self._columns(batch)
+            self._dispatch_queues(batch, slots, tags)
+            self._dispatch_index(batch, keys, key_rows)
             self.ctl[C.DISPATCHED_TS] = int(batch.store_ts[-1])
         self.ctl[C.DISPATCHED] = end
         self._wake_waiters()
@@ -148,49 +143,81 @@ class DispatcherService:
             return None, end
         return Batch(mf, np.array(starts, dtype=np.int64), np.array(sizes, dtype=np.int64)), end
 
-    def _tags_code(self, tags: bytes | None) -> int:
-        if not tags:
-            return 0
-        code = self.tag_codes.get(tags)
-        if code is None:
-            code = self.tag_codes[tags] = string_hash(tags.decode())
+    def _columns(self, b: "Batch"):
+        """The one per-record loop: each record's queue slot, tag code and index keys.
+        -> (slots, tags, keys, key_rows) for every record (slot -1: not dispatched to a queue)."""
+        n = len(b.phys)
+        slots = np.empty(n, dtype=np.int64)
+        tags = np.empty(n, dtype=np.int64)
+        keys, key_rows = [], []
+        tx = (b.sys_flag & message.TX_MASK).tolist()
+        qids, phys = b.queue_id.tolist(), b.phys.tolist()
+        index = self.cfg.messageIndexEnable
+        skip_below = self.index.h("end_phys") if self.index is not None and self.index.h("index_count") > 1 else -1
+        mm, findall, slot_of, tag_codes = b.mm, _PROPS.findall, self.slot_of, self.tag_codes
+        for i in range(n):
+            t, p = b.topic_at[i], b.props_at[i]
+            topic = mm[t + 1:t + 1 + b.topic_len[i]]
+            props = dict(findall(mm[p:p + b.props_len[i]]))
+            if tx[i] == message.TX_PREPARED or tx[i] == message.TX_ROLLBACK:
+                slots[i] = -1
+            else:
+                s = slot_of.get((topic, qids[i]))
+                slots[i] = s if s is not None else self._slot(topic, qids[i])
+            tag = props.get(b"TAGS")
+            code = tag_codes.get(tag) if tag else 0
+            tags[i] = code if code is not None else self._tag_code(tag)
+            if topic == b"SCHEDULE_TOPIC_XXXX" and b"DELAY" in props:
+                tags[i] = self._deliver_ts(props[b"DELAY"], int(b.store_ts[i]), tags[i])
+            if index and phys[i] > skip_below and tx[i] != message.TX_ROLLBACK:
+                prefix = topic + b"#"
+                uniq = props.get(b"UNIQ_KEY")
+                if uniq:
+                    keys.append(prefix + uniq)
+                    key_rows.append(i)
+                k = props.get(b"KEYS")
+                if k:
+                    for key in (k.split(b" ") if b" " in k else (k,)):
+                        if key:
+                            keys.append(prefix + key)
+                            key_rows.append(i)
+        return slots, tags, keys, key_rows
+
+    def _tag_code(self, tag: bytes) -> int:
+        code = self.tag_codes[tag] = string_hash(tag.decode())
         return code
 
-    def _dispatch_queues(self, b: "Batch") -> None:
-        tx = b.sys_flag & message.TX_MASK
-        keep = np.flatnonzero((tx != message.TX_PREPARED) & (tx != message.TX_ROLLBACK))
+    def _deliver_ts(self, delay: bytes, store_ts: int, default: int) -> int:
+        """Delayed message in SCHEDULE_TOPIC_XXXX: its tag code is the delivery time."""
+        if not delay.isdigit() or int(delay) <= 0:
+            return default
+        return store_ts + self.delays[min(int(delay), len(self.delays)) - 1]
+
+    def _slot(self, topic: bytes, queue_id: int) -> int:
+        key = (topic.decode(), queue_id)
+        s = self.queues.slot(*key)
+        if s is None:
+            if self.allocate_queue is None:
+                raise CorruptData("commitlog", -1, f"record for queue {key} that the writer never registered")
+            s = self.allocate_queue(*key)
+        self.slot_of[(topic, queue_id)] = s
+        self.slot_key[s] = key
+        return s
+
+    def _dispatch_queues(self, b: "Batch", slots: np.ndarray, tags: np.ndarray) -> None:
+        keep = np.flatnonzero(slots >= 0)
         if keep.size == 0:
             return
-        slot_of = {}
-        slots = np.empty(len(keep), dtype=np.int64)
-        tags = np.empty(len(keep), dtype=np.int64)
-        topics, qids, props = b.topics, b.queue_id.tolist(), b.props
-        for j, i in enumerate(keep.tolist()):
-            key = (topics[i], qids[i])
-            s = slot_of.get(key)
-            if s is None:
-                s = slot_of[key] = self._slot(key)
-            slots[j] = s
-            tags[j] = self._tags_code(props[i].get(b"TAGS"))
-        sched = [j for j, i in enumerate(keep.tolist()) if topics[i] == SCHEDULE_TOPIC]
-        for j in sched:                          # delayed messages: tagsCode = delivery time
-            delay = b.props[int(keep[j])].get(b"DELAY")
-            if delay is not None and delay.isdigit() and int(delay) > 0:
-                level = min(int(delay), len(self.delays))
-                tags[j] = int(b.store_ts[keep[j]]) + self.delays[level - 1]
-        order = np.argsort(slots, kind="stable")
-        s_sorted = slots[order]
-        cut = np.flatnonzero(np.diff(s_sorted)) + 1
+        order = keep[np.argsort(slots[keep], kind="stable")]
+        cut = np.flatnonzero(np.diff(slots[order])) + 1
         qmax, qmin = self.sh.views["queue_max"], self.sh.views["queue_min"]
-        slot_key = {v: k for k, v in slot_of.items()}
-        for grp in np.split(order, cut):
-            slot = int(slots[grp[0]])
-            rows = keep[grp]
+        for rows in np.split(order, cut):
+            slot = int(slots[rows[0]])
             qoffs = b.queue_offset[rows]
             if len(rows) > 1 and not (np.diff(qoffs) == 1).all():
-                raise CorruptData("commitlog", int(b.phys[rows[0]]), f"queue offsets of {slot_key[slot]} are not dense in one pass")
-            cq = self._cq(slot_key[slot])
-            cq.put(int(qoffs[0]), b.phys[rows], b.size[rows], tags[grp])
+                raise CorruptData("commitlog", int(b.phys[rows[0]]), f"queue offsets of {self.slot_key[slot]} are not dense in one pass")
+            cq = self._cq(self.slot_key[slot])
+            cq.put(int(qoffs[0]), b.phys[rows], b.size[rows], tags[rows])
             qmin[slot] = cq.min_offset
             qmax[slot] = cq.max_offset
 
@@ -200,38 +227,12 @@ class DispatcherService:
             cq = self.cqs[key] = ConsumeQueue(self.cfg.root, key[0], key[1], self.cq_file_size, True).load()
         return cq
 
-    def _slot(self, key) -> int:
-        s = self.queues.slot(*key)
-        if s is None:
-            if self.allocate_queue is None:
-                raise CorruptData("commitlog", -1, f"record for queue {key} that the writer never registered")
-            s = self.allocate_queue(*key)
-        return s
-
-    def _dispatch_index(self, b: "Batch") -> None:
-        keys, rows = [], []
-        skip_below = self.index.h("end_phys") if self.index is not None and self.index.h("index_count") > 1 else -1
-        tx = (b.sys_flag & message.TX_MASK).tolist()
-        phys = b.phys.tolist()
-        for i, props in enumerate(b.props):
-            if phys[i] <= skip_below or tx[i] == message.TX_ROLLBACK:
-                continue
-            prefix = b.topic_bytes[i] + b"#"
-            uniq = props.get(b"UNIQ_KEY")
-            if uniq:
-                keys.append(prefix + uniq)
-                rows.append(i)
-            k = props.get(b"KEYS")
-            if k:
-                for key in (k.split(b" ") if b" " in k else (k,)):
-                    if key:
-                        keys.append(prefix + key)
-                        rows.append(i)
+    def _dispatch_index(self, b: "Batch", keys: list, key_rows: list) -> None:
         if not keys:
             return
         hashes = index_key_hashes_bytes(keys)
-        rows_a = np.array(rows, dtype=np.int64)
-        phys_a, ts_a = b.phys[rows_a], b.store_ts[rows_a]
+        rows = np.array(key_rows, dtype=np.int64)
+        phys_a, ts_a = b.phys[rows], b.store_ts[rows]
         done = 0
         while done < len(keys):
             if self.index is None or self.index.is_full:
