@@ -1,0 +1,114 @@
+"""Writer and dispatcher driven by ``step()`` in this process, on real shared memory and files:
+queue offsets, physical offsets, file roll with a BLANK filler, refusal codes, journal replay."""
+import os
+import struct
+
+import pytest
+
+from appliance import config, recovery
+from appliance.check import check
+from dispatcher.service import DispatcherService
+from shm.layout import C, S
+from shm.state import SharedState
+from store import message
+from writer import protocol as P
+from writer.client import PutRequest, RingClient
+from writer.service import WriterService
+
+
+@pytest.fixture
+def rig(tmp_path):
+    cfg = config.load(overrides={"storePathRootDir": str(tmp_path / "store"), "shmPrefix": f"/rbxu-{os.getpid()}",
+                                 "mappedFileSizeCommitLog": str(128 * 1024), "maxMessageSize": "4096",
+                                 "ringRequestBytes": str(256 * 1024), "brokerIP1": "127.0.0.1",
+                                 "maxHashSlotNum": "100", "maxIndexNum": "1000", "shmQueueSlots": "64",
+                                 "shmTopicSlots": "32", "autoCreateTopicEnable": "true"})
+    sh = SharedState(cfg.geometry()).create()
+    recovery.recover(cfg, sh)
+    w, d = WriterService(cfg, sh).open(), DispatcherService(cfg, sh).open()
+    c = RingClient(cfg, sh).open()
+    yield cfg, sh, w, d, c
+    c.close()
+    w.close()
+    d.close()
+    sh.close()
+    sh.unlink()
+
+
+def put(w, c, reqs):
+    """Submit in chunks that fit the request ring (no writer process drains it meanwhile)."""
+    out = []
+    for i in range(0, len(reqs), 20):
+        ids = c.submit(reqs[i:i + 20])
+        while w.step():
+            pass
+        out += c.collect(ids, timeout=1)
+    return out
+
+
+def test_offsets_roll_and_blank(rig):
+    cfg, sh, w, d, c = rig
+    body = b"b" * 3000
+    res = put(w, c, [PutRequest("TBW102", i % 2, [body], [{"UNIQ_KEY": f"K{i:03d}"}]) for i in range(90)])
+    assert [r.queue_offset for r in res[:6]] == [0, 0, 1, 1, 2, 2]
+    assert all(r.ok for r in res)
+    sizes = [r.end_offset - r.phys_offsets[0] for r in res]
+    assert len(set(sizes)) == 1
+    per_file = (cfg.mappedFileSizeCommitLog - 8) // sizes[0]
+    assert res[per_file].phys_offsets[0] == cfg.mappedFileSizeCommitLog         # rolled to file 2
+    blank_at = res[per_file - 1].end_offset
+    mf = w.commitlog.file_for(blank_at)
+    size, magic = struct.unpack_from(">ii", mf.mm, blank_at - mf.start)
+    assert magic == message.BLANK_MAGIC and size == cfg.mappedFileSizeCommitLog - blank_at
+    while d.step():
+        pass
+    assert int(sh.control[C.DISPATCHED]) == int(sh.control[C.WRITTEN]) == res[-1].end_offset
+    assert check(cfg).clean
+
+
+def test_batch_gets_consecutive_offsets_and_refusals_write_nothing(rig):
+    cfg, sh, w, d, c = rig
+    before = int(sh.control[C.WRITTEN])
+    bad = put(w, c, [PutRequest("NoSuchTopic", 0, [b"x"], [{}]), PutRequest("TBW102", 99, [b"x"], [{}]),
+                     PutRequest("TBW102", 0, [b"x" * 5000], [{}]), PutRequest("bad topic", 0, [b"x"], [{}]),
+                     PutRequest("TBW102", 0, [b"x"], [{"k": "v" * 40000}])])
+    assert [r.status for r in bad] == [17, 1, 13, 1, 13]
+    assert int(sh.control[C.WRITTEN]) == before
+    b = put(w, c, [PutRequest("TBW102", 3, [b"a", b"b", b"c"], [{}, {}, {}])])[0]
+    assert b.ok and b.queue_offset == 0 and len(b.phys_offsets) == 3
+    r = put(w, c, [PutRequest("TBW102", 3, [b"d"], [{}])])[0]
+    assert r.queue_offset == 3
+
+
+def test_writer_rechecks_records_it_is_handed(rig):
+    """A slab whose record claims another size (a broken producer) is refused, not stored."""
+    cfg, sh, w, d, c = rig
+    arr, sizes, recs, _ = c.encode([PutRequest("TBW102", 0, [b"ok"], [{}])])
+    arr["req_id"] = c.new_ids(1)
+    broken = bytearray(recs)
+    broken[0:4] = struct.pack(">i", len(recs) + 8)
+    c.submit_encoded(arr, sizes, bytes(broken))
+    w.step()
+    assert c.collect(arr["req_id"].tolist(), 1)[0].status == P.MESSAGE_ILLEGAL
+    assert int(sh.control[C.WRITTEN]) == 0
+
+
+def test_journal_releases_rings_of_a_committed_batch(rig):
+    """Killed after the commit point but before releasing: the next writer must not append again."""
+    cfg, sh, w, d, c = rig
+    c.submit([PutRequest("TBW102", 0, [b"once"], [{}])])
+    ring = sh.request_rings[c.slot]
+    real_release = ring.release
+    ring.release = lambda upto: None          # the 'crash': rings never released
+    w.step()
+    ring.release = real_release
+    assert ring.used() > 0 and int(sh.control[C.JOURNAL_WRITTEN]) == int(sh.control[C.WRITTEN])
+    assert int(sh.slots[c.slot, S.JOURNAL_READ_POS]) == ring.write_pos
+    while d.step():
+        pass
+    w.close()
+    w2 = WriterService(cfg, sh).open()
+    assert ring.used() == 0
+    assert not w2.step()
+    assert check(cfg).records == 1
+    w2.close()
