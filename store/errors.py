@@ -17,6 +17,10 @@ class FileSizeMismatch(StoreError):
     """A mapped file whose length is not the configured file size (RocketMQ refuses to load it)."""
 
 
+class DiskFull(StoreError):
+    """A store file could not be created: no space left (or another allocation failure)."""
+
+
 class MessageRejected(StoreError):
     """A message that may not be stored; ``code`` is the RocketMQ response code to answer with."""
 

@@ -5,8 +5,9 @@
 find the file holding an offset, create the next one, truncate everything past an offset.
 
 Who writes: the writer (CommitLog) and the dispatcher (ConsumeQueue) open these read-write;
-readers, the flusher and Spark open them read-only.  Files are created at full size as sparse files
-(ftruncate), so a 1 GiB CommitLog file costs nothing until written.
+readers, the flusher and Spark open them read-only.  Files are created at full size with their
+blocks reserved (posix_fallocate), so a full disk is an error at creation time (``DiskFull``),
+never a SIGBUS when a mapped page is first written.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import os
 
 import numpy as np
 
-from store.errors import FileSizeMismatch
+from store.errors import DiskFull, FileSizeMismatch
 
 NAME_DIGITS = 20
 
@@ -48,14 +49,21 @@ class MappedFile:
         try:
             length = os.fstat(fd).st_size
             if create and length == 0:
-                os.ftruncate(fd, self.size)
+                try:     # reserve the blocks now: a full disk fails here, not as SIGBUS on a store
+                    os.posix_fallocate(fd, 0, self.size)
+                except OSError as e:
+                    os.close(fd)
+                    fd = -1
+                    os.unlink(self.path)
+                    raise DiskFull(f"cannot create {self.path} ({self.size} bytes): {e.strerror}") from None
                 length = self.size
             if length != self.size:
                 raise FileSizeMismatch(f"{self.path}: length {length} is not the configured file size {self.size}")
             prot = mmap.PROT_READ | (mmap.PROT_WRITE if self.writable else 0)
             self.mm = mmap.mmap(fd, self.size, mmap.MAP_SHARED, prot)
         finally:
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
         self.view = np.frombuffer(self.mm, dtype=np.uint8)
         if not self.writable:
             self.view.flags.writeable = False
@@ -66,6 +74,7 @@ class MappedFile:
         with open(self.path, "r+b") as f:
             f.truncate(pos)
             f.truncate(self.size)
+            os.posix_fallocate(f.fileno(), pos, self.size - pos)
 
     def flush(self) -> None:
         """fdatasync the file.  Raises OSError; callers treat that as fatal."""

@@ -25,6 +25,7 @@ import numpy as np
 
 from shm.layout import C, S, T
 from store import message
+from store.errors import DiskFull
 from store.mappedfile import MappedFileQueue
 from writer import protocol as P
 from writer.topics import TopicTable
@@ -179,6 +180,11 @@ class WriterService:
         res["req_id"], res["status"], res["queue_id"] = requests["req_id"], status, requests["queue_id"]
         res["count"] = counts if counts.sum() == nr else 0
         phys_all = np.full(nr, -1, dtype=np.int64)
+        if ok_req.any() and not self._ensure_files(int(sizes.astype(np.int64).sum())):
+            status[ok_req] = P.SERVICE_NOT_AVAILABLE
+            ok_req[:] = False
+            ok_rec[:] = False
+            res["status"] = status
         if ok_req.any():
             qoff = self._queue_offsets(requests, counts, ok_req)
             idx = np.flatnonzero(ok_rec)
@@ -200,6 +206,18 @@ class WriterService:
         head = np.zeros(1, P.RESULT_HEAD)
         head[0] = (nq, nr)
         return P.PUT_RESULT, [head, res, phys_all]
+
+    def _ensure_files(self, nbytes: int) -> bool:
+        """Create every CommitLog file the next ``nbytes`` may reach (plus one roll), before any
+        byte is placed; False when the disk cannot hold them (the slab is refused, not torn)."""
+        last = self.write_pos + nbytes + self.cfg.max_record_size + message.END_FILE_MIN_BLANK
+        try:
+            for start in range(self.write_pos - self.write_pos % self.file_size, last, self.file_size):
+                self.commitlog.file_for_write(start)
+        except DiskFull as e:
+            log.error("refusing appends, %s", e)
+            return False
+        return True
 
     @staticmethod
     def _rank(counts: np.ndarray) -> np.ndarray:
