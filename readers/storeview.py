@@ -9,6 +9,7 @@ slot's ``dispatch_wait`` flag.
 from __future__ import annotations
 
 import struct
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -130,11 +131,14 @@ class StoreView:
         """Block until ``dispatched`` passes ``seen_dispatched`` or the time-out; True if it did."""
         row = self.sh.slots[self.slot]
         row[S.DISPATCH_WAIT] = 1
+        deadline = time.monotonic() + timeout_s
         try:
-            if self.ctl[C.DISPATCHED] > seen_dispatched:
-                return True
-            waker.wait(timeout_s)
-            return bool(self.ctl[C.DISPATCHED] > seen_dispatched)
+            while self.ctl[C.DISPATCHED] <= seen_dispatched:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                waker.wait(left)          # a post may be stale (a reply, an earlier pass): re-check
+            return True
         finally:
             row[S.DISPATCH_WAIT] = 0
 

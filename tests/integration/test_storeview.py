@@ -31,9 +31,16 @@ def test_pull_filter_and_long_poll(appliance_factory):
         assert got.next_offset == 20
         assert view.pull("TBW102", 0, 50, 32).status == NO_NEW
         assert view.pull("TBW102", 0, 51, 32).status == OFFSET_MOVED
+        while sh.control[C.DISPATCHED] < sh.control[C.WRITTEN]:
+            time.sleep(0.01)
         seen = int(sh.control[C.DISPATCHED])
-        t = threading.Timer(0.3, lambda: RingClient(app.cfg, app.shared()).open().put(
-            [PutRequest("TBW102", 0, [b"late"], [{}])]))
+        def late_put():
+            other_sh = app.shared()
+            other = RingClient(app.cfg, other_sh).open()
+            assert other.put([PutRequest("TBW102", 0, [b"late"], [{}])])[0].ok
+            other.close()
+            other_sh.close()
+        t = threading.Timer(0.3, late_put)
         t0 = time.monotonic()
         t.start()
         assert view.wait_new(seen, client.waker, 10)
