@@ -102,6 +102,20 @@ def start_producer(app: Appliance, *a, **kw) -> subprocess.Popen:
     return subprocess.Popen(producer_cmd(app, *a, **kw), cwd=ROOT, stderr=subprocess.PIPE, text=True)
 
 
+def stored_keys(cfg) -> "collections.Counter":
+    """How often each producer key is in the store; asserts the store checks clean first."""
+    import collections
+
+    from appliance.check import check
+    rep = check(cfg)
+    assert rep.clean, rep.problems[:10]
+    c = collections.Counter()
+    for rows in rep.queues.values():
+        for _q, _p, body in rows:
+            c[body.decode().split("body-")[1]] += 1
+    return c
+
+
 def read_acks(path: str) -> list[str]:
     if not os.path.exists(path):
         return []

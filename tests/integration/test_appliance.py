@@ -1,21 +1,10 @@
 """The real appliance: supervisor + writer + dispatcher + flusher processes, producers in their
 own processes, checked through the store files afterwards."""
-import collections
 import os
 
 from appliance.check import check
 from store.consumequeue import ConsumeQueue, file_size_for
-from tests.integration.harness import read_acks, start_producer
-
-
-def keys_in_store(app) -> collections.Counter:
-    rep = check(app.cfg)
-    assert rep.clean, rep.problems[:10]
-    c = collections.Counter()
-    for rows in rep.queues.values():
-        for _q, _p, body in rows:
-            c[body.decode().split("body-")[1]] += 1
-    return c
+from tests.integration.harness import read_acks, start_producer, stored_keys
 
 
 def test_concurrent_producers_every_message_once_dense_offsets_and_index(appliance_factory):
@@ -37,7 +26,7 @@ def test_concurrent_producers_every_message_once_dense_offsets_and_index(applian
     assert not [n for n in os.listdir("/dev/shm") if app.cfg.shmPrefix[1:] in n]
     acked = [k for f in acks for k in read_acks(f)]
     assert len(acked) == 6000
-    stored = keys_in_store(app)
+    stored = stored_keys(app.cfg)
     assert all(stored[k] == 1 for k in acked) and sum(stored.values()) == 6000
     rep = check(app.cfg)
     # two producers each spread 1500 messages as i % 8: queues 0-3 get 188, 4-7 get 187 from each

@@ -1,23 +1,12 @@
 """Crash tests: kill -9 and damaged files, then restart and check that every acknowledged message
 is intact, nothing torn is visible, and the store checks clean."""
-import collections
 import os
 import signal
 import time
 
 from appliance.check import check, scan_commitlog
 from store.mappedfile import offset_to_name
-from tests.integration.harness import read_acks, start_producer
-
-
-def stored_keys(app) -> collections.Counter:
-    rep = check(app.cfg)
-    assert rep.clean, rep.problems[:10]
-    c = collections.Counter()
-    for rows in rep.queues.values():
-        for _q, _p, body in rows:
-            c[body.decode().split("body-")[1]] += 1
-    return c
+from tests.integration.harness import read_acks, start_producer, stored_keys
 
 
 def wait_acks(path, n, timeout=60):
@@ -42,7 +31,7 @@ def test_kill9_writer_mid_batch_is_restarted_and_nothing_acked_is_lost_or_double
     assert app.stop() == 0
     acked = [k for f in acks for k in read_acks(f)]
     assert len(acked) > 4000
-    stored = stored_keys(app)
+    stored = stored_keys(app.cfg)
     assert all(stored[k] == 1 for k in acked), [k for k in acked if stored[k] != 1][:5]
     assert max(stored.values()) == 1          # no request appended twice
 
@@ -61,7 +50,7 @@ def test_kill9_whole_appliance_under_sync_flush_keeps_every_acked_message(applia
     app.start()
     assert "abnormal exit" in app.log_text()
     assert app.stop() == 0
-    stored = stored_keys(app)
+    stored = stored_keys(app.cfg)
     missing = [k for k in acked if stored[k] != 1]
     assert not missing, missing[:5]
     assert max(stored.values()) == 1
@@ -104,7 +93,7 @@ def test_truncated_last_record_is_cut_and_the_rest_survives(appliance_factory):
     app.start()
     assert "cut" in app.log_text() and "abnormal exit" in app.log_text()
     assert app.stop() == 0
-    stored = stored_keys(app)
+    stored = stored_keys(app.cfg)
     lost = r.body.decode().split("body-")[1]
     assert stored[lost] == 0
     assert all(stored[k] == 1 for k in acked if k != lost)
@@ -124,7 +113,7 @@ def test_flipped_byte_in_last_record_fails_crc_and_is_cut(appliance_factory):
     phys, r = _damage(app, flip)
     app.start()
     assert app.stop() == 0
-    stored = stored_keys(app)
+    stored = stored_keys(app.cfg)
     assert sum(stored.values()) == len(acked) - 1
     assert check(app.cfg).end_offset == phys
 
@@ -142,4 +131,4 @@ def test_deleted_consume_queues_are_rebuilt_on_start(appliance_factory):
     rep = check(app.cfg)
     assert rep.clean, rep.problems[:5]
     assert {k: [q for q, _p, _b in v] for k, v in rep.queues.items()} == before
-    assert sum(stored_keys(app).values()) == len(acked) == 500
+    assert sum(stored_keys(app.cfg).values()) == len(acked) == 500

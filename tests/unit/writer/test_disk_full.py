@@ -5,13 +5,14 @@ import subprocess
 
 import pytest
 
-from appliance import config, recovery
+from appliance import recovery
 from appliance.check import check
 from dispatcher.service import DispatcherService
 from shm.layout import C
 from shm.state import SharedState
 from writer.client import PutRequest, RingClient
 from writer.service import WriterService
+from tests.unit.writer.rig import small_config
 
 
 @pytest.fixture
@@ -26,11 +27,8 @@ def small_fs(tmp_path):
 
 
 def test_full_disk_refuses_cleanly_and_loses_nothing(small_fs):
-    cfg = config.load(overrides={"storePathRootDir": str(small_fs / "store"), "shmPrefix": f"/rbxd-{os.getpid()}",
-                                 "mappedFileSizeCommitLog": str(1024 * 1024), "maxMessageSize": "8192",
-                                 "ringRequestBytes": str(256 * 1024), "brokerIP1": "127.0.0.1",
-                                 "maxHashSlotNum": "100", "maxIndexNum": "2000", "shmQueueSlots": "64",
-                                 "shmTopicSlots": "32", "mappedFileSizeConsumeQueue": "20000"})
+    cfg = small_config(small_fs / "store", "d", mappedFileSizeCommitLog=1024 * 1024, maxMessageSize=8192,
+                       maxIndexNum=2000, mappedFileSizeConsumeQueue=20000)
     sh = SharedState(cfg.geometry()).create()
     try:
         recovery.recover(cfg, sh)

@@ -5,7 +5,7 @@ import struct
 
 import pytest
 
-from appliance import config, recovery
+from appliance import recovery
 from appliance.check import check
 from dispatcher.service import DispatcherService
 from shm.layout import C, S
@@ -14,15 +14,12 @@ from store import message
 from writer import protocol as P
 from writer.client import PutRequest, RingClient
 from writer.service import WriterService
+from tests.unit.writer.rig import small_config
 
 
 @pytest.fixture
 def rig(tmp_path):
-    cfg = config.load(overrides={"storePathRootDir": str(tmp_path / "store"), "shmPrefix": f"/rbxu-{os.getpid()}",
-                                 "mappedFileSizeCommitLog": str(128 * 1024), "maxMessageSize": "4096",
-                                 "ringRequestBytes": str(256 * 1024), "brokerIP1": "127.0.0.1",
-                                 "maxHashSlotNum": "100", "maxIndexNum": "1000", "shmQueueSlots": "64",
-                                 "shmTopicSlots": "32", "autoCreateTopicEnable": "true"})
+    cfg = small_config(tmp_path / "store", "u")
     sh = SharedState(cfg.geometry()).create()
     recovery.recover(cfg, sh)
     w, d = WriterService(cfg, sh).open(), DispatcherService(cfg, sh).open()
