@@ -20,7 +20,8 @@ def _status(cfg) -> int:
                 pid = int(f.read().strip())
             p = psutil.Process(pid)
             cmd = " ".join(p.cmdline())
-            if p.status() != psutil.STATUS_ZOMBIE and (role == "supervisor" or f"run {role}" in cmd):
+            expect = "appliance start" if role == "supervisor" else f"run {role}"
+            if p.status() != psutil.STATUS_ZOMBIE and expect in cmd:
                 state = "up"
         except (OSError, ValueError, psutil.Error):
             pass

@@ -22,6 +22,10 @@ ENTRY_HEADER = np.dtype([("length", "<u4"), ("kind", "<u4")])
 WRAP = 0xFFFFFFFF
 
 
+class RingCorrupt(Exception):
+    """An entry header that cannot be right (a producer wrote outside the protocol)."""
+
+
 def align8(n: int) -> int:
     return (n + 7) & ~7
 
@@ -88,6 +92,8 @@ class Ring:
         while r < w:
             at = r % self.capacity
             length, kind = self.data[at:at + 8].view(ENTRY_HEADER)[0].tolist()
+            if kind != WRAP and (length < 8 or at + length > self.capacity):
+                raise RingCorrupt(f"entry at {r} claims {length} bytes")
             if kind == WRAP:
                 r += self.capacity - at
                 continue

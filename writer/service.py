@@ -24,6 +24,7 @@ import time
 import numpy as np
 
 from shm.layout import C, S, T
+from shm.ring import RingCorrupt
 from store import message
 from store.errors import DiskFull
 from store.mappedfile import MappedFileQueue
@@ -97,7 +98,12 @@ class WriterService:
             if ring.write_pos == ring.read_pos:
                 continue
             room = sh.response_rings[i].capacity - sh.response_rings[i].used()
-            entries = ring.entries(self.cfg.writerBatchBytes)
+            try:
+                entries = ring.entries(self.cfg.writerBatchBytes)
+            except RingCorrupt as e:
+                log.error("request ring %d is corrupt (%s): its unread entries are dropped", i, e)
+                ring.skip_all()
+                continue
             parts, end = [], ring.read_pos
             for kind, payload, after in entries:
                 need = self._response_size(kind, payload)
@@ -232,6 +238,8 @@ class WriterService:
         if self.ctl[C.STOPPING]:
             status[:] = P.SERVICE_NOT_AVAILABLE
             return status
+        if nq == 0:
+            return status
         if counts.sum() != len(sizes) or (counts <= 0).any() or int(sizes.astype(np.int64).sum()) != len(recs):
             log.error("slab whose request counts and record sizes disagree: refused whole")
             status[:] = P.SYSTEM_ERROR
@@ -251,9 +259,9 @@ class WriterService:
         start = np.zeros(len(sz), dtype=np.int64)
         np.cumsum(sz[:-1], out=start[1:])
         bad = (sz < 91) | (sz > self.cfg.max_record_size)
-        ok_pos = np.where(bad, 0, start)
-        head = recs[ok_pos[:, None] + np.arange(8)].view(">i4")
-        bad |= (head[:, 0] != sz) | (head[:, 1] != message.MAGIC)
+        sane = np.flatnonzero(~bad)              # only these are long enough to read a header from
+        head = recs[start[sane, None] + np.arange(8)].view(">i4").reshape(-1, 2)
+        bad[sane] = (head[:, 0] != sz[sane]) | (head[:, 1] != message.MAGIC)
         bad_per_req = np.add.reduceat(bad.astype(np.int64), np.cumsum(counts) - counts) > 0
         status[(status == 0) & bad_per_req] = P.MESSAGE_ILLEGAL
         return status

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from shm.ring import HEADER_SIZE, Ring, ring_size
+from shm.ring import HEADER_SIZE, Ring, RingCorrupt, ring_size
 
 
 def make(cap=256):
@@ -44,3 +44,11 @@ def test_limit_bytes_and_skip_all():
     r.skip_all()
     assert r.entries() == [] and r.used() == 0
     assert HEADER_SIZE == 128
+
+
+def test_corrupt_entry_length_raises_instead_of_spinning():
+    r = make()
+    assert r.try_push(1, [b"abcdefgh"])
+    r.data[0:4] = 0                      # length 0 would never advance the reader
+    with pytest.raises(RingCorrupt):
+        r.entries()

@@ -109,3 +109,35 @@ def test_journal_releases_rings_of_a_committed_batch(rig):
     assert not w2.step()
     assert check(cfg).records == 1
     w2.close()
+
+
+def push_raw(c, req, sizes, records):
+    """What a broken producer would do: a hand-built slab straight into the ring."""
+    for rid in req["req_id"].tolist():
+        c.pending[rid] = None
+    assert c.requests.try_push(P.PUT, P.slab_parts(req, sizes, records))
+
+
+def test_malformed_slabs_are_refused_and_the_writer_lives_on(rig):
+    """Tiny records, counts that disagree with sizes, an empty slab, a corrupt ring entry."""
+    import numpy as np
+    cfg, sh, w, d, c = rig
+    req = np.zeros(1, P.REQUEST)
+    req[0] = (c.new_ids(1)[0], 1, 0, 0, 1, 0, 0)
+    push_raw(c, req, np.array([5], "<u4"), b"tiny!")
+    w.step()
+    assert c.collect(req["req_id"].tolist(), 1)[0].status == P.MESSAGE_ILLEGAL
+    req[0] = (c.new_ids(1)[0], 1, 0, 0, 3, 0, 0)           # says 3 records, carries 1
+    _arr, sizes, recs, _ = c.encode([PutRequest("TBW102", 0, [b"x"], [{}])])
+    push_raw(c, req, sizes, recs)
+    w.step()
+    assert c.collect(req["req_id"].tolist(), 1)[0].status == P.SYSTEM_ERROR
+    push_raw(c, np.zeros(0, P.REQUEST), np.zeros(0, "<u4"), b"")
+    assert w.step()
+    ring = sh.request_rings[c.slot]
+    assert ring.try_push(P.PUT, [b"\0" * 16])
+    ring.data[(ring.write_pos - 24) % ring.capacity:][:4] = 0
+    w.step()                                              # logged, the ring's entries dropped
+    assert ring.used() == 0
+    assert int(sh.control[C.WRITTEN]) == 0
+    assert put(w, c, [PutRequest("TBW102", 0, [b"fine"], [{}])])[0].ok
