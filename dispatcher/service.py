@@ -146,42 +146,42 @@ class DispatcherService:
     def _columns(self, b: "Batch"):
         """The one per-record loop: each record's queue slot, tag code and index keys.
         -> (slots, tags, keys, key_rows) for every record (slot -1: not dispatched to a queue)."""
-        n = len(b.phys)
-        slots = np.empty(n, dtype=np.int64)
-        tags = np.empty(n, dtype=np.int64)
-        keys, key_rows = [], []
-        tx = (b.sys_flag & message.TX_MASK).tolist()
-        qids, phys = b.queue_id.tolist(), b.phys.tolist()
-        index = self.cfg.messageIndexEnable
+        tx = b.sys_flag & message.TX_MASK
+        queued = ((tx != message.TX_PREPARED) & (tx != message.TX_ROLLBACK)).tolist()
         skip_below = self.index.h("end_phys") if self.index is not None and self.index.h("index_count") > 1 else -1
+        indexed = ((b.phys > skip_below) & (tx != message.TX_ROLLBACK)).tolist() if self.cfg.messageIndexEnable \
+            else [False] * len(queued)
         mm, findall, slot_of, tag_codes = b.mm, _PROPS.findall, self.slot_of, self.tag_codes
-        for i in range(n):
-            t, p = b.topic_at[i], b.props_at[i]
-            topic = mm[t + 1:t + 1 + b.topic_len[i]]
-            props = dict(findall(mm[p:p + b.props_len[i]]))
-            if tx[i] == message.TX_PREPARED or tx[i] == message.TX_ROLLBACK:
-                slots[i] = -1
+        slots, tags, keys, key_rows = [], [], [], []
+        for i, (t, tl, p, pl, qid, q, ix) in enumerate(zip(b.topic_at, b.topic_len, b.props_at, b.props_len,
+                                                           b.queue_id.tolist(), queued, indexed)):
+            topic = mm[t + 1:t + 1 + tl]
+            props = dict(findall(mm[p:p + pl]))
+            if q:
+                s = slot_of.get((topic, qid))
+                slots.append(s if s is not None else self._slot(topic, qid))
             else:
-                s = slot_of.get((topic, qids[i]))
-                slots[i] = s if s is not None else self._slot(topic, qids[i])
+                slots.append(-1)
             tag = props.get(b"TAGS")
-            code = tag_codes.get(tag) if tag else 0
-            tags[i] = code if code is not None else self._tag_code(tag)
-            if topic == b"SCHEDULE_TOPIC_XXXX" and b"DELAY" in props:
-                tags[i] = self._deliver_ts(props[b"DELAY"], int(b.store_ts[i]), tags[i])
-            if index and phys[i] > skip_below and tx[i] != message.TX_ROLLBACK:
-                prefix = topic + b"#"
+            if tag:
+                code = tag_codes.get(tag)
+                tags.append(code if code is not None else self._tag_code(tag))
+            else:
+                tags.append(0)
+            if b"DELAY" in props and topic == b"SCHEDULE_TOPIC_XXXX":
+                tags[-1] = self._deliver_ts(props[b"DELAY"], int(b.store_ts[i]), tags[-1])
+            if ix:
                 uniq = props.get(b"UNIQ_KEY")
                 if uniq:
-                    keys.append(prefix + uniq)
+                    keys.append(topic + b"#" + uniq)
                     key_rows.append(i)
                 k = props.get(b"KEYS")
                 if k:
                     for key in (k.split(b" ") if b" " in k else (k,)):
                         if key:
-                            keys.append(prefix + key)
+                            keys.append(topic + b"#" + key)
                             key_rows.append(i)
-        return slots, tags, keys, key_rows
+        return np.array(slots, dtype=np.int64), np.array(tags, dtype=np.int64), keys, key_rows
 
     def _tag_code(self, tag: bytes) -> int:
         code = self.tag_codes[tag] = string_hash(tag.decode())
