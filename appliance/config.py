@@ -104,7 +104,7 @@ TABLE = (
     ("readerProcessNums", _int_in(1, 64), "2", "reader processes behind HAProxy"),
     ("shmPrefix", _str, "", "prefix of shared memory and semaphore names (default /rbx-<listenPort>)"),
     ("ringSlots", _int_in(1, 256), "8", "producer ring pairs: readers + tools + benchmarks"),
-    ("ringRequestBytes", _int_in(64 * 1024, 2**31), "33554432", "capacity of each request ring"),
+    ("ringRequestBytes", _int_in(64 * 1024, 2**31), "16777216", "capacity of each request ring"),
     ("ringResponseBytes", _int_in(64 * 1024, 2**31), "4194304", "capacity of each response ring"),
     ("shmQueueSlots", _int_in(16, 2**24), "65536", "most topic-queues the appliance can hold"),
     ("shmTopicSlots", _int_in(16, 2**22), "16384", "most topics the appliance can hold"),
