@@ -132,3 +132,21 @@ def test_deleted_consume_queues_are_rebuilt_on_start(appliance_factory):
     assert rep.clean, rep.problems[:5]
     assert {k: [q for q, _p, _b in v] for k, v in rep.queues.items()} == before
     assert sum(stored_keys(app.cfg).values()) == len(acked) == 500
+
+
+def test_kill9_dispatcher_and_flusher_mid_load_rebuild_idempotently(appliance_factory):
+    app = appliance_factory().start()
+    acks = [os.path.join(app.dir, f"acks{i}") for i in range(2)]
+    procs = [start_producer(app, f"d{i}", "TBW102", 3000, 4, acks[i], batch=10) for i in range(2)]
+    wait_acks(acks[0], 300)
+    os.kill(app.role_pid("dispatcher"), signal.SIGKILL)
+    wait_acks(acks[0], 1200)
+    os.kill(app.role_pid("flusher"), signal.SIGKILL)
+    for p in procs:
+        assert p.wait(120) == 0, p.stderr.read()
+    log = app.log_text()
+    assert "dispatcher exited with -9" in log and "flusher exited with -9" in log
+    assert app.stop() == 0
+    stored = stored_keys(app.cfg)          # every CQ entry and index key exactly where it belongs
+    acked = [k for f in acks for k in read_acks(f)]
+    assert len(acked) == 6000 and all(stored[k] == 1 for k in acked)
