@@ -3,9 +3,9 @@
 start: lock the store (``<root>/lock``), create the shared segments (replacing stale ones of a
 crashed run), run boot recovery, then start each role as ``python -m appliance run ROLE -c FILE``.
 While running it watches the children and restarts one that dies (with a short back-off).
-On SIGTERM/SIGINT: mark ``stopping``, stop roles in reverse start order (writer first: it drains
-its rings; then the dispatcher catches up; then the flusher flushes, checkpoints and removes
-``abort``), unlink the shared state, exit 0.
+On SIGTERM/SIGINT: mark ``stopping``, start again any role that is down (so the stop can finish),
+stop roles in reverse start order (writer first: it drains its rings; then the dispatcher catches
+up; then the flusher flushes, checkpoints and removes ``abort``), unlink the shared state, exit 0.
 """
 from __future__ import annotations
 
@@ -84,13 +84,33 @@ class Supervisor:
                     self._spawn(role)
             time.sleep(0.2)
 
+    def _started(self, role: str, p: subprocess.Popen, timeout_s: float = 20) -> bool:
+        """True once the role has written its pid file (its signal handlers are in place)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and p.poll() is None:
+            try:
+                with open(pid_path(self.cfg, role)) as f:
+                    if f.read().strip() == str(p.pid):
+                        return True
+            except OSError:
+                pass
+            time.sleep(0.05)
+        return False
+
     def stop(self) -> int:
         self.sh.control[C.STOPPING] = 1
         rc = 0
+        for role in ROLES:          # a role that is down (crashed, in back-off) finishes the stop too
+            p = self.procs.get(role)
+            if p is not None and p.poll() is not None:
+                log.error("%s exited with %s; starting it to finish the stop", role, p.returncode)
+                self._spawn(role)
         for role in reversed(list(ROLES)):
             p = self.procs.get(role)
             if p is None or p.poll() is not None:
                 continue
+            if not self._started(role, p):
+                log.error("%s did not start within 20 s", role)
             p.send_signal(signal.SIGTERM)
             try:
                 p.wait(STOP_TIMEOUT_S)

@@ -111,8 +111,8 @@ class ConsumeQueue:
             n = min(len(phys) - done, self.per_file - i)
             block = e[i:i + n]
             block["phys"] = phys[done:done + n]
-            block["size"] = size[done:done + n]
             block["tags"] = tags[done:done + n]
+            block["size"] = size[done:done + n]     # last: size > 0 is what makes an entry valid
             done += n
         self.max_offset = queue_offset + len(phys)
         self.max_phys = int(phys[-1]) + int(size[-1])

@@ -86,7 +86,14 @@ class IndexFile:
         first_in_group = np.ones(k, dtype=bool)
         first_in_group[1:] = s_sorted[1:] != s_sorted[:-1]
         old = self.slots[s_sorted].astype(np.int64)
-        old[(old <= 0) | (old > n0)] = 0
+        # a slot may point into a batch that was never committed (crash before the header was
+        # written): those entries were written first, so follow their prev links back
+        for _ in range(self.max_entries):
+            ahead = old >= n0
+            if not ahead.any():
+                break
+            old[ahead] = np.where(old[ahead] < self.max_entries, self.entries["prev"][np.minimum(old[ahead], self.max_entries - 1)], 0)
+        old[old <= 0] = 0
         prev_sorted = np.where(first_in_group, old, np.concatenate(([0], numbers[order][:-1])))
         prev = np.empty(k, dtype=np.int64)
         prev[order] = prev_sorted
@@ -107,6 +114,10 @@ class IndexFile:
         count = self.h("index_count")
         base = self.h("begin_ts")
         n = int(self.slots[key_hash % self.max_slots])
+        for _ in range(self.max_entries):        # skip entries of an uncommitted batch (see put_batch)
+            if not count <= n < self.max_entries:
+                break
+            n = int(self.entries[n]["prev"])
         seen = 0
         while 0 < n < count and len(out) < max_count and seen < count:
             e = self.entries[n]

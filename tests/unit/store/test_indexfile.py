@@ -43,3 +43,18 @@ def test_batches_chain_across_calls_and_fill_up(tmp_path):
     assert ix.is_full
     assert ix.lookup(int(h[0]), 0, 2**62, 10) == [5, 4, 3, 2, 1]
     ix.close()
+
+
+def test_uncommitted_batch_is_skipped_without_cutting_chains(tmp_path):
+    """Crash after entries and slots were written but before the header: the slot points past
+    index_count.  The next put must chain to the committed entries, not drop them."""
+    ix = IndexFile(str(tmp_path / "y"), 4, 20, True).open(create=True)
+    h = index_key_hashes(["T#k"] * 2)
+    ix.put_batch(h, np.array([1, 2]), np.array([5000, 5000]))
+    saved = ix.h("index_count"), ix.h("end_phys"), ix.h("end_ts"), ix.h("slot_count")
+    ix.put_batch(h, np.array([3, 4]), np.array([6000, 6000]))       # then "crash": header rolled back
+    ix.header["index_count"], ix.header["end_phys"], ix.header["end_ts"], ix.header["slot_count"] = saved
+    assert ix.lookup(int(h[0]), 0, 2**62, 10) == [2, 1]
+    ix.put_batch(h, np.array([3, 4]), np.array([6000, 6000]))       # re-dispatch
+    assert ix.lookup(int(h[0]), 0, 2**62, 10) == [4, 3, 2, 1]
+    ix.close()
