@@ -173,13 +173,15 @@ class RingClient:
         for rid in arr["req_id"].tolist():
             self.pending[rid] = None
         budget = self.requests.max_entry - 64
+        max_records = self.responses.capacity // (4 * (P.RESULT.itemsize + 8))   # so the reply fits
         counts = arr["count"].astype(np.int64)
         rec_end = np.cumsum(sizes.astype(np.int64))
         req_last = np.cumsum(counts) - 1
         req_bytes_end = rec_end[req_last] + np.arange(1, len(arr) + 1) * P.REQUEST.itemsize + (req_last + 1) * 4
         lo_req, lo_rec, lo_byte, base = 0, 0, 0, 0
         while lo_req < len(arr):
-            hi_req = int(np.searchsorted(req_bytes_end, base + budget, side="right"))
+            hi_req = int(min(np.searchsorted(req_bytes_end, base + budget, side="right"),
+                             np.searchsorted(req_last, lo_rec + max_records - 1, side="right")))
             if hi_req <= lo_req:
                 raise ValueError(f"request of {int(req_bytes_end[lo_req] - base)} bytes does not fit one ring entry")
             hi_rec = int(req_last[hi_req - 1]) + 1

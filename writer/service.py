@@ -107,6 +107,10 @@ class WriterService:
             parts, end = [], ring.read_pos
             for kind, payload, after in entries:
                 need = self._response_size(kind, payload)
+                if need > sh.response_rings[i].capacity:
+                    log.error("slab on ring %d needs a %d-byte reply, more than the response ring holds: dropped", i, need)
+                    end = after
+                    continue
                 if need > room:
                     break                # the owner is slow to read replies: leave the rest for later
                 room -= need

@@ -141,3 +141,26 @@ def test_malformed_slabs_are_refused_and_the_writer_lives_on(rig):
     assert ring.used() == 0
     assert int(sh.control[C.WRITTEN]) == 0
     assert put(w, c, [PutRequest("TBW102", 0, [b"fine"], [{}])])[0].ok
+
+
+def test_many_tiny_requests_are_split_so_every_reply_fits(tmp_path):
+    cfg = small_config(tmp_path / "store", "r", ringResponseBytes=64 * 1024)   # 256 replies per slab
+    sh = SharedState(cfg.geometry()).create()
+    try:
+        recovery.recover(cfg, sh)
+        w, d = WriterService(cfg, sh).open(), DispatcherService(cfg, sh).open()
+        c = RingClient(cfg, sh).open()
+        n = 1000
+        ids = c.submit([PutRequest("TBW102", i % 4, [b"t"], [{}]) for i in range(n)])
+        assert sh.request_rings[c.slot].used() > 0
+        while w.step():           # the writer only takes what the 64 KiB reply ring can answer
+            c.poll()
+        res = c.collect(ids, 1)
+        assert all(r.ok for r in res)
+        assert sorted(r.queue_offset for r in res if r.queue_id == 0) == list(range(n // 4))
+        c.close()
+        w.close()
+        d.close()
+    finally:
+        sh.close()
+        sh.unlink()
