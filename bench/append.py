@@ -74,9 +74,21 @@ def producer(conf: str, seconds: float, slab: int, window: int, body_size: int, 
     sh.close()
 
 
+def role_cpu(pid: int) -> dict:
+    """CPU seconds (user + system) of the supervisor and of each role, by role name."""
+    out = {"supervisor": sum(psutil.Process(pid).cpu_times()[:2])}
+    for p in psutil.Process(pid).children(recursive=True):
+        try:
+            cmd = p.cmdline()
+            role = cmd[cmd.index("run") + 1] if "run" in cmd else str(p.pid)
+            out[role] = out.get(role, 0.0) + sum(p.cpu_times()[:2])
+        except (psutil.Error, IndexError):
+            pass
+    return out
+
+
 def appliance_cpu(pid: int) -> float:
-    procs = [psutil.Process(pid)] + psutil.Process(pid).children(recursive=True)
-    return sum(sum(p.cpu_times()[:2]) for p in procs)
+    return sum(role_cpu(pid).values())
 
 
 def run_mode(mode: str, args) -> dict:
@@ -95,7 +107,8 @@ def run_mode(mode: str, args) -> dict:
             time.sleep(0.2)
         ctx = mp.get_context("spawn")
         q = ctx.Queue()
-        cpu0 = appliance_cpu(sup.pid)
+        roles0 = role_cpu(sup.pid)
+        cpu0 = sum(roles0.values())
         ps = [ctx.Process(target=producer, args=(conf, args.seconds, args.slab, args.window, args.body,
                                                   mode == "SYNC_FLUSH", q)) for _ in range(args.producers)]
         for p in ps:
@@ -109,7 +122,8 @@ def run_mode(mode: str, args) -> dict:
         while sh.control[C.DISPATCHED] < sh.control[C.WRITTEN]:
             time.sleep(0.01)
         dispatch_lag = time.perf_counter() - t_end
-        cpu_dispatched = appliance_cpu(sup.pid)
+        roles1 = role_cpu(sup.pid)
+        cpu_dispatched = sum(roles1.values())
         sh.close()
         time.sleep(1)
         idle0, t_idle = appliance_cpu(sup.pid), time.perf_counter()
@@ -126,6 +140,8 @@ def run_mode(mode: str, args) -> dict:
             "appliance_cpu_us_per_msg": (cpu1 - cpu0) / max(msgs, 1) * 1e6,
             "appliance_cpu_us_per_msg_incl_dispatch": (cpu_dispatched - cpu0) / max(msgs, 1) * 1e6,
             "dispatch_lag_s": dispatch_lag,
+            "role_cpu_us_per_msg": {r: round((roles1.get(r, 0) - roles0.get(r, 0)) / max(msgs, 1) * 1e6, 2)
+                                    for r in roles1},
             "producer_cpu_us_per_msg": sum(r["cpu"] for r in results) / max(msgs, 1) * 1e6,
             "encode_us_per_msg": sum(r["encode_us"] for r in results) / len(results),
             "idle_cpu_pct": idle_pct}
@@ -153,6 +169,8 @@ def main() -> None:
               f"{r['appliance_cpu_us_per_msg']:>11.1f} {r['appliance_cpu_us_per_msg_incl_dispatch']:>9.1f} "
               f"{r['dispatch_lag_s']:>6.2f} {r['producer_cpu_us_per_msg']:>11.1f} "
               f"{r['encode_us_per_msg']:>9.1f} {r['idle_cpu_pct']:>9.2f}")
+        print("#   CPU µs/msg by role, load + catch-up: " +
+              ", ".join(f"{k} {v}" for k, v in r["role_cpu_us_per_msg"].items()))
         print("# " + json.dumps(r))
 
 
