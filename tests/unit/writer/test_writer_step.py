@@ -21,15 +21,17 @@ from tests.unit.writer.rig import small_config
 def rig(tmp_path):
     cfg = small_config(tmp_path / "store", "u")
     sh = SharedState(cfg.geometry()).create()
-    recovery.recover(cfg, sh)
-    w, d = WriterService(cfg, sh).open(), DispatcherService(cfg, sh).open()
-    c = RingClient(cfg, sh).open()
-    yield cfg, sh, w, d, c
-    c.close()
-    w.close()
-    d.close()
-    sh.close()
-    sh.unlink()
+    try:
+        recovery.recover(cfg, sh)
+        w, d = WriterService(cfg, sh).open(), DispatcherService(cfg, sh).open()
+        c = RingClient(cfg, sh).open()
+        yield cfg, sh, w, d, c
+        c.close()
+        w.close()
+        d.close()
+    finally:
+        sh.close()
+        sh.unlink()
 
 
 def put(w, c, reqs):
