@@ -1,0 +1,86 @@
+"""The flusher driven in-process: one fdatasync releases every waiter it covers (group commit);
+ASYNC_FLUSH waits for enough dirty pages unless somebody waits; checkpoint and abort."""
+import os
+
+from appliance import recovery
+from dispatcher.service import DispatcherService
+from flusher.service import FlusherService
+from shm.layout import C, S
+from shm.state import SharedState
+from store.checkpoint import Checkpoint
+from tests.unit.writer.rig import small_config
+from writer.client import PutRequest, RingClient
+from writer.service import WriterService
+
+
+def _setup(tmp_path, mode):
+    cfg = small_config(tmp_path / "store", "f", flushDiskType=mode, flushCommitLogLeastPages=4)
+    sh = SharedState(cfg.geometry()).create()
+    recovery.recover(cfg, sh)
+    return cfg, sh
+
+
+def test_group_commit_releases_every_covered_waiter_with_one_flush(tmp_path):
+    cfg, sh = _setup(tmp_path, "SYNC_FLUSH")
+    try:
+        w = WriterService(cfg, sh).open()
+        a, b = RingClient(cfg, sh).open(), RingClient(cfg, sh).open()
+        ids_a = a.submit([PutRequest("TBW102", 0, [b"a" * 100], [{}])])
+        ids_b = b.submit([PutRequest("TBW102", 1, [b"b" * 100], [{}])])
+        while w.step():
+            pass
+        ra, rb = a.collect(ids_a, 1)[0], b.collect(ids_b, 1)[0]
+        sh.slots[a.slot, S.FLUSH_WAIT] = ra.end_offset
+        sh.slots[b.slot, S.FLUSH_WAIT] = rb.end_offset
+        a.waker.wait(0)
+        b.waker.wait(0)                               # drain earlier posts (replies)
+        f = FlusherService(cfg, sh).open()
+        assert f.step() and f.flush_count == 1
+        assert int(sh.control[C.FLUSHED]) == int(sh.control[C.WRITTEN]) == max(ra.end_offset, rb.end_offset)
+        assert a.waker.sem.value >= 1 and b.waker.sem.value >= 1    # both released by that one flush
+        assert not f.step() and f.flush_count == 1                    # nothing new: no second flush
+        assert a.wait_flushed(ra.end_offset, 0.1) and b.wait_flushed(rb.end_offset, 0.1)
+        d = DispatcherService(cfg, sh).open()
+        while d.step():
+            pass
+        d.close()
+        f.close()                      # flushed and dispatched: a clean stop removes abort
+        assert not os.path.exists(os.path.join(cfg.root, "abort"))
+        cp = Checkpoint(os.path.join(cfg.root, "checkpoint")).load()
+        assert cp.physic_ts == int(sh.control[C.WRITTEN_TS]) > 0
+        a.close()
+        b.close()
+        w.close()
+    finally:
+        sh.close()
+        sh.unlink()
+
+
+def test_async_flush_waits_for_least_pages_unless_someone_waits(tmp_path):
+    cfg, sh = _setup(tmp_path, "ASYNC_FLUSH")
+    try:
+        w = WriterService(cfg, sh).open()
+        c = RingClient(cfg, sh).open()
+        f = FlusherService(cfg, sh).open()
+        assert os.path.exists(os.path.join(cfg.root, "abort"))
+        ids = c.submit([PutRequest("TBW102", 0, [b"x" * 100], [{}])])
+        while w.step():
+            pass
+        r = c.collect(ids, 1)[0]
+        assert not f.flush_commitlog(force=False)                  # 1 dirty page < 4
+        sh.slots[c.slot, S.FLUSH_WAIT] = r.end_offset
+        assert f.flush_commitlog(force=False)                      # a waiter forces it
+        assert int(sh.control[C.FLUSHED]) == r.end_offset
+        sh.slots[c.slot, S.FLUSH_WAIT] = 0
+        ids = c.submit([PutRequest("TBW102", 0, [b"y" * 3000], [{}]) for _ in range(8)])
+        while w.step():
+            pass
+        c.collect(ids, 1)
+        assert f.flush_commitlog(force=False)                      # >= 4 dirty pages now
+        f.close()                      # nothing was dispatched: abort stays, next start recovers
+        assert os.path.exists(os.path.join(cfg.root, "abort"))
+        c.close()
+        w.close()
+    finally:
+        sh.close()
+        sh.unlink()
