@@ -1,4 +1,5 @@
 """A store config for in-process writer/dispatcher tests: small files, a private shm prefix."""
+import contextlib
 import os
 
 from appliance import config
@@ -11,3 +12,27 @@ def small_config(root, tag: str, **extra):
                 "maxIndexNum": "1000", "shmQueueSlots": "64", "shmTopicSlots": "32"}
     settings.update({k: str(v) for k, v in extra.items()})
     return config.load(overrides=settings)
+
+
+@contextlib.contextmanager
+def running_store(cfg):
+    """Fresh shared state, boot recovery, and a writer, a dispatcher and a client in this process;
+    everything closed and unlinked afterwards."""
+    from appliance import recovery
+    from dispatcher.service import DispatcherService
+    from shm.state import SharedState
+    from writer.client import RingClient
+    from writer.service import WriterService
+
+    sh = SharedState(cfg.geometry()).create()
+    try:
+        recovery.recover(cfg, sh)
+        w, d = WriterService(cfg, sh).open(), DispatcherService(cfg, sh).open()
+        c = RingClient(cfg, sh).open()
+        yield sh, w, d, c
+        c.close()
+        w.close()
+        d.close()
+    finally:
+        sh.close()
+        sh.unlink()

@@ -1,37 +1,23 @@
 """Writer and dispatcher driven by ``step()`` in this process, on real shared memory and files:
 queue offsets, physical offsets, file roll with a BLANK filler, refusal codes, journal replay."""
-import os
 import struct
 
 import pytest
 
-from appliance import recovery
 from appliance.check import check
-from dispatcher.service import DispatcherService
 from shm.layout import C, S
-from shm.state import SharedState
 from store import message
 from writer import protocol as P
-from writer.client import PutRequest, RingClient
+from writer.client import PutRequest
 from writer.service import WriterService
-from tests.unit.writer.rig import small_config
+from tests.unit.writer.rig import running_store, small_config
 
 
 @pytest.fixture
 def rig(tmp_path):
     cfg = small_config(tmp_path / "store", "u")
-    sh = SharedState(cfg.geometry()).create()
-    try:
-        recovery.recover(cfg, sh)
-        w, d = WriterService(cfg, sh).open(), DispatcherService(cfg, sh).open()
-        c = RingClient(cfg, sh).open()
+    with running_store(cfg) as (sh, w, d, c):
         yield cfg, sh, w, d, c
-        c.close()
-        w.close()
-        d.close()
-    finally:
-        sh.close()
-        sh.unlink()
 
 
 def put(w, c, reqs):
@@ -147,11 +133,7 @@ def test_malformed_slabs_are_refused_and_the_writer_lives_on(rig):
 
 def test_many_tiny_requests_are_split_so_every_reply_fits(tmp_path):
     cfg = small_config(tmp_path / "store", "r", ringResponseBytes=64 * 1024)   # 256 replies per slab
-    sh = SharedState(cfg.geometry()).create()
-    try:
-        recovery.recover(cfg, sh)
-        w, d = WriterService(cfg, sh).open(), DispatcherService(cfg, sh).open()
-        c = RingClient(cfg, sh).open()
+    with running_store(cfg) as (sh, w, d, c):
         n = 1000
         ids = c.submit([PutRequest("TBW102", i % 4, [b"t"], [{}]) for i in range(n)])
         assert sh.request_rings[c.slot].used() > 0
@@ -160,9 +142,3 @@ def test_many_tiny_requests_are_split_so_every_reply_fits(tmp_path):
         res = c.collect(ids, 1)
         assert all(r.ok for r in res)
         assert sorted(r.queue_offset for r in res if r.queue_id == 0) == list(range(n // 4))
-        c.close()
-        w.close()
-        d.close()
-    finally:
-        sh.close()
-        sh.unlink()
