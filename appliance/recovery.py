@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from dispatcher.service import DispatcherService
 from shm.layout import C
+from shm.tables import append_queue
 from store import indexfile, message
 from store.checkpoint import Checkpoint
 from store.consumequeue import ConsumeQueue, file_size_for, queue_dir
@@ -178,15 +179,12 @@ def _lost_queue_dirs(cfg, topics: TopicTable) -> bool:
 
 def _register_queue(shared, topic: str, qid: int, cq=None) -> int:
     """Boot acts as the writer for the queue table: no writer runs yet."""
-    v, s = shared.views, shared.queue_count()
-    if s >= len(v["queue_ids"]):
-        raise RuntimeError(f"shared queue table is full ({s} queues, see shmQueueSlots)")
-    v["queue_names"][s] = topic.encode()
-    v["queue_ids"][s] = qid
-    v["queue_max"][s] = cq.max_offset if cq is not None else 0
-    v["queue_min"][s] = cq.min_offset if cq is not None else 0
-    shared.control[C.QUEUE_COUNT] = s + 1
-    return s
+    v = shared.views
+    if cq is not None:     # offsets go in before the slot is published
+        s = shared.queue_count()
+        if s < len(v["queue_max"]):
+            v["queue_max"][s], v["queue_min"][s] = cq.max_offset, cq.min_offset
+    return append_queue(v, shared.control, topic.encode(), qid)
 
 
 def _redispatch(cfg, shared) -> None:

@@ -23,7 +23,7 @@ from shm.layout import C, S
 from store import indexfile
 from store.checkpoint import Checkpoint
 from store.consumequeue import ENTRY_SIZE, file_size_for, queue_dir
-from store.mappedfile import offset_to_name
+from store.mappedfile import fdatasync, offset_to_name
 
 log = logging.getLogger("rocketbox.flusher")
 PAGE = 4096
@@ -75,7 +75,7 @@ class FlusherService:
                 return False
         start = flushed - flushed % self.fsize
         for file_start in range(start, written, self.fsize):
-            self._fdatasync(os.path.join(self.cfg.commitlog_dir, offset_to_name(file_start)))
+            fdatasync(os.path.join(self.cfg.commitlog_dir, offset_to_name(file_start)))
         self.ctl[C.FLUSHED] = written
         self.checkpoint.physic_ts = ts
         self.last_thorough = time.monotonic()
@@ -84,14 +84,6 @@ class FlusherService:
         for i in np.flatnonzero((waits > 0) & (waits <= written)).tolist():
             self.sh.slot_wakers[i].post()
         return True
-
-    @staticmethod
-    def _fdatasync(path: str) -> None:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
 
     # ------------------------------------------------------------ ConsumeQueue, index, checkpoint
     def flush_logics(self, force: bool = False) -> None:
@@ -111,12 +103,12 @@ class FlusherService:
             for q in range(first, max(hi, first + 1), per_file):
                 path = os.path.join(d, offset_to_name(q * ENTRY_SIZE))
                 if os.path.exists(path):
-                    self._fdatasync(path)
+                    fdatasync(path)
         self.cq_flushed[:n] = qmax
         if self.cfg.messageIndexEnable and len(dirty):
             files = indexfile.list_index_files(self.cfg.index_dir)
             for p in files[-2:]:
-                self._fdatasync(p)
+                fdatasync(p)
             self.checkpoint.index_ts = ts
         if len(dirty):
             self.checkpoint.logics_ts = ts

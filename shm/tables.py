@@ -36,6 +36,18 @@ class TopicIndex:
         return int(max(self.meta[idx, T.READ_QUEUE_NUMS], self.meta[idx, T.WRITE_QUEUE_NUMS]))
 
 
+def append_queue(views: dict, control: np.ndarray, topic: bytes, queue_id: int) -> int:
+    """Add a queue slot; returns it.  Called only by the queue table's one writer: the writer, or
+    boot recovery before any role runs.  The entry is filled in before the count is raised."""
+    s = int(control[C.QUEUE_COUNT])
+    if s >= len(views["queue_ids"]):
+        raise RuntimeError(f"shared queue table is full ({s} queues, see shmQueueSlots)")
+    views["queue_names"][s] = topic
+    views["queue_ids"][s] = queue_id
+    control[C.QUEUE_COUNT] = s + 1
+    return s
+
+
 class QueueIndex:
     def __init__(self, views: dict, control: np.ndarray):
         self.names, self.ids, self.control = views["queue_names"], views["queue_ids"], control

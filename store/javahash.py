@@ -57,11 +57,15 @@ def index_key_hash(key: str) -> int:
     return 0 if h > 0x7FFFFFFF else h
 
 
-def index_key_hashes(keys: list[str]) -> np.ndarray:
-    h = string_hashes(keys).astype(np.int64)
-    h = np.abs(h)
+def _index_abs(hashes: np.ndarray) -> np.ndarray:
+    """``abs`` of each hash, with Integer.MIN_VALUE (whose abs overflows) mapped to 0."""
+    h = np.abs(hashes.astype(np.int64))
     h[h > 0x7FFFFFFF] = 0
     return h.astype(np.int32)
+
+
+def index_key_hashes(keys: list[str]) -> np.ndarray:
+    return _index_abs(string_hashes(keys))
 
 
 def index_key_hashes_bytes(keys: list[bytes]) -> np.ndarray:
@@ -89,6 +93,4 @@ def index_key_hashes_bytes(keys: list[bytes]) -> np.ndarray:
     slow = np.flatnonzero(hi | (lens > _MAX_LEN))
     if slow.size:
         out[slow] = string_hashes([keys[i].decode() for i in slow])
-    h = np.abs(out.astype(np.int64))
-    h[h > 0x7FFFFFFF] = 0
-    return h.astype(np.int32)
+    return _index_abs(out)

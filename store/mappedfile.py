@@ -25,6 +25,15 @@ def offset_to_name(offset: int) -> str:
     return f"{offset:0{NAME_DIGITS}d}"
 
 
+def fdatasync(path: str) -> None:
+    """fdatasync a file by path.  Raises OSError; callers treat that as fatal."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
 def is_offset_name(name: str) -> bool:
     return len(name) == NAME_DIGITS and name.isdigit()
 
@@ -78,11 +87,7 @@ class MappedFile:
 
     def flush(self) -> None:
         """fdatasync the file.  Raises OSError; callers treat that as fatal."""
-        fd = os.open(self.path, os.O_RDONLY)
-        try:
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
+        fdatasync(self.path)
 
     def close(self) -> None:
         """Unmap.  If a caller still holds a numpy view, the mapping stays until that view is

@@ -186,12 +186,15 @@ class RingClient:
                 raise ValueError(f"request of {int(req_bytes_end[lo_req] - base)} bytes does not fit one ring entry")
             hi_rec = int(req_last[hi_req - 1]) + 1
             hi_byte = int(rec_end[hi_rec - 1])
-            parts = P.slab_parts(arr[lo_req:hi_req], sizes[lo_rec:hi_rec], memoryview(records)[lo_byte:hi_byte])
-            while not self.requests.try_push(P.PUT, parts):
-                self._wait_for_room()
-            self.sh.writer_waker.post()
+            self._push(P.PUT, P.slab_parts(arr[lo_req:hi_req], sizes[lo_rec:hi_rec], memoryview(records)[lo_byte:hi_byte]))
             base = int(req_bytes_end[hi_req - 1])
             lo_req, lo_rec, lo_byte = hi_req, hi_rec, hi_byte
+
+    def _push(self, kind: int, parts) -> None:
+        """One ring entry, waiting (and reading replies) while the ring is full; wakes the writer."""
+        while not self.requests.try_push(kind, parts):
+            self._wait_for_room()
+        self.sh.writer_waker.post()
 
     def new_ids(self, n: int) -> list[int]:
         return [self._next_id() for _ in range(n)]
@@ -281,7 +284,5 @@ class RingClient:
         head = np.zeros(1, P.TOPIC_REQ)
         head[0] = (rid,)
         self.pending[rid] = None
-        while not self.requests.try_push(P.TOPIC, [head, json.dumps(tc).encode()]):
-            self._wait_for_room()
-        self.sh.writer_waker.post()
+        self._push(P.TOPIC, [head, json.dumps(tc).encode()])
         return self.collect([rid], timeout)[0].status

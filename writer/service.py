@@ -25,6 +25,7 @@ import numpy as np
 
 from shm.layout import C, S, T
 from shm.ring import RingCorrupt
+from shm.tables import append_queue
 from store import message
 from store.errors import DiskFull
 from store.mappedfile import MappedFileQueue
@@ -181,14 +182,15 @@ class WriterService:
             return None
         nq, nr = len(requests), len(sizes)
         counts = requests["count"].astype(np.int64)
-        status = self._validate(requests, counts, sizes, recs)
-        ok_req = status == P.SUCCESS
-        ok_rec = np.repeat(ok_req, counts) if counts.sum() == nr else np.zeros(nr, bool)
+        consistent = counts.sum() == nr
         rec_start = np.zeros(nr, dtype=np.int64)
         np.cumsum(sizes[:-1], out=rec_start[1:])
+        status = self._validate(requests, counts, sizes, rec_start, recs)
+        ok_req = status == P.SUCCESS
+        ok_rec = np.repeat(ok_req, counts) if consistent else np.zeros(nr, bool)
         res = np.zeros(nq, P.RESULT)
         res["req_id"], res["status"], res["queue_id"] = requests["req_id"], status, requests["queue_id"]
-        res["count"] = counts if counts.sum() == nr else 0
+        res["count"] = counts if consistent else 0
         phys_all = np.full(nr, -1, dtype=np.int64)
         if ok_req.any() and not self._ensure_files(int(sizes.astype(np.int64).sum())):
             status[ok_req] = P.SERVICE_NOT_AVAILABLE
@@ -236,7 +238,7 @@ class WriterService:
         first = np.repeat(np.cumsum(counts) - counts, counts)
         return np.arange(total, dtype=np.int64) - first
 
-    def _validate(self, requests, counts, sizes, recs) -> np.ndarray:
+    def _validate(self, requests, counts, sizes, start, recs) -> np.ndarray:
         nq = len(requests)
         status = np.zeros(nq, dtype=np.int32)
         if self.ctl[C.STOPPING]:
@@ -260,8 +262,6 @@ class WriterService:
         status[(status == 0) & ((qid < 0) | (qid >= qnums))] = P.SYSTEM_ERROR
         # every record: size within limits, and its own TOTALSIZE and MAGIC fields agree
         sz = sizes.astype(np.int64)
-        start = np.zeros(len(sz), dtype=np.int64)
-        np.cumsum(sz[:-1], out=start[1:])
         bad = (sz < 91) | (sz > self.cfg.max_record_size)
         sane = np.flatnonzero(~bad)              # only these are long enough to read a header from
         head = recs[start[sane, None] + np.arange(8)].view(">i4").reshape(-1, 2)
@@ -282,13 +282,8 @@ class WriterService:
         return self.slot_of_key[pos_c]
 
     def _new_slot(self, key: int, tidx: int, qid: int) -> None:
-        v, s = self.sh.views, self.sh.queue_count()
-        if s >= len(v["queue_ids"]):
-            raise RuntimeError(f"shared queue table is full ({s} queues, see shmQueueSlots)")
-        v["queue_names"][s] = self.sh.views["topic_names"][tidx]
-        v["queue_ids"][s] = qid
+        s = append_queue(self.sh.views, self.ctl, self.sh.views["topic_names"][tidx], qid)
         self.next_qoff[s] = 0
-        self.ctl[C.QUEUE_COUNT] = s + 1
         i = np.searchsorted(self.slot_keys, key)
         self.slot_keys = np.insert(self.slot_keys, i, key)
         self.slot_of_key = np.insert(self.slot_of_key, i, s)
