@@ -14,23 +14,22 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import struct
 
 import numpy as np
 
 from shm.layout import C, S
 from shm.tables import QueueIndex
-from store import indexfile, message
+from store import indexfile, message, propscan
 from store.consumequeue import ConsumeQueue, file_size_for
 from store.errors import CorruptData
-from store.javahash import index_key_hashes_bytes, string_hash
+from store.javahash import BufferHashes, index_abs, string_hash
 from store.mappedfile import MappedFileQueue
 
 log = logging.getLogger("rocketbox.dispatcher")
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+SCHEDULE_TOPIC = b"SCHEDULE_TOPIC_XXXX"
 _HEAD = struct.Struct(">ii")
-_PROPS = re.compile(rb"(?:^|\x02)(TAGS|KEYS|UNIQ_KEY|DELAY)\x01([^\x02]*)")
+_NAMES = (b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY")     # the properties the dispatcher reads
 
 
 def _gather(view: np.ndarray, at: np.ndarray, width: int, dtype: str) -> np.ndarray:
@@ -39,11 +38,11 @@ def _gather(view: np.ndarray, at: np.ndarray, width: int, dtype: str) -> np.ndar
 
 
 class Batch:
-    """One pass's records as columns: fixed fields gathered with numpy, topic and the properties
-    the dispatcher needs (TAGS, KEYS, UNIQ_KEY, DELAY) parsed per record."""
+    """One pass's records as columns, gathered with numpy: the fixed fields, and where each
+    record's topic and properties lie in the file's view."""
 
     def __init__(self, mf, starts: np.ndarray, sizes: np.ndarray):
-        v, mm = mf.view, mf.mm
+        v = mf.view
         self.phys, self.size = mf.start + starts, sizes
         self.queue_id = _gather(v, starts + 12, 4, ">i4")
         self.queue_offset = _gather(v, starts + message.QUEUE_OFFSET_AT, 8, ">i8")
@@ -56,9 +55,9 @@ class Batch:
         topic_len = v[topic_at].astype(np.int64)
         props_at = topic_at + 3 + topic_len
         props_len = _gather(v, topic_at + 1 + topic_len, 2, ">i2")
-        self.topic_at, self.topic_len = topic_at.tolist(), topic_len.tolist()
-        self.props_at, self.props_len = props_at.tolist(), props_len.tolist()
-        self.mm = mm
+        self.topic_at, self.topic_len = topic_at, topic_len
+        self.props_at, self.props_len = props_at, props_len
+        self.view = v
 
 
 class DispatcherService:
@@ -69,7 +68,7 @@ class DispatcherService:
         self.allocate_queue = allocate_queue
         self.cqs: dict[tuple[str, int], ConsumeQueue] = {}
         self.cq_file_size = file_size_for(cfg.mappedFileSizeConsumeQueue)
-        self.tag_codes: dict[bytes, int] = {}
+        self.key_seeds: dict[bytes, int] = {}                 # topic -> hash of "topic#"
         self.slot_of: dict[tuple[bytes, int], int] = {}      # (topic bytes, queue id) -> slot
         self.slot_key: dict[int, tuple[str, int]] = {}
         self.delays = cfg.delay_levels_ms
@@ -106,9 +105,9 @@ class DispatcherService:
             return False
         batch, end = self._parse(start, written)
         if batch is not None:
-            slots, tags, keys, key_rows = self._columns(batch)
+            slots, tags, key_hashes, key_rows = self._columns(batch)
             self._dispatch_queues(batch, slots, tags)
-            self._dispatch_index(batch, keys, key_rows)
+            self._dispatch_index(batch, key_hashes, key_rows)
             self.ctl[C.DISPATCHED_TS] = int(batch.store_ts[-1])
         self.ctl[C.DISPATCHED] = end
         self._wake_waiters()
@@ -144,48 +143,55 @@ class DispatcherService:
         return Batch(mf, np.array(starts, dtype=np.int64), np.array(sizes, dtype=np.int64)), end
 
     def _columns(self, b: "Batch"):
-        """The one per-record loop: each record's queue slot, tag code and index keys.
-        -> (slots, tags, keys, key_rows) for every record (slot -1: not dispatched to a queue)."""
+        """Each record's queue slot (-1: not dispatched to a queue) and tag code, and the index
+        keys of the pass as (hashes, record rows), in a fixed number of vector operations."""
         tx = b.sys_flag & message.TX_MASK
-        queued = ((tx != message.TX_PREPARED) & (tx != message.TX_ROLLBACK)).tolist()
+        group, group_slot, group_topic, group_seed = self._groups(b)
+        queued = (tx != message.TX_PREPARED) & (tx != message.TX_ROLLBACK)
+        slots = np.where(queued, group_slot[group], -1)
+        p = propscan.gather(b.view, b.props_at, b.props_len)
+        found = propscan.find(p, _NAMES)
+        hashes = BufferHashes(p.buf)
+        tags = np.zeros(len(slots), dtype=np.int64)
+        t = found[b"TAGS"]
+        tags[t.rows] = hashes(t.starts, t.lens)
+        d = found[b"DELAY"]
+        for i, row in enumerate(d.rows.tolist()):            # delayed messages: rare, one by one
+            if group_topic[group[row]] == SCHEDULE_TOPIC:
+                delay = bytes(p.buf[d.starts[i]:d.starts[i] + d.lens[i]])
+                tags[row] = self._deliver_ts(delay, int(b.store_ts[row]), int(tags[row]))
+        if not self.cfg.messageIndexEnable:
+            return slots, tags, None, None
         skip_below = self.index.h("end_phys") if self.index is not None and self.index.h("index_count") > 1 else -1
-        indexed = ((b.phys > skip_below) & (tx != message.TX_ROLLBACK)).tolist() if self.cfg.messageIndexEnable \
-            else [False] * len(queued)
-        mm, findall, slot_of, tag_codes = b.mm, _PROPS.findall, self.slot_of, self.tag_codes
-        slots, tags, keys, key_rows = [], [], [], []
-        for i, (t, tl, p, pl, qid, q, ix) in enumerate(zip(b.topic_at, b.topic_len, b.props_at, b.props_len,
-                                                           b.queue_id.tolist(), queued, indexed)):
-            topic = mm[t + 1:t + 1 + tl]
-            props = dict(findall(mm[p:p + pl]))
-            if q:
-                s = slot_of.get((topic, qid))
-                slots.append(s if s is not None else self._slot(topic, qid))
-            else:
-                slots.append(-1)
-            tag = props.get(b"TAGS")
-            if tag:
-                code = tag_codes.get(tag)
-                tags.append(code if code is not None else self._tag_code(tag))
-            else:
-                tags.append(0)
-            if b"DELAY" in props and topic == b"SCHEDULE_TOPIC_XXXX":
-                tags[-1] = self._deliver_ts(props[b"DELAY"], int(b.store_ts[i]), tags[-1])
-            if ix:
-                uniq = props.get(b"UNIQ_KEY")
-                if uniq:
-                    keys.append(topic + b"#" + uniq)
-                    key_rows.append(i)
-                k = props.get(b"KEYS")
-                if k:
-                    for key in (k.split(b" ") if b" " in k else (k,)):
-                        if key:
-                            keys.append(topic + b"#" + key)
-                            key_rows.append(i)
-        return np.array(slots, dtype=np.int64), np.array(tags, dtype=np.int64), keys, key_rows
+        indexed = (b.phys > skip_below) & (tx != message.TX_ROLLBACK)
+        u, k = found[b"UNIQ_KEY"], propscan.split(p, found[b"KEYS"], ord(" "))
+        rows, starts, lens = (np.concatenate(pair) for pair in zip(u, k))
+        order = np.argsort(rows, kind="stable")              # record order; a record's UNIQ_KEY first
+        order = order[indexed[rows[order]]]
+        rows = rows[order]
+        return slots, tags, index_abs(hashes(starts[order], lens[order], group_seed[group[rows]])), rows
 
-    def _tag_code(self, tag: bytes) -> int:
-        code = self.tag_codes[tag] = string_hash(tag.decode())
-        return code
+    def _groups(self, b: "Batch"):
+        """Group the pass's records by (topic, queue id), comparing the topic bytes themselves.
+        -> (group of each record, and per group: queue slot, topic, hash of ``topic#``)."""
+        width = int(b.topic_len.max()) + 1
+        cols = np.arange(width)
+        mat = b.view[b.topic_at[:, None] + cols]                 # length byte, then the topic
+        mat[cols > b.topic_len[:, None]] = 0
+        qid = b.queue_id.astype(">i4").view(np.uint8).reshape(-1, 4)
+        rows = np.ascontiguousarray(np.concatenate((mat, qid), axis=1))
+        _, first, group = np.unique(rows.view(np.dtype((np.void, rows.shape[1]))).ravel(),
+                                    return_index=True, return_inverse=True)
+        slot, topic, seed = [], [], []
+        for r in first.tolist():
+            name = bytes(mat[r, 1:1 + int(b.topic_len[r])])
+            qid_r = int(b.queue_id[r])
+            s = self.slot_of.get((name, qid_r))
+            slot.append(s if s is not None else self._slot(name, qid_r))
+            topic.append(name)
+            h = self.key_seeds.get(name)
+            seed.append(h if h is not None else self.key_seeds.setdefault(name, string_hash(name.decode() + "#")))
+        return group.ravel(), np.array(slot, dtype=np.int64), topic, np.array(seed, dtype=np.int32)
 
     def _deliver_ts(self, delay: bytes, store_ts: int, default: int) -> int:
         """Delayed message in SCHEDULE_TOPIC_XXXX: its tag code is the delivery time."""
@@ -227,14 +233,12 @@ class DispatcherService:
             cq = self.cqs[key] = ConsumeQueue(self.cfg.root, key[0], key[1], self.cq_file_size, True).load()
         return cq
 
-    def _dispatch_index(self, b: "Batch", keys: list, key_rows: list) -> None:
-        if not keys:
+    def _dispatch_index(self, b: "Batch", hashes, rows) -> None:
+        if hashes is None or hashes.size == 0:
             return
-        hashes = index_key_hashes_bytes(keys)
-        rows = np.array(key_rows, dtype=np.int64)
         phys_a, ts_a = b.phys[rows], b.store_ts[rows]
         done = 0
-        while done < len(keys):
+        while done < hashes.size:
             if self.index is None or self.index.is_full:
                 self._roll_index(int(ts_a[done]))
             done += self.index.put_batch(hashes[done:], phys_a[done:], ts_a[done:])

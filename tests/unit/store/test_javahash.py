@@ -31,3 +31,16 @@ def test_bytes_keys_match_string_path():
     keys = ["T#abc", "", "T#" + "z" * 5000, "T#中文", "polygenelubricants", "TopicTest#UNIQ0001"]
     assert index_key_hashes_bytes([k.encode() for k in keys]).tolist() == index_key_hashes(keys).tolist()
     assert index_key_hashes_bytes([]).tolist() == []
+
+
+def test_segments_of_one_buffer_continue_from_a_prefix_hash():
+    from store.javahash import BufferHashes
+    text = "xxTagAyy中文zz" + "q" * 40000
+    buf = np.frombuffer(text.encode(), dtype=np.uint8)
+    segs = [(2, 4), (0, 0), (8, 6), (14, 40000), (1, 3)]          # "TagA", "", "中文", long, "xTa"
+    starts, lens = np.array([s for s, _ in segs]), np.array([n for _, n in segs])
+    pieces = [bytes(buf[s:s + n]).decode() for s, n in segs]
+    assert BufferHashes(buf)(starts, lens).tolist() == [string_hash(p) for p in pieces]
+    prefixes = ["TopicTest#", "T#", "", "Q#", "中#"]
+    seed = np.array([string_hash(p) for p in prefixes], dtype=np.int32)
+    assert BufferHashes(buf)(starts, lens, seed).tolist() == [string_hash(p + s) for p, s in zip(prefixes, pieces)]
