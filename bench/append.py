@@ -33,7 +33,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def producer(conf: str, seconds: float, slab: int, window: int, body_size: int, sync: bool, out) -> None:
-    import numpy as np
 
     from appliance import config
     from shm.state import SharedState
@@ -54,18 +53,13 @@ def producer(conf: str, seconds: float, slab: int, window: int, body_size: int, 
     while time.perf_counter() < deadline or in_flight:
         while len(in_flight) < window and time.perf_counter() < deadline:
             arr, sizes, recs, _ = slabs[k % len(slabs)]
-            arr = arr.copy()
-            arr["req_id"] = c.new_ids(len(arr))
-            c.submit_encoded(arr, sizes, recs)
-            in_flight.append((arr["req_id"].tolist(), len(recs)))
+            in_flight.append((c.submit_encoded(arr.copy(), sizes, recs), len(recs)))
             k += 1
-        ids, nbytes = in_flight.pop(0)
-        res = c.collect(ids, timeout=30)
-        if sync:
-            end = max(r.end_offset for r in res)
-            if not c.wait_flushed(end, cfg.syncFlushTimeout / 1000):
-                continue
-        done += sum(1 for r in res if r.ok)
+        ticket, nbytes = in_flight.pop(0)
+        res = c.wait(ticket, timeout=30).results
+        if sync and not c.wait_flushed(int(res["end_offset"].max()), cfg.syncFlushTimeout / 1000):
+            continue
+        done += int(res["count"][res["status"] == 0].sum())
         bytes_done += nbytes
     elapsed = time.perf_counter() - start
     out.put({"msgs": done, "bytes": bytes_done, "elapsed": elapsed, "encode_us": encode_us,

@@ -4,7 +4,8 @@ use to append messages.
 A ``RingClient`` claims one ring slot (an flock on ``<store>/run/slot-<i>.lock``, released by the
 kernel if the process dies), encodes each message as a complete stored record (store/message.py)
 with placeholders the writer fills in, and pushes whole slabs of requests.  ``put`` waits for the
-results; ``submit``/``collect`` let a caller keep many slabs in flight.  ``wait_flushed`` blocks
+results; ``submit`` returns a ``Ticket`` whose numpy result arrays fill in as replies arrive, so a
+caller keeps many slabs in flight and reads results per slab, not per message.  ``wait_flushed`` blocks
 until the flusher has the bytes on disk (SYNC_FLUSH replies).
 
 Single-threaded by design: one RingClient per process (or per event loop).
@@ -66,13 +67,56 @@ class PutResult:
         return self.status == P.SUCCESS
 
 
+class Ticket:
+    """The results of one ``submit``: the writer's RESULT rows of the requests that were sent and
+    each record's physical offset, as numpy arrays filled in slab by slab as replies arrive.
+    ``status`` -1 marks a request not answered yet."""
+
+    def __init__(self, arr: np.ndarray, sizes: np.ndarray, refused: dict):
+        self.results = np.zeros(len(arr), P.RESULT)
+        self.results["status"] = -1
+        self.phys = np.full(len(sizes), -1, dtype=np.int64)
+        self.counts = arr["count"].astype(np.int64)       # records of each request, in order
+        self.refused, self.missing = refused, 0
+        self.remark = ""
+
+    @property
+    def done(self) -> bool:
+        return self.missing == 0
+
+    def fill(self, req0: int, rec0: int, res: np.ndarray, phys: np.ndarray) -> None:
+        self.results[req0:req0 + len(res)] = res
+        self.phys[rec0:rec0 + len(phys)] = phys
+        self.missing -= 1
+
+    def lose(self) -> None:
+        """The writer restarted before answering: whatever is unanswered has an unknown outcome."""
+        self.results["status"][self.results["status"] == -1] = P.SYSTEM_ERROR
+        self.remark, self.missing = "writer restarted; outcome unknown", 0
+
+    def put_results(self) -> list[PutResult]:
+        """One PutResult per submitted request, refusals at their positions."""
+        out, sent, i = [], iter(zip(self.results.tolist(), self.counts.tolist())), 0
+        plist = self.phys.tolist()
+        for pos in range(len(self.results) + len(self.refused)):
+            if pos in self.refused:
+                out.append(self.refused[pos])
+                continue
+            (_rid, status, qid, qoff, _p0, end, ts, _n, _pad), count = next(sent)
+            out.append(PutResult(status, qid, qoff, plist[i:i + count] if status == P.SUCCESS else [], end, ts,
+                                 self.remark if status != P.SUCCESS else ""))
+            i += count
+        return out
+
+
 class RingClient:
     def __init__(self, cfg, shared):
         self.cfg, self.sh = cfg, shared
         self.slot = -1
         self.lock_fd = -1
         self.seq = 0
-        self.pending: dict[int, object] = {}       # req_id -> result (None while in flight)
+        self.in_flight: dict[int, tuple] = {}       # first req_id of a slab -> (ticket, first request, first record)
+        self.topic_replies: dict[int, PutResult | None] = {}
         self.store_ip, self.store_port, _v6 = message.pack_host((cfg.brokerIP1, cfg.listenPort))
         self.topics = TopicIndex(shared.views, shared.control)
 
@@ -110,9 +154,10 @@ class RingClient:
             os.close(self.lock_fd)
             self.lock_fd = -1
 
-    def _next_id(self) -> int:
-        self.seq += 1
-        return (self.epoch << EPOCH_SHIFT) | self.seq
+    def _next_ids(self, n: int) -> np.ndarray:
+        ids = (self.epoch << EPOCH_SHIFT) + self.seq + 1 + np.arange(n, dtype=np.uint64)
+        self.seq += n
+        return ids
 
     # ------------------------------------------------------------ encode
     def encode(self, reqs: list[PutRequest]):
@@ -155,23 +200,15 @@ class RingClient:
         return arr, np.array(sizes, dtype="<u4"), b"".join(chunks), refused
 
     # ------------------------------------------------------------ submit / collect
-    def submit(self, reqs: list[PutRequest]) -> list:
-        """Push the requests as one slab; returns, per request, a req_id to collect or a refusal."""
+    def submit(self, reqs: list[PutRequest]) -> "Ticket":
+        """Encode and push the requests (as few slabs as fit); the ticket fills in as replies come."""
         arr, sizes, records, refused = self.encode(reqs)
-        ids = [None] * len(reqs)
-        if len(arr):
-            arr["req_id"] = [self._next_id() for _ in range(len(arr))]
-            self.submit_encoded(arr, sizes, records)
-        it = iter(arr["req_id"].tolist())
-        for pos in range(len(reqs)):
-            ids[pos] = refused[pos] if pos in refused else next(it)
-        return ids
+        return self.submit_encoded(arr, sizes, records, refused)
 
-    def submit_encoded(self, arr: np.ndarray, sizes: np.ndarray, records) -> None:
-        """Push already encoded requests (``arr['req_id']`` filled in, e.g. from ``new_ids``),
-        split into as many slabs as the ring's entry limit needs."""
-        for rid in arr["req_id"].tolist():
-            self.pending[rid] = None
+    def submit_encoded(self, arr: np.ndarray, sizes: np.ndarray, records, refused=None) -> "Ticket":
+        """Push already encoded requests (``arr['req_id']`` is filled in here), split into as many
+        slabs as the ring's entry size and the reply ring need."""
+        t = Ticket(arr, sizes, refused or {})
         budget = self.requests.max_entry - 64
         max_records = self.responses.capacity // (4 * (P.RESULT.itemsize + 8))   # so the reply fits
         counts = arr["count"].astype(np.int64)
@@ -186,18 +223,28 @@ class RingClient:
                 raise ValueError(f"request of {int(req_bytes_end[lo_req] - base)} bytes does not fit one ring entry")
             hi_rec = int(req_last[hi_req - 1]) + 1
             hi_byte = int(rec_end[hi_rec - 1])
-            self._push(P.PUT, P.slab_parts(arr[lo_req:hi_req], sizes[lo_rec:hi_rec], memoryview(records)[lo_byte:hi_byte]))
+            self.push_slab(arr[lo_req:hi_req], sizes[lo_rec:hi_rec], memoryview(records)[lo_byte:hi_byte], (t, lo_req, lo_rec))
             base = int(req_bytes_end[hi_req - 1])
             lo_req, lo_rec, lo_byte = hi_req, hi_rec, hi_byte
+        return t
+
+    def push_slab(self, arr: np.ndarray, sizes: np.ndarray, records, into=None) -> "Ticket":
+        """One slab as one ring entry, as it is (a broken producer's slab too: tests use this).
+        Its reply goes to ``into`` = (ticket, first request, first record), or a new ticket."""
+        if into is None:
+            into = (Ticket(arr, sizes, {}), 0, 0)
+        arr["req_id"] = self._next_ids(len(arr))
+        if len(arr):
+            self.in_flight[int(arr["req_id"][0])] = into
+            into[0].missing += 1
+        self._push(P.PUT, P.slab_parts(arr, sizes, records))
+        return into[0]
 
     def _push(self, kind: int, parts) -> None:
         """One ring entry, waiting (and reading replies) while the ring is full; wakes the writer."""
         while not self.requests.try_push(kind, parts):
             self._wait_for_room()
         self.sh.writer_waker.post()
-
-    def new_ids(self, n: int) -> list[int]:
-        return [self._next_id() for _ in range(n)]
 
     def _wait_for_room(self) -> None:
         self.sh.writer_waker.post()
@@ -206,54 +253,53 @@ class RingClient:
         self._check_writer()
 
     def _check_writer(self) -> None:
+        """A new writer epoch: replies to what was in flight are lost, so their outcome is unknown."""
         if int(self.sh.control[C.WRITER_EPOCH]) != self.writer_epoch:
             self.writer_epoch = int(self.sh.control[C.WRITER_EPOCH])
-            lost = [rid for rid, v in self.pending.items() if v is None]
-            if lost:
-                for rid in lost:
-                    self.pending[rid] = PutResult(P.SYSTEM_ERROR, remark="writer restarted; outcome unknown")
+            for t, _req, _rec in self.in_flight.values():
+                t.lose()
+            self.in_flight.clear()
+            for rid in [rid for rid, v in self.topic_replies.items() if v is None]:
+                self.topic_replies[rid] = PutResult(P.SYSTEM_ERROR, remark="writer restarted; outcome unknown")
 
     def poll(self) -> int:
-        """Read every reply that has arrived; returns how many requests got a result."""
+        """Read every reply that has arrived; returns how many ring entries were answered."""
         got = 0
         for kind, payload, after in self.responses.entries():
             if kind == P.PUT_RESULT:
-                got += self._read_put_result(payload)
+                head = payload[:P.RESULT_HEAD.itemsize].view(P.RESULT_HEAD)[0]
+                nq, nr = int(head["n_requests"]), int(head["n_records"])
+                at = P.RESULT_HEAD.itemsize
+                res = payload[at:at + nq * P.RESULT.itemsize].view(P.RESULT)
+                at += nq * P.RESULT.itemsize
+                into = self.in_flight.pop(int(res["req_id"][0]), None) if nq else None
+                if into is not None:
+                    into[0].fill(into[1], into[2], res, payload[at:at + nr * 8].view("<i8"))
+                    got += 1
             elif kind == P.TOPIC_RESULT:
                 r = payload[:P.TOPIC_RES.itemsize].view(P.TOPIC_RES)[0]
-                if int(r["req_id"]) in self.pending:
-                    self.pending[int(r["req_id"])] = PutResult(int(r["status"]), queue_id=int(r["topic_idx"]))
+                if int(r["req_id"]) in self.topic_replies:
+                    self.topic_replies[int(r["req_id"])] = PutResult(int(r["status"]), queue_id=int(r["topic_idx"]))
                     got += 1
             self.responses.release(after)
         return got
 
-    def _read_put_result(self, payload) -> int:
-        head = payload[:P.RESULT_HEAD.itemsize].view(P.RESULT_HEAD)[0]
-        nq, nr = int(head["n_requests"]), int(head["n_records"])
-        at = P.RESULT_HEAD.itemsize
-        res = payload[at:at + nq * P.RESULT.itemsize].view(P.RESULT)
-        phys = payload[at + nq * P.RESULT.itemsize: at + nq * P.RESULT.itemsize + nr * 8].view("<i8")
-        plist = phys.tolist()
-        got, i = 0, 0
-        for rid, status, qid, qoff, _p0, end, ts, count, _pad in res.tolist():
-            if rid in self.pending:
-                self.pending[rid] = PutResult(status, qid, qoff, plist[i:i + count] if status == P.SUCCESS else [], end, ts)
-                got += 1
-            i += count
-        return got
-
-    def collect(self, ids: list, timeout: float = 10.0) -> list[PutResult]:
-        """Wait for the results of ``ids`` (as returned by ``submit``)."""
+    def wait(self, ticket: "Ticket", timeout: float = 10.0) -> "Ticket":
+        """Block until every slab of ``ticket`` is answered."""
         deadline = time.monotonic() + timeout
         while True:
             self.poll()
             self._check_writer()
-            if all(not isinstance(i, int) or self.pending.get(i) is not None for i in ids):
-                return [i if not isinstance(i, int) else self.pending.pop(i) for i in ids]
+            if ticket.done:
+                return ticket
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError(f"no reply from the writer within {timeout} s")
             self.waker.wait(min(left, 0.5))
+
+    def collect(self, ticket: "Ticket", timeout: float = 10.0) -> list[PutResult]:
+        """The result of each request of ``ticket``, in submission order."""
+        return self.wait(ticket, timeout).put_results()
 
     def put(self, reqs: list[PutRequest], timeout: float = 10.0) -> list[PutResult]:
         return self.collect(self.submit(reqs), timeout)
@@ -280,9 +326,19 @@ class RingClient:
         """Create or update a topic through the writer; returns the response code."""
         from writer.topics import topic_config
         tc = topic_config(name, queue_nums, queue_nums, perm, **extra)
-        rid = self._next_id()
+        rid = int(self._next_ids(1)[0])
         head = np.zeros(1, P.TOPIC_REQ)
         head[0] = (rid,)
-        self.pending[rid] = None
+        self.topic_replies[rid] = None
         self._push(P.TOPIC, [head, json.dumps(tc).encode()])
-        return self.collect([rid], timeout)[0].status
+        deadline = time.monotonic() + timeout
+        while self.topic_replies[rid] is None:
+            self.poll()
+            self._check_writer()
+            left = deadline - time.monotonic()
+            if self.topic_replies[rid] is None:
+                if left <= 0:
+                    del self.topic_replies[rid]
+                    raise TimeoutError(f"no reply from the writer within {timeout} s")
+                self.waker.wait(min(left, 0.5))
+        return self.topic_replies.pop(rid).status

@@ -93,7 +93,7 @@ class WriterService:
     # ------------------------------------------------------------ one pass
     def step(self) -> bool:
         sh = self.sh
-        drained = []                     # (slot, end position, [response parts])
+        drained, taken = [], []          # (slot, end position); (slot, kind, payload) in ring order
         ts = int(time.time() * 1000)
         for i, ring in enumerate(sh.request_rings):
             if ring.write_pos == ring.read_pos:
@@ -105,7 +105,7 @@ class WriterService:
                 log.error("request ring %d is corrupt (%s): its unread entries are dropped", i, e)
                 ring.skip_all()
                 continue
-            parts, end = [], ring.read_pos
+            end = ring.read_pos
             for kind, payload, after in entries:
                 need = self._response_size(kind, payload)
                 if need > sh.response_rings[i].capacity:
@@ -115,13 +115,13 @@ class WriterService:
                 if need > room:
                     break                # the owner is slow to read replies: leave the rest for later
                 room -= need
-                parts.append(self._handle(kind, payload, ts))
+                taken.append((i, kind, payload))
                 end = after
             if end != ring.read_pos:
-                drained.append((i, end, parts))
+                drained.append((i, end))
         if not drained:
             return False
-        self._commit(drained, ts)
+        self._commit(drained, taken, self._handle(taken, ts), ts)
         return True
 
     def _response_size(self, kind: int, payload: np.ndarray) -> int:
@@ -132,18 +132,28 @@ class WriterService:
             n = P.TOPIC_RES.itemsize
         return 2 * ((n + 8 + 7) & ~7)    # entry header and padding, twice for a possible wrap
 
-    def _handle(self, kind: int, payload: np.ndarray, ts: int):
-        if kind == P.PUT:
-            return self._put(payload, ts)
-        if kind == P.TOPIC:
-            return self._topic(payload)
-        log.error("request ring entry of unknown kind %d (%d bytes) dropped", kind, len(payload))
-        return None
+    def _handle(self, taken, ts: int) -> list:
+        """The reply to each taken entry.  Runs of PUT slabs (from any rings) are appended as one
+        batch; a TOPIC request first lets the PUTs before it land, so ring order is kept."""
+        replies, run = [], []
+        for _i, kind, payload in taken + [(None, None, None)]:
+            if kind == P.PUT:
+                run.append(payload)
+                continue
+            if run:
+                replies += self._put(run, ts)
+                run = []
+            if kind == P.TOPIC:
+                replies.append(self._topic(payload))
+            elif kind is not None:
+                log.error("request ring entry of unknown kind %d (%d bytes) dropped", kind, len(payload))
+                replies.append(None)
+        return replies
 
-    def _commit(self, drained, ts: int) -> None:
+    def _commit(self, drained, taken, replies, ts: int) -> None:
         sh, ctl = self.sh, self.ctl
         ctl[C.JOURNAL_WRITTEN] = -1
-        for i, end, _parts in drained:
+        for i, end in drained:
             sh.slots[i, S.JOURNAL_READ_POS] = end
         ctl[C.JOURNAL_WRITTEN] = self.write_pos
         ctl[C.WRITTEN_TS] = ts
@@ -151,11 +161,10 @@ class WriterService:
         sh.dispatcher_waker.post()
         if self.cfg.sync_flush:
             sh.flusher_waker.post()
-        for i, end, parts in drained:
-            resp = sh.response_rings[i]
-            for p in parts:
-                if p is not None and not resp.try_push(p[0], p[1]):
-                    log.error("response ring %d full despite the room check; replies dropped", i)
+        for (i, _kind, _payload), reply in zip(taken, replies):
+            if reply is not None and not sh.response_rings[i].try_push(reply[0], reply[1]):
+                log.error("response ring %d full despite the room check; a reply was dropped", i)
+        for i, end in drained:
             sh.request_rings[i].release(end)
             sh.slot_wakers[i].post()
 
@@ -174,50 +183,75 @@ class WriterService:
         return P.TOPIC_RESULT, [res]
 
     # ------------------------------------------------------------ puts
-    def _put(self, payload: np.ndarray, ts: int):
-        try:
-            requests, sizes, recs, _at = P.parse_slab(payload)
-        except ValueError as e:
-            log.error("malformed slab dropped: %s", e)
-            return None
-        nq, nr = len(requests), len(sizes)
+    def _put(self, payloads: list, ts: int) -> list:
+        """Append the records of several PUT slabs as one batch; -> the reply to each slab."""
+        slabs, replies = [], [None] * len(payloads)
+        for j, payload in enumerate(payloads):
+            try:
+                requests, sizes, recs, _at = P.parse_slab(payload)
+            except ValueError as e:
+                log.error("malformed slab dropped: %s", e)
+                continue
+            counts = requests["count"].astype(np.int64)
+            if counts.sum() != len(sizes) or (counts <= 0).any() or int(sizes.astype(np.int64).sum()) != len(recs):
+                log.error("slab whose request counts and record sizes disagree: refused whole")
+                replies[j] = self._reply(requests, np.full(len(requests), P.SYSTEM_ERROR, np.int32),
+                                         np.full(len(sizes), -1, np.int64))
+            else:
+                slabs.append((j, requests, sizes, recs))
+        if not slabs:
+            return replies
+        requests = np.concatenate([r for _, r, _, _ in slabs])
+        sizes = np.concatenate([z for _, _, z, _ in slabs]).astype(np.int64)
+        recs = slabs[0][3] if len(slabs) == 1 else np.concatenate([b for _, _, _, b in slabs])
         counts = requests["count"].astype(np.int64)
-        consistent = counts.sum() == nr
-        rec_start = np.zeros(nr, dtype=np.int64)
+        rec_start = np.zeros(len(sizes), dtype=np.int64)
         np.cumsum(sizes[:-1], out=rec_start[1:])
         status = self._validate(requests, counts, sizes, rec_start, recs)
         ok_req = status == P.SUCCESS
-        ok_rec = np.repeat(ok_req, counts) if consistent else np.zeros(nr, bool)
-        res = np.zeros(nq, P.RESULT)
-        res["req_id"], res["status"], res["queue_id"] = requests["req_id"], status, requests["queue_id"]
-        res["count"] = counts if consistent else 0
-        phys_all = np.full(nr, -1, dtype=np.int64)
-        if ok_req.any() and not self._ensure_files(int(sizes.astype(np.int64).sum())):
+        if ok_req.any() and not self._ensure_files(int(sizes.sum())):
             status[ok_req] = P.SERVICE_NOT_AVAILABLE
             ok_req[:] = False
-            ok_rec[:] = False
-            res["status"] = status
+        phys_all = np.full(len(sizes), -1, dtype=np.int64)
+        qoff = np.zeros(len(requests), dtype=np.int64)
         if ok_req.any():
             qoff = self._queue_offsets(requests, counts, ok_req)
-            idx = np.flatnonzero(ok_rec)
-            src, size = rec_start[idx], sizes[idx].astype(np.int64)
+            idx = np.flatnonzero(np.repeat(ok_req, counts))
+            src, size = rec_start[idx], sizes[idx]
             phys = self._place(size)
             tx = np.repeat(requests["sys_flag"], counts)[idx]
-            self._patch(recs, src, np.repeat(qoff, counts)[idx] + self._rank(counts)[idx], phys,
-                        ts, tx)
+            self._patch(recs, src, np.repeat(qoff, counts)[idx] + self._rank(counts)[idx], phys, ts, tx)
             self._copy(recs, src, size, phys)
             phys_all[idx] = phys
-            first = np.zeros(nq, dtype=np.int64)
-            np.cumsum(counts[:-1], out=first[1:])
-            okq = np.flatnonzero(ok_req)
-            res["queue_offset"][okq] = qoff[okq]
-            res["phys_offset"][okq] = phys_all[first[okq]]
+        q0 = r0 = 0
+        for j, req_j, sizes_j, _ in slabs:
+            q1, r1 = q0 + len(req_j), r0 + len(sizes_j)
+            replies[j] = self._reply(req_j, status[q0:q1], phys_all[r0:r1], (qoff[q0:q1], sizes_j, ts))
+            q0, r0 = q1, r1
+        return replies
+
+    @staticmethod
+    def _reply(requests, status, phys, placed=None):
+        """PUT_RESULT of one slab: its requests' results, then every record's physical offset.
+        ``placed`` = (queue offsets, record sizes, store timestamp) when the slab was consistent;
+        then each result carries its request's record count, so the client can split ``phys``."""
+        nq = len(requests)
+        res = np.zeros(nq, P.RESULT)
+        res["req_id"], res["status"], res["queue_id"] = requests["req_id"], status, requests["queue_id"]
+        if placed is not None:
+            qoff, sizes, ts = placed
+            counts = requests["count"].astype(np.int64)
+            res["count"] = counts
+            okq = np.flatnonzero(status == P.SUCCESS)
+            first = np.cumsum(counts) - counts
             last = first[okq] + counts[okq] - 1
-            res["end_offset"][okq] = phys_all[last] + sizes[last]
+            res["queue_offset"][okq] = qoff[okq]
+            res["phys_offset"][okq] = phys[first[okq]]
+            res["end_offset"][okq] = phys[last] + sizes[last]
             res["store_ts"][okq] = ts
         head = np.zeros(1, P.RESULT_HEAD)
-        head[0] = (nq, nr)
-        return P.PUT_RESULT, [head, res, phys_all]
+        head[0] = (nq, len(phys))
+        return P.PUT_RESULT, [head, res, phys]
 
     def _ensure_files(self, nbytes: int) -> bool:
         """Create every CommitLog file the next ``nbytes`` may reach (plus one roll), before any
@@ -245,10 +279,6 @@ class WriterService:
             status[:] = P.SERVICE_NOT_AVAILABLE
             return status
         if nq == 0:
-            return status
-        if counts.sum() != len(sizes) or (counts <= 0).any() or int(sizes.astype(np.int64).sum()) != len(recs):
-            log.error("slab whose request counts and record sizes disagree: refused whole")
-            status[:] = P.SYSTEM_ERROR
             return status
         n_topics = self.sh.topic_count()
         meta = self.sh.views["topic_meta"]

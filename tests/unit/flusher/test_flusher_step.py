@@ -25,11 +25,11 @@ def test_group_commit_releases_every_covered_waiter_with_one_flush(tmp_path):
     try:
         w = WriterService(cfg, sh).open()
         a, b = RingClient(cfg, sh).open(), RingClient(cfg, sh).open()
-        ids_a = a.submit([PutRequest("TBW102", 0, [b"a" * 100], [{}])])
-        ids_b = b.submit([PutRequest("TBW102", 1, [b"b" * 100], [{}])])
+        ticket_a = a.submit([PutRequest("TBW102", 0, [b"a" * 100], [{}])])
+        ticket_b = b.submit([PutRequest("TBW102", 1, [b"b" * 100], [{}])])
         while w.step():
             pass
-        ra, rb = a.collect(ids_a, 1)[0], b.collect(ids_b, 1)[0]
+        ra, rb = a.collect(ticket_a, 1)[0], b.collect(ticket_b, 1)[0]
         sh.slots[a.slot, S.FLUSH_WAIT] = ra.end_offset
         sh.slots[b.slot, S.FLUSH_WAIT] = rb.end_offset
         a.waker.wait(0)
@@ -63,19 +63,19 @@ def test_async_flush_waits_for_least_pages_unless_someone_waits(tmp_path):
         c = RingClient(cfg, sh).open()
         f = FlusherService(cfg, sh).open()
         assert os.path.exists(os.path.join(cfg.root, "abort"))
-        ids = c.submit([PutRequest("TBW102", 0, [b"x" * 100], [{}])])
+        ticket = c.submit([PutRequest("TBW102", 0, [b"x" * 100], [{}])])
         while w.step():
             pass
-        r = c.collect(ids, 1)[0]
+        r = c.collect(ticket, 1)[0]
         assert not f.flush_commitlog(force=False)                  # 1 dirty page < 4
         sh.slots[c.slot, S.FLUSH_WAIT] = r.end_offset
         assert f.flush_commitlog(force=False)                      # a waiter forces it
         assert int(sh.control[C.FLUSHED]) == r.end_offset
         sh.slots[c.slot, S.FLUSH_WAIT] = 0
-        ids = c.submit([PutRequest("TBW102", 0, [b"y" * 3000], [{}]) for _ in range(8)])
+        ticket = c.submit([PutRequest("TBW102", 0, [b"y" * 3000], [{}]) for _ in range(8)])
         while w.step():
             pass
-        c.collect(ids, 1)
+        c.collect(ticket, 1)
         assert f.flush_commitlog(force=False)                      # >= 4 dirty pages now
         f.close()                      # nothing was dispatched: abort stays, next start recovers
         assert os.path.exists(os.path.join(cfg.root, "abort"))

@@ -36,11 +36,11 @@ def test_full_disk_refuses_cleanly_and_loses_nothing(small_fs):
         c = RingClient(cfg, sh).open()
         acked, refused = [], []
         for i in range(200):
-            ids = c.submit([PutRequest("TBW102", 0, [f"m{i}-".encode() * 1000], [{"UNIQ_KEY": f"U{i:04d}"}])
+            ticket = c.submit([PutRequest("TBW102", 0, [f"m{i}-".encode() * 1000], [{"UNIQ_KEY": f"U{i:04d}"}])
                             for _ in range(4)])
             while w.step():
                 pass
-            for r in c.collect(ids, 1):
+            for r in c.collect(ticket, 1):
                 (acked if r.ok else refused).append(r)
             if refused:
                 break

@@ -24,10 +24,10 @@ def put(w, c, reqs):
     """Submit in chunks that fit the request ring (no writer process drains it meanwhile)."""
     out = []
     for i in range(0, len(reqs), 20):
-        ids = c.submit(reqs[i:i + 20])
+        ticket = c.submit(reqs[i:i + 20])
         while w.step():
             pass
-        out += c.collect(ids, timeout=1)
+        out += c.collect(ticket, timeout=1)
     return out
 
 
@@ -69,12 +69,11 @@ def test_writer_rechecks_records_it_is_handed(rig):
     """A slab whose record claims another size (a broken producer) is refused, not stored."""
     cfg, sh, w, d, c = rig
     arr, sizes, recs, _ = c.encode([PutRequest("TBW102", 0, [b"ok"], [{}])])
-    arr["req_id"] = c.new_ids(1)
     broken = bytearray(recs)
     broken[0:4] = struct.pack(">i", len(recs) + 8)
-    c.submit_encoded(arr, sizes, bytes(broken))
+    t = c.submit_encoded(arr, sizes, bytes(broken))
     w.step()
-    assert c.collect(arr["req_id"].tolist(), 1)[0].status == P.MESSAGE_ILLEGAL
+    assert c.collect(t, 1)[0].status == P.MESSAGE_ILLEGAL
     assert int(sh.control[C.WRITTEN]) == 0
 
 
@@ -101,9 +100,7 @@ def test_journal_releases_rings_of_a_committed_batch(rig):
 
 def push_raw(c, req, sizes, records):
     """What a broken producer would do: a hand-built slab straight into the ring."""
-    for rid in req["req_id"].tolist():
-        c.pending[rid] = None
-    assert c.requests.try_push(P.PUT, P.slab_parts(req, sizes, records))
+    return c.push_slab(req, sizes, records)
 
 
 def test_malformed_slabs_are_refused_and_the_writer_lives_on(rig):
@@ -111,15 +108,15 @@ def test_malformed_slabs_are_refused_and_the_writer_lives_on(rig):
     import numpy as np
     cfg, sh, w, d, c = rig
     req = np.zeros(1, P.REQUEST)
-    req[0] = (c.new_ids(1)[0], 1, 0, 0, 1, 0, 0)
-    push_raw(c, req, np.array([5], "<u4"), b"tiny!")
+    req[0] = (0, 1, 0, 0, 1, 0, 0)
+    t = push_raw(c, req, np.array([5], "<u4"), b"tiny!")
     w.step()
-    assert c.collect(req["req_id"].tolist(), 1)[0].status == P.MESSAGE_ILLEGAL
-    req[0] = (c.new_ids(1)[0], 1, 0, 0, 3, 0, 0)           # says 3 records, carries 1
+    assert c.collect(t, 1)[0].status == P.MESSAGE_ILLEGAL
+    req[0] = (0, 1, 0, 0, 3, 0, 0)                          # says 3 records, carries 1
     _arr, sizes, recs, _ = c.encode([PutRequest("TBW102", 0, [b"x"], [{}])])
-    push_raw(c, req, sizes, recs)
+    t = push_raw(c, req, sizes, recs)
     w.step()
-    assert c.collect(req["req_id"].tolist(), 1)[0].status == P.SYSTEM_ERROR
+    assert c.collect(t, 1)[0].status == P.SYSTEM_ERROR
     push_raw(c, np.zeros(0, P.REQUEST), np.zeros(0, "<u4"), b"")
     assert w.step()
     ring = sh.request_rings[c.slot]
@@ -135,10 +132,10 @@ def test_many_tiny_requests_are_split_so_every_reply_fits(tmp_path):
     cfg = small_config(tmp_path / "store", "r", ringResponseBytes=64 * 1024)   # 256 replies per slab
     with running_store(cfg) as (sh, w, d, c):
         n = 1000
-        ids = c.submit([PutRequest("TBW102", i % 4, [b"t"], [{}]) for i in range(n)])
+        ticket = c.submit([PutRequest("TBW102", i % 4, [b"t"], [{}]) for i in range(n)])
         assert sh.request_rings[c.slot].used() > 0
         while w.step():           # the writer only takes what the 64 KiB reply ring can answer
             c.poll()
-        res = c.collect(ids, 1)
+        res = c.collect(ticket, 1)
         assert all(r.ok for r in res)
         assert sorted(r.queue_offset for r in res if r.queue_id == 0) == list(range(n // 4))
