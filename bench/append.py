@@ -33,7 +33,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def producer(conf: str, seconds: float, slab: int, window: int, body_size: int, sync: bool, out) -> None:
-
     from appliance import config
     from shm.state import SharedState
     from writer.client import PutRequest, RingClient

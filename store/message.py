@@ -3,7 +3,7 @@
 Every role that touches record bytes uses this module: the producer side encodes a record with
 placeholders (queue offset, physical offset, store timestamp), the writer patches those three
 fields in place (``QUEUE_OFFSET_AT``, ``PHYS_OFFSET_AT``, ``store_ts_at``), and the dispatcher,
-readers, recovery and Spark decode with ``RecordView``/``check_record``.
+readers, recovery and Spark decode with ``decode_record``/``check_record``.
 
 Stored record (IPv4 hosts; each V6 host field grows by 12 bytes):
 

@@ -28,10 +28,6 @@ from writer import protocol as P
 EPOCH_SHIFT = 40
 
 
-class WriterRestarted(Exception):
-    """The writer restarted with requests of ours in flight: their outcome is unknown."""
-
-
 class NoFreeSlot(Exception):
     pass
 

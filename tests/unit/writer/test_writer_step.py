@@ -139,3 +139,19 @@ def test_many_tiny_requests_are_split_so_every_reply_fits(tmp_path):
         res = c.collect(ticket, 1)
         assert all(r.ok for r in res)
         assert sorted(r.queue_offset for r in res if r.queue_id == 0) == list(range(n // 4))
+
+
+def test_a_writer_restart_fails_what_was_in_flight_as_unknown(rig):
+    """Replies to slabs in flight when the writer restarts may never come: the ticket says so
+    instead of hanging, and the client goes on with the new writer."""
+    cfg, sh, w, d, c = rig
+    ticket = c.submit([PutRequest("TBW102", 0, [b"a"], [{}]), PutRequest("TBW102", 1, [b"b", b"c"], [{}, {}])])
+    while d.step():
+        pass
+    w.close()
+    w2 = WriterService(cfg, sh).open()                     # a new writer epoch
+    res = c.collect(ticket, 1)
+    assert [r.status for r in res] == [P.SYSTEM_ERROR] * 2
+    assert all("outcome unknown" in r.remark for r in res)
+    assert put(w2, c, [PutRequest("TBW102", 0, [b"d"], [{}])])[0].ok
+    w2.close()

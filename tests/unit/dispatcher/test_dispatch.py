@@ -1,0 +1,83 @@
+"""The dispatcher's vectorized pass checked against a plain per-record reading of the same
+records (store/message.py's parser and Java's hash one string at a time): queue slots, tag codes,
+delivery times of delayed messages, transaction records left out, and every index key."""
+import numpy as np
+
+from readers.storeview import StoreView
+from shm.layout import C
+from store import indexfile, message
+from store.javahash import index_key_hash, string_hash
+from tests.unit.writer.rig import running_store, small_config
+from writer.client import PutRequest
+from writer.topics import topic_config
+
+PREPARED, ROLLBACK = message.TX_PREPARED, message.TX_ROLLBACK
+
+
+def _requests():
+    """Two topics whose names hash alike ("Aa" and "BB"), keys with spaces and non-ASCII, empty and
+    repeated properties, delayed messages, and prepared/rollback transaction records."""
+    out = []
+    for i in range(120):
+        topic = ("Aa", "BB", "TBW102")[i % 3]
+        props = {"UNIQ_KEY": f"U{i:05d}", "TAGS": ("TagA", "TagB", "标签", "")[i % 4],
+                 "KEYS": ("k%d" % i, " a%d  b%d " % (i, i), "键%d" % i, "")[i % 4]}
+        out.append(PutRequest(topic, i % 2, [b"m%d" % i], [props],
+                              sys_flag=PREPARED if i % 17 == 5 else ROLLBACK if i % 19 == 7 else 0))
+    for level, i in ((1, 200), (3, 201), (99, 202), (0, 203)):
+        out.append(PutRequest("SCHEDULE_TOPIC_XXXX", 0, [b"d"], [{"DELAY": str(level), "TAGS": "TagD",
+                                                                   "UNIQ_KEY": f"D{i}"}]))
+    return out
+
+
+def test_dispatch_matches_a_per_record_reading(tmp_path):
+    cfg = small_config(tmp_path / "store", "d", mappedFileSizeCommitLog=1 << 20)
+    with running_store(cfg) as (sh, w, d, c):
+        for name in ("Aa", "BB"):
+            w.topics.upsert(topic_config(name, 2, 2))
+        assert string_hash("Aa") == string_hash("BB")
+        reqs = _requests()
+        results = []
+        for i in range(0, len(reqs), 40):
+            ticket = c.submit(reqs[i:i + 40])
+            while w.step():
+                pass
+            results += c.collect(ticket, 1)
+        assert all(r.ok for r in results)
+        while d.step():
+            pass
+        assert int(sh.control[C.DISPATCHED]) == int(sh.control[C.WRITTEN])
+
+        view = StoreView(cfg, sh).open()
+        expect_queue, expect_keys = {}, []
+        levels = cfg.delay_levels_ms
+        for req, res in zip(reqs, results):
+            phys = res.phys_offsets[0]
+            rec = message.decode_record(bytes(view.record(phys)))
+            props = rec.properties
+            tx = req.sys_flag & message.TX_MASK
+            if tx not in (PREPARED, ROLLBACK):
+                tag = string_hash(props["TAGS"]) if props.get("TAGS") else 0
+                delay = int(props.get("DELAY", "0"))
+                if req.topic == "SCHEDULE_TOPIC_XXXX" and delay > 0:
+                    tag = rec.store_ts + levels[min(delay, len(levels)) - 1]
+                expect_queue.setdefault((req.topic, req.queue_id), []).append((phys, rec.total_size, tag))
+            if tx != ROLLBACK:
+                keys = [props["UNIQ_KEY"]] + [k for k in props.get("KEYS", "").split(" ") if k]
+                expect_keys += [(f"{req.topic}#{k}", phys) for k in keys]
+
+        for (topic, qid), want in expect_queue.items():
+            got = view.entries(topic, qid, 0, 1000)
+            assert [(int(e["phys"]), int(e["size"]), int(e["tags"])) for e in got] == want, (topic, qid)
+        assert view.entries("Aa", 0, 0, 1000)[0]["phys"] != view.entries("BB", 0, 0, 1000)[0]["phys"]
+
+        idx = indexfile.IndexFile(indexfile.list_index_files(cfg.index_dir)[-1], cfg.maxHashSlotNum,
+                                  cfg.maxIndexNum, False).open()
+        assert idx.h("index_count") == len(expect_keys) + 1
+        entries = idx.entries[1:len(expect_keys) + 1]
+        assert entries["phys"].tolist() == [p for _, p in expect_keys]        # record order kept
+        assert entries["hash"].tolist() == [index_key_hash(k) for k, _ in expect_keys]
+        for key, phys in expect_keys[::7]:
+            assert phys in idx.lookup(index_key_hash(key), 0, 1 << 62, 64)
+        idx.mf.close()
+        view.close()
