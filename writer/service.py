@@ -1,10 +1,10 @@
 """The writer: the only process that appends to the CommitLog.
 
-One pass (``step``) drains every non-empty request ring (up to ``writerBatchBytes`` each), and for
-each slab of requests, with a handful of numpy operations over the whole slab:
-validates (topic, queue id, record sizes and magic), finds each request's queue slot, assigns
-queue offsets (dense per queue), physical offsets (rolling files, BLANK-padding the tail of a full
-file), the store timestamp, patches those fields into the records in place in the ring, and copies
+One pass (``step``) drains every non-empty request ring (up to ``writerBatchBytes`` each) and
+appends all the PUT slabs it took as one batch, with a handful of numpy operations over all their
+requests and records: validates (topic, queue id, record sizes and magic), finds each request's
+queue slot, assigns queue offsets (dense per queue), physical offsets (rolling files, BLANK-padding
+the tail of a full file), the store timestamp, patches those fields into the records, and copies
 them into the mmap in as few runs as possible.  Then the commit point, in this order:
 
     1. journal_written = -1; each drained slot's journal_read_pos = its new ring position
