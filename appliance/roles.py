@@ -3,9 +3,15 @@ stops them.  The same entry point serves systemd units and the embedded supervis
 
 Each role process: load config, attach the shared state, ``open`` its service, loop ``run`` until
 SIGTERM/SIGINT (which set the stop flag and post the role's own waker), ``close``, exit 0.
+
+Under the embedded supervisor (``ROCKETBOX_SUPERVISOR`` = its pid) a role ignores SIGINT — a
+Ctrl-C reaches the whole terminal process group, and the stop must go role by role in the
+supervisor's order — and asks the kernel for SIGTERM if the supervisor dies, so no role outlives it.
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import logging
 import os
 import signal
@@ -34,6 +40,10 @@ def _flusher(cfg, sh):
 ROLES = {"flusher": _flusher, "dispatcher": _dispatcher, "writer": _writer}
 
 
+SUPERVISED_ENV = "ROCKETBOX_SUPERVISOR"
+_PR_SET_PDEATHSIG = 1
+
+
 def pid_path(cfg, role: str) -> str:
     return os.path.join(cfg.run_dir, f"{role}.pid")
 
@@ -51,7 +61,14 @@ def run_role(role: str, cfg) -> int:
         waker.post()
 
     signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    supervisor = int(os.environ.get(SUPERVISED_ENV, "0"))
+    if supervisor:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != supervisor:             # it died before the prctl took effect
+            stop(None, None)
+    else:
+        signal.signal(signal.SIGINT, stop)
     os.makedirs(cfg.run_dir, exist_ok=True)
     with open(pid_path(cfg, role), "w") as f:
         f.write(f"{os.getpid()}\n")

@@ -18,7 +18,7 @@ import sys
 import time
 
 from appliance import recovery
-from appliance.roles import ROLES, pid_path
+from appliance.roles import SUPERVISED_ENV, ROLES, pid_path
 from shm.layout import C
 from shm.state import SharedState
 
@@ -64,7 +64,8 @@ class Supervisor:
             self._spawn(role)
 
     def _spawn(self, role: str) -> None:
-        self.procs[role] = subprocess.Popen(self._cmd(role))
+        env = dict(os.environ, **{SUPERVISED_ENV: str(os.getpid())})
+        self.procs[role] = subprocess.Popen(self._cmd(role), env=env)
         log.info("started %s (pid %d)", role, self.procs[role].pid)
 
     def watch(self) -> None:

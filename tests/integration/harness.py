@@ -41,8 +41,8 @@ class Appliance:
                               cwd=ROOT, capture_output=True, text=True, timeout=60)
 
     def start(self, timeout: float = 20) -> "Appliance":
-        self.proc = subprocess.Popen([sys.executable, "-m", "appliance", "start", "-c", self.conf],
-                                     cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen([sys.executable, "-m", "appliance", "start", "-c", self.conf], cwd=ROOT,
+                                     stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -62,6 +62,13 @@ class Appliance:
 
     def stop(self, timeout: float = 60) -> int:
         self.proc.send_signal(signal.SIGTERM)
+        rc = self.proc.wait(timeout)
+        self.proc = None
+        return rc
+
+    def ctrl_c(self, timeout: float = 60) -> int:
+        """SIGINT to the appliance's whole process group, as a terminal's Ctrl-C does."""
+        os.killpg(self.proc.pid, signal.SIGINT)
         rc = self.proc.wait(timeout)
         self.proc = None
         return rc

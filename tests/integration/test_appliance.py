@@ -72,3 +72,33 @@ def test_bad_config_stops_start_with_file_line_key_value(tmp_path):
     r = subprocess.run([sys.executable, "-m", "appliance", "status", "-c", str(conf)], cwd=ROOT,
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "unknown key 'brokerNmae'" in r.stderr and f"{conf}:1" in r.stderr
+
+
+def test_ctrl_c_stops_role_by_role_and_roles_never_outlive_the_supervisor(appliance_factory):
+    import signal
+    import time
+
+    import psutil
+    app = appliance_factory().start()
+    ack = os.path.join(app.dir, "acks")
+    p = start_producer(app, "a", "TBW102", 200, 2, ack)
+    assert p.wait(60) == 0, p.stderr.read()
+    assert app.ctrl_c() == 0                       # every process of the group got SIGINT
+    log = app.log_text()
+    assert "finish the stop" not in log and "ERROR" not in log, log[-2000:]
+    assert not os.path.exists(os.path.join(app.cfg.root, "abort"))
+    assert not [n for n in os.listdir("/dev/shm") if app.cfg.shmPrefix[1:] in n]
+    assert check(app.cfg).clean and sum(stored_keys(app.cfg).values()) == 200
+
+    app.start()                                    # now the supervisor alone dies
+    roles = psutil.Process(app.proc.pid).children()
+    assert len(roles) == 3
+    os.kill(app.proc.pid, signal.SIGKILL)
+    app.proc.wait()
+    app.proc = None
+    gone, alive = psutil.wait_procs(roles, timeout=20)
+    assert not alive                               # each was told (SIGTERM) and stopped
+    app.start()                                    # and the next start recovers
+    assert app.log_text().count("recovered (") == 3
+    assert app.stop() == 0
+    assert check(app.cfg).clean and sum(stored_keys(app.cfg).values()) == 200
