@@ -1,0 +1,214 @@
+"""The remoting frame codec, sans-IO: bytes in, ``Command`` objects out, and back (FACTS §1).
+
+    frame:   i32 frameLength (bytes after this field) | i32 (serializeType << 24 | headerLen)
+             | header (headerLen bytes) | body
+    type 0:  JSON header {code, extFields, flag, language, opaque, remark, version, ...}
+    type 1:  ROCKETMQ binary header (``_BIN_FIXED`` then remark, then the extFields map)
+
+``Decoder.feed`` takes whatever a read returned (partial frames, several frames at once) and
+returns the whole commands it completes.  Bytes that are not a frame raise ``FrameError`` — the
+peer's mistake; its connection should be closed — and nothing else ever escapes the decoder.
+``encode`` writes a command in the serialization it names (a response uses its request's).
+
+Real clients disagree on dialect (``captures/README.md``): extFields values arrive as strings,
+numbers or booleans and are normalized to strings (Java's Map<String, String>); ``language`` as
+a name or an ordinal, kept as the name.  Never imports asyncio or sockets.
+"""
+from __future__ import annotations
+
+import json
+import struct
+
+from remoting.codes import SERVER_VERSION, LanguageCode, ResponseCode
+
+MAX_FRAME = 16 * 1024 * 1024      # Netty LengthFieldBasedFrameDecoder limit, length field included
+JSON, ROCKETMQ = 0, 1             # serialize types
+RPC_RESPONSE, RPC_ONEWAY = 0x1, 0x2
+
+_PREFIX = struct.Struct(">ii")    # frameLength, headerLenAndType
+_BIN_FIXED = struct.Struct(">hBhiii")   # code i16, language u8, version i16, opaque i32, flag i32, remarkLen i32
+assert _BIN_FIXED.size == 17
+_I16, _I32 = struct.Struct(">h"), struct.Struct(">i")
+_LANG_NAMES = {m.value: m.name for m in LanguageCode}
+
+
+class FrameError(Exception):
+    """Bytes from the peer that are not a remoting frame; the connection cannot continue."""
+
+
+class Command:
+    """One request or response.  ``ext`` is extFields (str -> str); ``body`` raw bytes."""
+    __slots__ = ("code", "language", "version", "opaque", "flag", "remark", "ext", "body", "serialize_type")
+
+    def __init__(self, code: int, ext: dict | None = None, body: bytes = b"", *, opaque: int = 0, flag: int = 0,
+                 remark: str | None = None, language: str = "PYTHON", version: int = SERVER_VERSION,
+                 serialize_type: int = JSON):
+        self.code, self.ext, self.body = code, ext if ext is not None else {}, body
+        self.opaque, self.flag, self.remark = opaque, flag, remark
+        self.language, self.version, self.serialize_type = language, version, serialize_type
+
+    @property
+    def is_response(self) -> bool:
+        return bool(self.flag & RPC_RESPONSE)
+
+    @property
+    def is_oneway(self) -> bool:
+        return bool(self.flag & RPC_ONEWAY)
+
+    def response(self, code: int = ResponseCode.SUCCESS, remark: str | None = None, ext: dict | None = None,
+                 body: bytes = b"") -> "Command":
+        """The reply to this request: same opaque and serialization, the response flag set."""
+        return Command(code, ext, body, opaque=self.opaque, flag=RPC_RESPONSE, remark=remark,
+                       language="JAVA", serialize_type=self.serialize_type)
+
+    def __repr__(self) -> str:
+        kind = "response" if self.is_response else "oneway" if self.is_oneway else "request"
+        return f"Command({kind} code={self.code} opaque={self.opaque} ext={self.ext} body={len(self.body)}B)"
+
+
+# ---------------------------------------------------------------- decode
+
+def _ext_value(v) -> str:
+    if isinstance(v, str):
+        return v
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return str(int(v)) if isinstance(v, int) or v.is_integer() else repr(v)
+    return json.dumps(v, separators=(",", ":"))
+
+
+def _int(v, what: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, str)):
+        raise FrameError(f"header field {what} is {type(v).__name__}, not an integer")
+    try:
+        return int(v)
+    except ValueError:
+        raise FrameError(f"header field {what} is {v!r}, not an integer") from None
+
+
+def _language(v) -> str:
+    if isinstance(v, str):
+        return v
+    return _LANG_NAMES.get(_int(v, "language"), "OTHER")
+
+
+def _json_header(raw: bytes) -> Command:
+    try:
+        h = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise FrameError(f"JSON header does not parse: {e}") from None
+    if not isinstance(h, dict) or "code" not in h:
+        raise FrameError("JSON header is not an object with a code")
+    ext = h.get("extFields") or {}
+    if not isinstance(ext, dict):
+        raise FrameError("extFields is not an object")
+    remark = h.get("remark")
+    return Command(_int(h["code"], "code"), {str(k): _ext_value(v) for k, v in ext.items() if v is not None},
+                   opaque=_int(h.get("opaque", 0), "opaque"), flag=_int(h.get("flag", 0), "flag"),
+                   remark=remark if isinstance(remark, str) else None, language=_language(h.get("language", "JAVA")),
+                   version=_int(h.get("version", 0), "version"), serialize_type=JSON)
+
+
+def _binary_header(raw: bytes) -> Command:
+    try:
+        code, lang, version, opaque, flag, remark_len = _BIN_FIXED.unpack_from(raw, 0)
+        at = _BIN_FIXED.size
+        if remark_len < 0 or at + remark_len > len(raw):
+            raise FrameError(f"remark length {remark_len} runs past the header")
+        remark = raw[at:at + remark_len].decode("utf-8") if remark_len else None
+        at += remark_len
+        (ext_len,) = _I32.unpack_from(raw, at)
+        at += 4
+        if ext_len < 0 or at + ext_len > len(raw):
+            raise FrameError(f"extFields length {ext_len} runs past the header")
+        ext, end = {}, at + ext_len
+        while at < end:
+            (klen,) = _I16.unpack_from(raw, at)
+            key = raw[at + 2:at + 2 + klen]
+            at += 2 + klen
+            (vlen,) = _I32.unpack_from(raw, at)
+            val = raw[at + 4:at + 4 + vlen]
+            at += 4 + vlen
+            if klen < 0 or vlen < 0 or at > end:
+                raise FrameError("extFields entry runs past its map")
+            if klen and vlen:
+                ext[key.decode("utf-8")] = val.decode("utf-8")
+    except struct.error as e:
+        raise FrameError(f"binary header too short: {e}") from None
+    except UnicodeDecodeError as e:
+        raise FrameError(f"binary header holds invalid UTF-8: {e}") from None
+    return Command(code, ext, opaque=opaque, flag=flag, remark=remark, language=_LANG_NAMES.get(lang, "OTHER"),
+                   version=version, serialize_type=ROCKETMQ)
+
+
+_HEADER_READERS = {JSON: _json_header, ROCKETMQ: _binary_header}
+
+
+def decode_frame(frame: bytes) -> Command:
+    """One frame without its 4-byte length prefix."""
+    if len(frame) < 4:
+        raise FrameError(f"frame of {len(frame)} bytes has no header length")
+    (lt,) = _I32.unpack_from(frame, 0)
+    stype, hlen = (lt >> 24) & 0xFF, lt & 0xFFFFFF
+    if hlen > len(frame) - 4:
+        raise FrameError(f"header length {hlen} runs past the {len(frame)}-byte frame")
+    reader = _HEADER_READERS.get(stype)
+    if reader is None:
+        raise FrameError(f"unknown serialize type {stype}")
+    cmd = reader(bytes(frame[4:4 + hlen]))
+    cmd.body = bytes(frame[4 + hlen:])
+    return cmd
+
+
+class Decoder:
+    """Frames out of a byte stream.  After a ``FrameError`` the stream is unusable."""
+
+    def __init__(self, max_frame: int = MAX_FRAME):
+        self.buf = bytearray()
+        self.max_frame = max_frame
+
+    def feed(self, data: bytes) -> list[Command]:
+        self.buf += data
+        out, at, buf = [], 0, self.buf
+        while len(buf) - at >= 4:
+            (length,) = _I32.unpack_from(buf, at)
+            if length < 4 or length + 4 > self.max_frame:
+                raise FrameError(self._bad_length(length, buf[at:at + 16]))
+            if len(buf) - at - 4 < length:
+                break
+            out.append(decode_frame(memoryview(buf)[at + 4:at + 4 + length]))
+            at += 4 + length
+        del buf[:at]
+        return out
+
+    def _bad_length(self, length: int, head: bytes) -> str:
+        if head.startswith(b"PRI * HTTP/2"):
+            return "HTTP/2 preface, not a remoting frame (a RocketMQ 5.x gRPC client?)"
+        if length < 4:
+            return f"frame length {length} is too small for a header"
+        return f"frame length {length} exceeds the {self.max_frame}-byte limit (first bytes {bytes(head[:8]).hex()})"
+
+
+# ---------------------------------------------------------------- encode
+
+def _json_bytes(cmd: Command) -> bytes:
+    h = {"code": cmd.code, "extFields": cmd.ext, "flag": cmd.flag, "language": cmd.language,
+         "opaque": cmd.opaque, "serializeTypeCurrentRPC": "JSON", "version": cmd.version}
+    if cmd.remark is not None:
+        h["remark"] = cmd.remark
+    return json.dumps(h, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _binary_bytes(cmd: Command) -> bytes:
+    remark = cmd.remark.encode("utf-8") if cmd.remark else b""
+    ext = b"".join(_I16.pack(len(k)) + k + _I32.pack(len(v)) + v
+                   for k, v in ((k.encode("utf-8"), str(v).encode("utf-8")) for k, v in cmd.ext.items() if v is not None))
+    lang = LanguageCode[cmd.language].value if cmd.language in LanguageCode.__members__ else LanguageCode.OTHER.value
+    return (_BIN_FIXED.pack(cmd.code, lang, cmd.version, cmd.opaque, cmd.flag, len(remark)) + remark
+            + _I32.pack(len(ext)) + ext)
+
+
+def encode(cmd: Command) -> bytes:
+    header = _binary_bytes(cmd) if cmd.serialize_type == ROCKETMQ else _json_bytes(cmd)
+    return _PREFIX.pack(4 + len(header) + len(cmd.body), (cmd.serialize_type << 24) | len(header)) + header + cmd.body

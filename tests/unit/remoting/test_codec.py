@@ -1,0 +1,119 @@
+"""The frame codec fed every capture from real clients whole, byte by byte and with trailing
+bytes; golden bytes from FACTS §1.3; garbage raises FrameError and nothing else."""
+import glob
+import json
+import os
+import random
+import struct
+
+import pytest
+
+from remoting import codec
+from remoting.codec import Command, Decoder, FrameError
+
+CAPTURES = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "../../../../shared/captures/*.bin")))
+REMOTING = [p for p in CAPTURES if "h2c" not in p]
+
+
+def _read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def test_there_are_captures():
+    assert len(REMOTING) >= 20
+
+
+@pytest.mark.parametrize("path", REMOTING, ids=os.path.basename)
+def test_capture_whole_bytewise_and_with_trailing_bytes(path):
+    raw = _read(path)
+    code = int(os.path.basename(path).split("__")[1].split("_")[0])
+    (whole,) = Decoder().feed(raw)
+    assert whole.code == code and not whole.is_response
+    d, got = Decoder(), []
+    for i in range(len(raw)):
+        got += d.feed(raw[i:i + 1])
+    assert len(got) == 1 and got[0].ext == whole.ext and got[0].body == whole.body
+    d = Decoder()
+    two = d.feed(raw + raw + raw[:7])                 # coalesced frames and the start of a third
+    assert len(two) == 2 and two[1].opaque == whole.opaque and bytes(d.buf) == raw[:7]
+    assert all(isinstance(v, str) for v in whole.ext.values())
+    # what we encode decodes to the same command, in either serialization (the binary one, like
+    # Java's, reads an empty string as null and drops the entry)
+    for stype in (codec.JSON, codec.ROCKETMQ):
+        whole.serialize_type = stype
+        (again,) = Decoder().feed(codec.encode(whole))
+        ext = whole.ext if stype == codec.JSON else {k: v for k, v in whole.ext.items() if v}
+        assert (again.code, again.opaque, again.flag, again.ext, again.body, again.language) == \
+               (whole.code, whole.opaque, whole.flag, ext, whole.body, whole.language)
+
+
+def test_dialects_are_normalized_to_strings_and_names():
+    by_name = {os.path.basename(p): Decoder().feed(_read(p))[0] for p in REMOTING}
+    cpp = by_name["cpp-rocketmq044__10_SEND_MESSAGE.bin"]
+    assert cpp.ext["queueId"] == "0" and cpp.ext["defaultTopicQueueNums"] == "4" and cpp.language == "CPP"
+    assert cpp.body == b"hello from rocketmq 0.4.4"
+    java_bin = by_name["java-4.9.8-ROCKETMQser__105_GET_ROUTEINFO_BY_TOPIC.bin"]
+    assert java_bin.serialize_type == codec.ROCKETMQ and java_bin.ext["topic"] and java_bin.language == "JAVA"
+
+
+def test_golden_binary_header_from_facts():
+    cmd = Command(105, {"topic": "T"}, opaque=1, language="PYTHON", version=401, serialize_type=codec.ROCKETMQ)
+    want = bytes.fromhex("00000025" "01000021" "0069" "03" "0191" "00000001" "00000000" "00000000" "0000000C"
+                         "0005") + b"topic" + bytes.fromhex("00000001") + b"T"
+    assert codec.encode(cmd) == want
+    (back,) = Decoder().feed(want)
+    assert (back.code, back.language, back.version, back.opaque, back.ext, back.remark) == (105, "PYTHON", 401, 1, {"topic": "T"}, None)
+
+
+def test_response_keeps_opaque_and_serialization():
+    req = Command(34, opaque=77, serialize_type=codec.ROCKETMQ)
+    resp = req.response(3, "request type 34 not supported")
+    assert resp.is_response and resp.opaque == 77 and resp.serialize_type == codec.ROCKETMQ
+    raw = codec.encode(Command(10, opaque=5).response(0, ext={"msgId": "X", "queueId": "1"}))
+    header = json.loads(raw[8:8 + (struct.unpack(">i", raw[4:8])[0] & 0xFFFFFF)])
+    assert header["flag"] == 1 and header["opaque"] == 5 and header["extFields"] == {"msgId": "X", "queueId": "1"}
+
+
+@pytest.mark.parametrize("raw, words", [
+    (struct.pack(">i", 16 * 1024 * 1024 + 1) + b"x" * 8, "exceeds"),
+    (struct.pack(">i", 2) + b"xx", "too small"),
+    (struct.pack(">ii", 8, 100) + b"abcd", "runs past"),
+    (struct.pack(">ii", 8, (7 << 24) | 4) + b"abcd", "serialize type 7"),
+    (struct.pack(">ii", 9, 5) + b"{nope", "does not parse"),
+    (struct.pack(">ii", 8, 4) + b"[1] ", "not an object"),
+    (struct.pack(">ii", 25, (1 << 24) | 21) + struct.pack(">hBhiii", 10, 0, 0, 0, 0, 999) + b"\0\0\0\0", "remark length"),
+    (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "HTTP/2"),
+])
+def test_malformed_frames_raise_frame_error_naming_the_problem(raw, words):
+    with pytest.raises(FrameError, match=words):
+        Decoder().feed(raw)
+
+
+def test_h2c_preface_capture_is_refused():
+    (path,) = [p for p in CAPTURES if "h2c" in p]
+    with pytest.raises(FrameError, match="HTTP/2"):
+        Decoder().feed(_read(path))
+
+
+def test_garbage_raises_only_frame_error():
+    rnd = random.Random(11)
+    seeds = [_read(p) for p in REMOTING]
+    for i in range(3000):
+        raw = bytearray(rnd.choice(seeds))
+        for _ in range(rnd.randint(1, 6)):
+            raw[rnd.randrange(len(raw))] = rnd.randrange(256)
+        if i % 3 == 0:
+            raw = bytearray(rnd.randbytes(rnd.randint(0, 64)))
+        try:
+            Decoder().feed(bytes(raw))
+        except FrameError:
+            pass
+
+
+def test_the_codec_does_no_io():
+    import remoting.codec as mod
+    import remoting.codes as codes_mod
+    for m in (mod, codes_mod):
+        text = open(m.__file__).read()
+        assert "import asyncio" not in text and "import socket" not in text
