@@ -1,0 +1,114 @@
+"""Custom-header schemas: each request's extFields declared once, decoded by one generic function
+(FACTS §1.6, §3).
+
+Java flattens a header object into extFields as strings; clients differ in dialect, so decoding
+accepts "true"/"TRUE"/"1" as true (the C++ client sends ``batch=1``), decimal integers as ints,
+and SEND_MESSAGE_V2/SEND_BATCH_MESSAGE's one-letter names as the long ones.  A missing required
+field or a value that is not of its type raises ``HeaderError`` with Java's wording; the handler
+answers SYSTEM_ERROR with it as the remark, as a Java broker does.  Unknown keys are ignored.
+"""
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+from remoting.codes import RequestCode as R
+
+S, I, L, B = "S", "I", "L", "B"           # string, int32, int64, boolean
+_RANGES = {I: (-2**31, 2**31 - 1), L: (-2**63, 2**63 - 1)}
+_DECIMAL = re.compile(r"[+-]?\d+")
+
+
+class HeaderError(Exception):
+    """A well-formed request whose header fields are missing or of the wrong type."""
+
+
+class Field(NamedTuple):
+    name: str
+    kind: str
+    required: bool = False
+
+
+def _f(spec: str) -> tuple[Field, ...]:
+    """``"topic:S! queueId:I! subscription:S"`` -> fields; ``!`` marks required (@CFNotNull)."""
+    out = []
+    for item in spec.split():
+        name, kind = item.split(":")
+        out.append(Field(name, kind.rstrip("!"), kind.endswith("!")))
+    return tuple(out)
+
+
+SEND = _f("producerGroup:S! topic:S! defaultTopic:S! defaultTopicQueueNums:I! queueId:I! sysFlag:I! "
+          "bornTimestamp:L! flag:I! properties:S reconsumeTimes:I unitMode:B maxReconsumeTimes:I batch:B bname:S")
+SEND_V2_NAMES = dict(zip("abcdefghijklmn", (f.name for f in SEND)))
+
+SCHEMAS: dict[int, tuple[Field, ...]] = {
+    R.SEND_MESSAGE: SEND,
+    R.SEND_MESSAGE_V2: SEND,
+    R.SEND_BATCH_MESSAGE: SEND,
+    R.SEND_REPLY_MESSAGE: SEND,
+    R.SEND_REPLY_MESSAGE_V2: SEND,
+    R.PULL_MESSAGE: _f("consumerGroup:S! topic:S! queueId:I! queueOffset:L! maxMsgNums:I! sysFlag:I! "
+                       "commitOffset:L! suspendTimeoutMillis:L! subscription:S subVersion:L! expressionType:S"),
+    R.QUERY_CONSUMER_OFFSET: _f("consumerGroup:S! topic:S! queueId:I!"),
+    R.UPDATE_CONSUMER_OFFSET: _f("consumerGroup:S! topic:S! queueId:I! commitOffset:L!"),
+    R.GET_MAX_OFFSET: _f("topic:S! queueId:I!"),
+    R.GET_MIN_OFFSET: _f("topic:S! queueId:I!"),
+    R.GET_EARLIEST_MSG_STORETIME: _f("topic:S! queueId:I!"),
+    R.SEARCH_OFFSET_BY_TIMESTAMP: _f("topic:S! queueId:I! timestamp:L!"),
+    R.VIEW_MESSAGE_BY_ID: _f("offset:L!"),
+    R.QUERY_MESSAGE: _f("topic:S! key:S! maxNum:I! beginTimestamp:L! endTimestamp:L!"),
+    R.GET_CONSUMER_LIST_BY_GROUP: _f("consumerGroup:S!"),
+    R.UNREGISTER_CLIENT: _f("clientID:S! producerGroup:S consumerGroup:S"),
+    R.NOTIFY_CONSUMER_IDS_CHANGED: _f("consumerGroup:S!"),
+    R.UPDATE_AND_CREATE_TOPIC: _f("topic:S! defaultTopic:S! readQueueNums:I! writeQueueNums:I! perm:I! "
+                                  "topicFilterType:S! topicSysFlag:I order:B!"),
+    R.END_TRANSACTION: _f("producerGroup:S! tranStateTableOffset:L! commitLogOffset:L! commitOrRollback:I! "
+                          "fromTransactionCheck:B msgId:S! transactionId:S"),
+    R.CONSUMER_SEND_MSG_BACK: _f("offset:L! group:S! delayLevel:I! originMsgId:S originTopic:S unitMode:B "
+                                 "maxReconsumeTimes:I"),
+    R.GET_ROUTEINFO_BY_TOPIC: _f("topic:S! acceptStandardJsonOnly:B"),
+    R.REGISTER_BROKER: _f("brokerName:S! brokerAddr:S! clusterName:S! haServerAddr:S! brokerId:L! "
+                          "compressed:B bodyCrc32:I"),
+    R.UNREGISTER_BROKER: _f("brokerName:S! brokerAddr:S! clusterName:S! brokerId:L!"),
+    R.PUT_KV_CONFIG: _f("namespace:S! key:S! value:S!"),
+    R.GET_KV_CONFIG: _f("namespace:S! key:S!"),
+    R.DELETE_KV_CONFIG: _f("namespace:S! key:S!"),
+    R.GET_KVLIST_BY_NAMESPACE: _f("namespace:S!"),
+}
+
+
+def _value(field: Field, raw: str):
+    if field.kind == S:
+        return raw
+    if field.kind == B:
+        return raw.strip().lower() in ("true", "1")
+    if not _DECIMAL.fullmatch(raw.strip()):
+        raise HeaderError(f"the custom field <{field.name}> value '{raw[:64]}' is not a number")
+    n = int(raw)
+    lo, hi = _RANGES[field.kind]
+    if not lo <= n <= hi:
+        raise HeaderError(f"the custom field <{field.name}> value {n} is out of range")
+    return n
+
+
+def decode(code: int, ext: dict[str, str]) -> dict:
+    """Typed fields of request ``code``'s header (absent optional fields are None)."""
+    fields = SCHEMAS[code]
+    if code in (R.SEND_MESSAGE_V2, R.SEND_BATCH_MESSAGE, R.SEND_REPLY_MESSAGE_V2):
+        ext = {SEND_V2_NAMES.get(k, k): v for k, v in ext.items()}
+    out = {}
+    for f in fields:
+        raw = ext.get(f.name)
+        if raw is None or (raw == "" and f.kind != S):
+            if f.required:
+                raise HeaderError(f"the custom field <{f.name}> is null")
+            out[f.name] = None
+        else:
+            out[f.name] = _value(f, raw)
+    return out
+
+
+def encode(values: dict) -> dict[str, str]:
+    """A response header as extFields: every non-None value as Java's toString()."""
+    return {k: ("true" if v else "false") if isinstance(v, bool) else str(v) for k, v in values.items() if v is not None}
