@@ -8,12 +8,12 @@ import sys
 import psutil
 
 from appliance import config as config_mod
-from appliance.roles import ROLES, pid_path, run_role
+from appliance.roles import pid_path, roles_for, run_role
 
 
 def _status(cfg) -> int:
     all_up = True
-    for role in ["supervisor", *ROLES]:
+    for role in ["supervisor", *roles_for(cfg)]:
         pid, state = None, "down"
         try:
             with open(pid_path(cfg, role)) as f:

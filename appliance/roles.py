@@ -23,21 +23,51 @@ from shm.state import SharedState
 
 def _writer(cfg, sh):
     from writer.service import WriterService
-    return WriterService(cfg, sh), sh.writer_waker
+    return WriterService(cfg, sh), sh.writer_waker.post
 
 
 def _dispatcher(cfg, sh):
     from dispatcher.service import DispatcherService
-    return DispatcherService(cfg, sh), sh.dispatcher_waker
+    return DispatcherService(cfg, sh), sh.dispatcher_waker.post
 
 
 def _flusher(cfg, sh):
     from flusher.service import FlusherService
-    return FlusherService(cfg, sh), sh.flusher_waker
+    return FlusherService(cfg, sh), sh.flusher_waker.post
 
 
-# start order; stop order is the reverse (writer first, so dispatcher and flusher see the end)
-ROLES = {"flusher": _flusher, "dispatcher": _dispatcher, "writer": _writer}
+def _nameserver(cfg, _sh):
+    from nameserver.service import NameServer
+    host, port = nameserver_address(cfg)
+    ns = NameServer(host, port)
+    return ns, ns.wake
+
+
+# role -> factory(cfg, shared state or None) -> (service, wake); in start order, stop order is the
+# reverse (writer first, so dispatcher and flusher see the end; the name server last)
+ROLES = {"nameserver": _nameserver, "flusher": _flusher, "dispatcher": _dispatcher, "writer": _writer}
+NO_STORE = {"nameserver"}                  # roles that do not attach the store's shared memory
+
+
+def nameserver_address(cfg) -> tuple[str, int]:
+    """The first address of ``namesrvAddr``."""
+    first = cfg.namesrvAddr.split(";")[0].strip()
+    host, _, port = first.rpartition(":")
+    return host, int(port)
+
+
+def roles_for(cfg) -> list[str]:
+    """What ``appliance start`` runs: the store roles, and a name server when the first address
+    in ``namesrvAddr`` is on this host."""
+    out = [r for r in ROLES if r not in NO_STORE]
+    if cfg.namesrvAddr.strip():
+        import psutil
+        host = nameserver_address(cfg)[0]
+        local = {"localhost", "0.0.0.0", cfg.brokerIP1} | {a.address for addrs in psutil.net_if_addrs().values()
+                                                         for a in addrs}
+        if host in local:
+            out.insert(0, "nameserver")
+    return out
 
 
 SUPERVISED_ENV = "ROCKETBOX_SUPERVISOR"
@@ -53,12 +83,12 @@ def run_role(role: str, cfg) -> int:
         print(f"appliance: unknown role '{role}' (roles: {', '.join(ROLES)})", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {role}[%(process)d] %(levelname)s %(message)s")
-    sh = SharedState(cfg.geometry()).attach()
-    service, waker = ROLES[role](cfg, sh)
+    sh = None if role in NO_STORE else SharedState(cfg.geometry()).attach()
+    service, wake = ROLES[role](cfg, sh)
 
     def stop(_sig, _frm):
         service.stop_requested = True
-        waker.post()
+        wake()
 
     signal.signal(signal.SIGTERM, stop)
     supervisor = int(os.environ.get(SUPERVISED_ENV, "0"))
@@ -79,5 +109,6 @@ def run_role(role: str, cfg) -> int:
         finally:
             service.close()
     finally:
-        sh.close()
+        if sh is not None:
+            sh.close()
     return 0

@@ -18,7 +18,7 @@ import sys
 import time
 
 from appliance import recovery
-from appliance.roles import SUPERVISED_ENV, ROLES, pid_path
+from appliance.roles import NO_STORE, ROLES, SUPERVISED_ENV, pid_path, roles_for
 from shm.layout import C
 from shm.state import SharedState
 
@@ -30,7 +30,8 @@ class Supervisor:
     def __init__(self, cfg, config_path: str | None):
         self.cfg, self.config_path = cfg, config_path
         self.procs: dict[str, subprocess.Popen] = {}
-        self.restarts: dict[str, list[float]] = {r: [] for r in ROLES}
+        self.roles = roles_for(cfg)
+        self.restarts: dict[str, list[float]] = {r: [] for r in self.roles}
         self.stop_requested = False
         self.lock_fd = -1
 
@@ -60,7 +61,7 @@ class Supervisor:
         log.info("recovered (%s exit): CommitLog end %d, cut %d bytes, re-dispatched from %d, %d queues",
                  "abnormal" if report.abnormal else "normal", report.end_offset, report.cut_bytes,
                  report.redispatch_from, report.queues)
-        for role in ROLES:
+        for role in self.roles:
             self._spawn(role)
 
     def _spawn(self, role: str) -> None:
@@ -101,12 +102,12 @@ class Supervisor:
     def stop(self) -> int:
         self.sh.control[C.STOPPING] = 1
         rc = 0
-        for role in ROLES:          # a role that is down (crashed, in back-off) finishes the stop too
+        for role in self.roles:     # a store role that is down (crashed, in back-off) finishes the stop too
             p = self.procs.get(role)
-            if p is not None and p.poll() is not None:
+            if role not in NO_STORE and p is not None and p.poll() is not None:
                 log.error("%s exited with %s; starting it to finish the stop", role, p.returncode)
                 self._spawn(role)
-        for role in reversed(list(ROLES)):
+        for role in reversed(self.roles):
             p = self.procs.get(role)
             if p is None or p.poll() is not None:
                 continue

@@ -11,7 +11,7 @@ import pytest
 from remoting import codec
 from remoting.codec import Command, Decoder, FrameError
 
-CAPTURES = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "../../../../shared/captures/*.bin")))
+CAPTURES = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "../../captures/*.bin")))
 REMOTING = [p for p in CAPTURES if "h2c" not in p]
 
 

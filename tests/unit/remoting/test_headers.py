@@ -8,7 +8,7 @@ from remoting import headers
 from remoting.codec import Decoder
 from remoting.headers import HeaderError
 
-CAPTURES = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "../../../../shared/captures/*.bin")))
+CAPTURES = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "../../captures/*.bin")))
 
 
 def _cmds():

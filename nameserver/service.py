@@ -1,0 +1,163 @@
+"""The name server role (``appliance run nameserver``): routes over the remoting protocol.
+
+Handlers (FACTS §3.6, namesrv:processor/DefaultRequestProcessor.java): REGISTER_BROKER (plain or
+zlib-compressed body, optional body CRC), UNREGISTER_BROKER, GET_ROUTEINFO_BY_TOPIC (17 for an
+unknown topic; fastjson's unquoted brokerId keys for clients older than 4.9.4 unless they ask for
+standard JSON), GET_BROKER_CLUSTER_INFO, GET_ALL_TOPIC_LIST_FROM_NAMESERVER and the KV config
+(kept in memory).  Any other code is answered REQUEST_CODE_NOT_SUPPORTED — a Java name server
+stays silent, which only makes clients wait for their time-out.  Brokers that stop registering
+expire after 120 s (scanned every 10 s).  Several name servers run independently: each broker
+registers with all of them.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import struct
+import time
+import zlib
+
+from net.server import RemotingServer
+from nameserver.routes import RouteTable
+from remoting import headers
+from remoting.codes import V4_9_4, RequestCode as R, ResponseCode as RC
+from store.configfile import loads_tolerant
+
+log = logging.getLogger("rocketbox.nameserver")
+SCAN_S = 10.0
+_I32 = struct.Struct(">i")
+_QUOTED_INT_KEY = re.compile(r'"(-?\d+)":')
+
+
+def _body(obj, standard: bool = True) -> bytes:
+    text = json.dumps(obj, separators=(",", ":"), sort_keys=True)
+    return (text if standard else _QUOTED_INT_KEY.sub(r"\1:", text)).encode()
+
+
+def parse_register_body(body: bytes, compressed: bool) -> dict:
+    """RegisterBrokerBody -> {topic: TopicConfig dict} (FACTS §3.6)."""
+    if not body:
+        return {}
+    if not compressed:
+        wrapper = loads_tolerant(body.decode("utf-8")).get("topicConfigSerializeWrapper") or {}
+        return dict(wrapper.get("topicConfigTable") or {})
+    raw, at = zlib.decompress(body), 0
+
+    def chunk():
+        nonlocal at
+        (n,) = _I32.unpack_from(raw, at)
+        at += 4 + n
+        return raw[at - n:at].decode("utf-8")
+
+    chunk()                                         # DataVersion JSON
+    (count,) = _I32.unpack_from(raw, at)
+    at += 4
+    out = {}
+    for _ in range(count):
+        name, read, write, perm, ftype = chunk().split(" ")
+        out[name] = {"topicName": name, "readQueueNums": int(read), "writeQueueNums": int(write),
+                     "perm": int(perm), "topicFilterType": ftype}
+    return out
+
+
+class NameServer:
+    def __init__(self, host: str, port: int):
+        self.host, self.port = host, port
+        self.routes = RouteTable()
+        self.stop_requested = False
+        self.handlers = {
+            R.REGISTER_BROKER: self.register_broker, R.UNREGISTER_BROKER: self.unregister_broker,
+            R.GET_ROUTEINFO_BY_TOPIC: self.route, R.GET_BROKER_CLUSTER_INFO: self.cluster_info,
+            R.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.topic_list, R.PUT_KV_CONFIG: self.put_kv,
+            R.GET_KV_CONFIG: self.get_kv, R.DELETE_KV_CONFIG: self.delete_kv,
+            R.GET_KVLIST_BY_NAMESPACE: self.kv_list,
+        }
+
+    # ------------------------------------------------------------ handlers
+    def register_broker(self, cmd, _conn):
+        h = headers.decode(cmd.code, cmd.ext)
+        if h["bodyCrc32"] and h["bodyCrc32"] != zlib.crc32(cmd.body) & 0x7FFFFFFF:
+            return cmd.response(RC.SYSTEM_ERROR, "crc32 not match")
+        try:
+            topics = parse_register_body(cmd.body, bool(h["compressed"]))
+        except (ValueError, zlib.error, struct.error, AttributeError) as e:
+            return cmd.response(RC.SYSTEM_ERROR, f"register body does not parse: {e}")
+        master, master_ha = self.routes.register(h["clusterName"], h["brokerName"], h["brokerAddr"], h["brokerId"],
+                                                 h["haServerAddr"], topics, time.monotonic())
+        return cmd.response(ext=headers.encode({"haServerAddr": master_ha, "masterAddr": master}))
+
+    def unregister_broker(self, cmd, _conn):
+        h = headers.decode(cmd.code, cmd.ext)
+        self.routes.unregister(h["brokerName"], h["brokerAddr"], h["brokerId"])
+        return cmd.response()
+
+    def route(self, cmd, _conn):
+        h = headers.decode(cmd.code, cmd.ext)
+        data = self.routes.route(h["topic"])
+        if data is None:
+            return cmd.response(RC.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {h['topic']}")
+        return cmd.response(body=_body(data, cmd.version >= V4_9_4 or bool(h["acceptStandardJsonOnly"])))
+
+    def cluster_info(self, cmd, _conn):
+        return cmd.response(body=_body(self.routes.cluster_info()))
+
+    def topic_list(self, cmd, _conn):
+        return cmd.response(body=_body({"topicList": sorted(self.routes.topics)}))
+
+    def put_kv(self, cmd, _conn):
+        h = headers.decode(cmd.code, cmd.ext)
+        self.routes.kv.setdefault(h["namespace"], {})[h["key"]] = h["value"]
+        return cmd.response()
+
+    def get_kv(self, cmd, _conn):
+        h = headers.decode(cmd.code, cmd.ext)
+        value = self.routes.kv.get(h["namespace"], {}).get(h["key"])
+        if value is None:
+            return cmd.response(RC.QUERY_NOT_FOUND, f"No config item, Namespace: {h['namespace']} Key: {h['key']}")
+        return cmd.response(ext={"value": value})
+
+    def delete_kv(self, cmd, _conn):
+        h = headers.decode(cmd.code, cmd.ext)
+        self.routes.kv.get(h["namespace"], {}).pop(h["key"], None)
+        return cmd.response()
+
+    def kv_list(self, cmd, _conn):
+        h = headers.decode(cmd.code, cmd.ext)
+        table = self.routes.kv.get(h["namespace"])
+        if not table:
+            return cmd.response(RC.QUERY_NOT_FOUND, f"No config item, Namespace: {h['namespace']}")
+        return cmd.response(body=_body({"table": table}))
+
+    # ------------------------------------------------------------ lifecycle
+    def open(self) -> "NameServer":
+        return self
+
+    def close(self) -> None:
+        pass
+
+    async def serve(self) -> None:
+        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        server = await RemotingServer("nameserver", self.handlers).start(self.host, self.port)
+        log.info("name server listening on %s:%d", self.host, server.port)
+        try:
+            while not self.stop_requested:
+                try:
+                    await asyncio.wait_for(self._stop.wait(), SCAN_S)
+                except asyncio.TimeoutError:
+                    pass
+                for addr in self.routes.expire(time.monotonic()):
+                    log.warning("broker %s expired: no registration for %.0f s", addr, 120.0)
+        finally:
+            await server.close()
+
+    def run(self) -> None:
+        import uvloop
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(self.serve())
+
+    def wake(self) -> None:
+        """From the SIGTERM handler: end ``serve`` (stop_requested is already set)."""
+        if getattr(self, "_stop", None) is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)

@@ -1,0 +1,134 @@
+"""An asyncio TCP server around the sans-IO remoting codec: what the name server and the reader
+processes listen with.
+
+One ``Decoder`` per connection.  Each request goes to the handler registered for its code; a
+handler returns the response ``Command`` (or None: nothing to say), or a coroutine for work that
+waits (long polls, the writer's reply).  Rules, FACTS §1.7 and STYLE "errors at the edges":
+
+* bytes that are not a frame: one bounded log line, that connection closed, the server lives on;
+* no handler for the code: REQUEST_CODE_NOT_SUPPORTED, " request type N not supported";
+* ``HeaderError`` (a field missing or of the wrong type): SYSTEM_ERROR with its text as remark;
+* any other exception in a handler: logged, SYSTEM_ERROR with the exception's text;
+* oneway requests are never answered; responses from clients (to requests we sent) are dropped;
+* a connection idle for ``idle_s`` (no read, no write) is closed, as Netty's 120 s.
+"""
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+
+from remoting import codec
+from remoting.codec import Command, Decoder, FrameError
+from remoting.codes import ResponseCode
+from remoting.headers import HeaderError
+
+log = logging.getLogger("rocketbox.net")
+IDLE_S = 120.0
+
+
+class Connection(asyncio.Protocol):
+    def __init__(self, server: "RemotingServer"):
+        self.server, self.decoder = server, Decoder()
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.last_io = time.monotonic()
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.server.connections.add(self)
+
+    def connection_lost(self, exc) -> None:
+        self.server.connections.discard(self)
+        self.server.on_close(self)
+
+    def data_received(self, data: bytes) -> None:
+        self.last_io = time.monotonic()
+        try:
+            commands = self.decoder.feed(data)
+        except FrameError as e:
+            log.warning("%s: closing connection from %s: %s", self.server.name, self.peer, str(e)[:200])
+            self.transport.close()
+            return
+        for cmd in commands:
+            if not cmd.is_response:
+                self._dispatch(cmd)
+
+    def _dispatch(self, cmd: Command) -> None:
+        handler = self.server.handlers.get(cmd.code)
+        if handler is None:
+            self.send_reply(cmd, cmd.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                                              f" request type {cmd.code} not supported"))
+            return
+        try:
+            resp = handler(cmd, self)
+        except Exception as e:
+            resp = self._failed(cmd, e)
+        if inspect.isawaitable(resp):
+            asyncio.ensure_future(self._finish(cmd, resp))
+        else:
+            self.send_reply(cmd, resp)
+
+    async def _finish(self, cmd: Command, pending) -> None:
+        try:
+            resp = await pending
+        except Exception as e:
+            resp = self._failed(cmd, e)
+        self.send_reply(cmd, resp)
+
+    def _failed(self, cmd: Command, e: Exception) -> Command:
+        if not isinstance(e, HeaderError):
+            log.exception("%s: handler for code %d failed", self.server.name, cmd.code)
+        return cmd.response(ResponseCode.SYSTEM_ERROR, str(e)[:500] or type(e).__name__)
+
+    def send_reply(self, req: Command, resp: Command | None) -> None:
+        if resp is not None and not req.is_oneway:
+            self.send(resp)
+
+    def send(self, cmd: Command) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.last_io = time.monotonic()
+            self.transport.write(codec.encode(cmd))
+
+
+class RemotingServer:
+    def __init__(self, name: str, handlers: dict, idle_s: float = IDLE_S):
+        self.name, self.handlers, self.idle_s = name, handlers, idle_s
+        self.connections: set[Connection] = set()
+        self.close_listeners: list = []
+        self.server: asyncio.base_events.Server | None = None
+        self._reaper: asyncio.Task | None = None
+
+    async def start(self, host: str, port: int) -> "RemotingServer":
+        loop = asyncio.get_running_loop()
+        self.server = await loop.create_server(lambda: Connection(self), host, port, reuse_address=True)
+        self._reaper = loop.create_task(self._reap_idle())
+        return self
+
+    @property
+    def port(self) -> int:
+        return self.server.sockets[0].getsockname()[1]
+
+    def on_close(self, conn: Connection) -> None:
+        for listener in self.close_listeners:
+            listener(conn)
+
+    async def _reap_idle(self) -> None:
+        while True:
+            await asyncio.sleep(min(10.0, self.idle_s / 2))
+            now = time.monotonic()
+            for conn in [c for c in self.connections if now - c.last_io > self.idle_s]:
+                log.info("%s: closing %s, idle for %.0f s", self.name, conn.peer, now - conn.last_io)
+                conn.transport.close()
+
+    async def close(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+        if self.server is not None:
+            self.server.close()
+            for conn in list(self.connections):
+                conn.transport.close()
+            await self.server.wait_closed()

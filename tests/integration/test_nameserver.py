@@ -1,0 +1,111 @@
+"""The name server as a real process (``appliance run nameserver``) over TCP, and started by
+``appliance start`` when namesrvAddr points at this host."""
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from remoting.codes import RequestCode as R, ResponseCode as RC
+from tests.integration.harness import ROOT, Appliance
+from tests.integration.wire import Wire
+
+CAPTURES = os.path.join(ROOT, "tests", "captures")
+TC = {"TopicTest": {"order": False, "perm": 6, "readQueueNums": 4, "topicFilterType": "SINGLE_TAG",
+                    "topicName": "TopicTest", "topicSysFlag": 0, "writeQueueNums": 4}}
+
+
+def _register_body(topics):
+    return json.dumps({"filterServerList": [], "topicConfigSerializeWrapper": {
+        "dataVersion": {"counter": 1, "timestamp": 1}, "topicConfigTable": topics}}).encode()
+
+
+def _wait_port(port, proc, timeout=20):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stderr.read()
+        try:
+            Wire("127.0.0.1", port, 1).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise TimeoutError("name server did not listen")
+
+
+@pytest.fixture
+def nameserver(tmp_path):
+    port = 19876 + os.getpid() % 500
+    conf = tmp_path / "broker.conf"
+    conf.write_text(f"namesrvAddr=127.0.0.1:{port}\nstorePathRootDir={tmp_path}/store\nbrokerIP1=127.0.0.1\n")
+    proc = subprocess.Popen([sys.executable, "-m", "appliance", "run", "nameserver", "-c", str(conf)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_port(port, proc)
+        yield port, proc
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_register_route_cluster_and_dialects(nameserver):
+    port, _proc = nameserver
+    w = Wire("127.0.0.1", port)
+    reg = {"brokerName": "b1", "brokerAddr": "127.0.0.1:10911", "clusterName": "DefaultCluster",
+           "haServerAddr": "127.0.0.1:10912", "brokerId": "0"}
+    r = w.call(R.REGISTER_BROKER, reg, _register_body(TC))
+    assert r.code == RC.SUCCESS and r.is_response and r.opaque == w.opaque
+    r = w.call(R.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicTest"}, version=401)
+    assert r.code == RC.SUCCESS
+    route = json.loads(r.body)
+    assert route["brokerDatas"] == [{"brokerAddrs": {"0": "127.0.0.1:10911"}, "brokerName": "b1", "cluster": "DefaultCluster"}]
+    assert route["queueDatas"] == [{"brokerName": "b1", "perm": 6, "readQueueNums": 4, "topicSysFlag": 0, "writeQueueNums": 4}]
+    old = w.call(R.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicTest"}, version=63)      # fastjson's unquoted keys
+    assert b'"brokerAddrs":{0:"127.0.0.1:10911"}' in old.body
+    with open(os.path.join(CAPTURES, "cpp-rocketmq044__105_GET_ROUTEINFO_BY_TOPIC.bin"), "rb") as f:
+        cpp = w.call_raw(f.read())                                                  # a real client's bytes
+    assert cpp.code == RC.SUCCESS and cpp.opaque == 0 and b"127.0.0.1:10911" in cpp.body
+    r = w.call(R.GET_ROUTEINFO_BY_TOPIC, {"topic": "Nope"})
+    assert r.code == RC.TOPIC_NOT_EXIST and "Nope" in r.remark
+    info = json.loads(w.call(R.GET_BROKER_CLUSTER_INFO).body)
+    assert info["clusterAddrTable"] == {"DefaultCluster": ["b1"]}
+    assert json.loads(w.call(R.GET_ALL_TOPIC_LIST_FROM_NAMESERVER).body) == {"topicList": ["TopicTest"]}
+    assert w.call(R.REGISTER_BROKER, dict(reg, bodyCrc32="12345"), _register_body(TC)).remark == "crc32 not match"
+    assert w.call(R.UNREGISTER_BROKER, {k: reg[k] for k in ("brokerName", "brokerAddr", "clusterName", "brokerId")}).code == 0
+    assert w.call(R.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicTest"}).code == RC.TOPIC_NOT_EXIST
+    w.close()
+
+
+def test_kv_unknown_codes_bad_fields_and_a_malformed_frame(nameserver):
+    port, proc = nameserver
+    good, bad = Wire("127.0.0.1", port), Wire("127.0.0.1", port)
+    r = good.call(R.GET_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG", "key": "T"})
+    assert r.code == RC.QUERY_NOT_FOUND and "Namespace: ORDER_TOPIC_CONFIG Key: T" in r.remark
+    assert good.call(R.PUT_KV_CONFIG, {"namespace": "N", "key": "k", "value": "v"}).code == 0
+    assert good.call(R.GET_KV_CONFIG, {"namespace": "N", "key": "k"}).ext == {"value": "v"}
+    r = good.call(999)
+    assert r.code == RC.REQUEST_CODE_NOT_SUPPORTED and "999" in r.remark
+    r = good.call(R.REGISTER_BROKER, {"brokerName": "b"})
+    assert r.code == RC.SYSTEM_ERROR and "<brokerAddr> is null" in r.remark
+    bad.sock.sendall(b"\x7f\xff\xff\xff garbage")                 # not a frame: that connection is closed
+    assert bad.closed_by_peer()
+    assert good.call(R.GET_KV_CONFIG, {"namespace": "N", "key": "k"}).ext == {"value": "v"}    # others live on
+    assert proc.poll() is None
+    good.close()
+    bad.close()
+
+
+def test_appliance_start_runs_a_local_name_server(tmp_path):
+    port = 18876 + os.getpid() % 500
+    app = Appliance(tmp_path, namesrvAddr=f"127.0.0.1:{port}").start()
+    try:
+        st = app.cmd("status")
+        assert st.returncode == 0 and re.search(r"nameserver\s+up", st.stdout), st.stdout
+        w = Wire("127.0.0.1", port)
+        assert w.call(R.GET_BROKER_CLUSTER_INFO).code == RC.SUCCESS
+        w.close()
+    finally:
+        assert app.stop() == 0
+    assert "ERROR" not in app.log_text()

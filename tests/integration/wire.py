@@ -1,0 +1,37 @@
+"""A blocking remoting client for tests: send a command (or raw bytes), read the reply."""
+from __future__ import annotations
+
+import socket
+
+from remoting import codec
+from remoting.codec import Command, Decoder
+
+
+class Wire:
+    def __init__(self, host: str, port: int, timeout: float = 5.0):
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.decoder = Decoder()
+        self.opaque = 0
+
+    def call(self, code: int, ext: dict | None = None, body: bytes = b"", **kw) -> Command:
+        self.opaque += 1
+        return self.call_raw(codec.encode(Command(code, ext, body, opaque=self.opaque, **kw)))
+
+    def call_raw(self, raw: bytes) -> Command:
+        self.sock.sendall(raw)
+        while True:
+            data = self.sock.recv(1 << 16)
+            if not data:
+                raise ConnectionError("closed by the server")
+            got = self.decoder.feed(data)
+            if got:
+                return got[0]
+
+    def closed_by_peer(self) -> bool:
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+
+    def close(self) -> None:
+        self.sock.close()
