@@ -20,7 +20,7 @@ import time
 import zlib
 
 from net.server import RemotingServer
-from nameserver.routes import RouteTable
+from nameserver.routes import BROKER_EXPIRE_S, RouteTable
 from remoting import headers
 from remoting.codes import V4_9_4, RequestCode as R, ResponseCode as RC
 from store.configfile import loads_tolerant
@@ -148,7 +148,7 @@ class NameServer:
                 except asyncio.TimeoutError:
                     pass
                 for addr in self.routes.expire(time.monotonic()):
-                    log.warning("broker %s expired: no registration for %.0f s", addr, 120.0)
+                    log.warning("broker %s expired: no registration for %.0f s", addr, BROKER_EXPIRE_S)
         finally:
             await server.close()
 

@@ -43,7 +43,6 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc) -> None:
         self.server.connections.discard(self)
-        self.server.on_close(self)
 
     def data_received(self, data: bytes) -> None:
         self.last_io = time.monotonic()
@@ -98,7 +97,6 @@ class RemotingServer:
     def __init__(self, name: str, handlers: dict, idle_s: float = IDLE_S):
         self.name, self.handlers, self.idle_s = name, handlers, idle_s
         self.connections: set[Connection] = set()
-        self.close_listeners: list = []
         self.server: asyncio.base_events.Server | None = None
         self._reaper: asyncio.Task | None = None
 
@@ -111,10 +109,6 @@ class RemotingServer:
     @property
     def port(self) -> int:
         return self.server.sockets[0].getsockname()[1]
-
-    def on_close(self, conn: Connection) -> None:
-        for listener in self.close_listeners:
-            listener(conn)
 
     async def _reap_idle(self) -> None:
         while True:
