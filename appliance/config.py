@@ -108,6 +108,7 @@ TABLE = (
     ("ringResponseBytes", _int_in(64 * 1024, 2**31), "4194304", "capacity of each response ring"),
     ("shmQueueSlots", _int_in(16, 2**24), "65536", "most topic-queues the appliance can hold"),
     ("shmTopicSlots", _int_in(16, 2**22), "16384", "most topics the appliance can hold"),
+    ("shmOffsetSlots", _int_in(16, 2**22), "65536", "most (topic, group, queue) consumer offsets the appliance can hold"),
     ("writerBatchBytes", _int_in(64 * 1024, 2**31), "8388608", "most bytes the writer takes from one ring per pass"),
 )
 _BY_KEY = {row[0]: row for row in TABLE}
@@ -154,6 +155,7 @@ class BrokerConfig:
     ringResponseBytes: int
     shmQueueSlots: int
     shmTopicSlots: int
+    shmOffsetSlots: int
     writerBatchBytes: int
     source: str = "<defaults>"
 
@@ -194,7 +196,7 @@ class BrokerConfig:
     def geometry(self):
         from shm.state import Geometry
         return Geometry(self.shmPrefix, self.ringSlots, self.ringRequestBytes, self.ringResponseBytes,
-                        self.shmQueueSlots, self.shmTopicSlots)
+                        self.shmQueueSlots, self.shmTopicSlots, self.shmOffsetSlots)
 
 
 def _parse_lines(text: str, source: str):

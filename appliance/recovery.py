@@ -27,6 +27,7 @@ from store.checkpoint import Checkpoint
 from store.consumequeue import ConsumeQueue, file_size_for, queue_dir
 from store.errors import CorruptData
 from store.mappedfile import MappedFileQueue
+from writer.groups import ConsumerOffsets
 from writer.topics import TopicTable, queue_nums
 
 log = logging.getLogger("rocketbox.recovery")
@@ -96,6 +97,7 @@ def recover(cfg, shared) -> RecoveryReport:
     os.makedirs(cfg.root, exist_ok=True)
     topics = TopicTable(cfg, views, ctl)
     topics.load()
+    ConsumerOffsets(cfg, views, ctl).load()
     checkpoint = Checkpoint(os.path.join(cfg.root, "checkpoint")).load()
     commitlog = MappedFileQueue(cfg.commitlog_dir, cfg.mappedFileSizeCommitLog, True).load()
     cqs = _load_queues(cfg)

@@ -12,6 +12,11 @@ Segment ``/<prefix>.state`` (in this order):
     queue min    queue_slots x int64      (dispatcher) first queue offset still stored
     topic names  topic_slots x 128 bytes  (writer)
     topic meta   topic_slots x TOPIC_FIELDS x int32 (writer)
+    offset keys  offset_slots x 256 bytes  (writer)   "topic@group" of each consumer offset slot
+    offset qids  offset_slots x int32      (writer)
+    offset vals  offset_slots x int64      (writer)   committed consumer offset
+    client rows  max_slots x CLIENT_ROWS x CLIENT     consumer-group members; slot i's rows are
+                                                      written only by slot i's owner (a reader)
 
 Segment ``/<prefix>.rings``: for each slot, a request ring (slot owner -> writer) then a response
 ring (writer -> slot owner); see ``ring.py``.
@@ -36,6 +41,7 @@ CONTROL_FIELDS = (
     ("topic_count", "writer", "topic table entries in use"),
     ("queue_count", "writer", "queue slots in use"),
     ("topic_version", "writer", "bumped on every topic table change"),
+    ("offset_count", "writer", "consumer offset slots in use"),
     ("dispatched", "dispatcher", "CommitLog offset up to which CQ and index are built"),
     ("dispatched_ts", "dispatcher", "store timestamp of the last dispatched record"),
     ("flushed", "flusher", "CommitLog offset up to which data is on disk"),
@@ -48,7 +54,7 @@ CONTROL_FIELDS = (
 C = type("C", (), {name.upper(): i for i, (name, _w, _m) in enumerate(CONTROL_FIELDS)})
 CONTROL_LEN = 32      # int64 words reserved; room to grow without moving what follows
 assert len(CONTROL_FIELDS) <= CONTROL_LEN
-LAYOUT_MAGIC = 0x52424F5801       # "RBOX" v1
+LAYOUT_MAGIC = 0x52424F5802       # "RBOX" v2
 
 SLOT_FIELDS = (
     ("owner_pid", "slot owner", "pid holding the slot (flock'ed), 0 = free"),
@@ -56,6 +62,7 @@ SLOT_FIELDS = (
     ("flush_wait", "slot owner", "CommitLog offset this owner waits to see flushed, 0 = none"),
     ("dispatch_wait", "slot owner", "1 = post my waker when new messages are dispatched"),
     ("journal_read_pos", "writer", "request-ring read position once journal_written is committed"),
+    ("members_version", "slot owner", "bumped whenever the owner's client rows change"),
 )
 S = type("S", (), {name.upper(): i for i, (name, _w, _m) in enumerate(SLOT_FIELDS)})
 SLOT_LEN = 8
@@ -65,14 +72,18 @@ NAME_BYTES = 128      # topic names are at most 127 bytes
 TOPIC_FIELDS = ("read_queue_nums", "write_queue_nums", "perm", "topic_sys_flag", "order", "live")
 T = type("T", (), {name.upper(): i for i, name in enumerate(TOPIC_FIELDS)})
 TOPIC_LEN = 8
+OFFSET_KEY_BYTES = 256   # "topic@group": topic <= 127 bytes, group <= 127 bytes
+CLIENT_ROWS = 1024       # consumer-group members one reader can hold
+CLIENT = np.dtype([("group", "S128"), ("client_id", "S120"), ("heartbeat_ms", "<i8")])   # heartbeat_ms 0 = free
 
 
-def state_size(max_slots: int, queue_slots: int, topic_slots: int) -> int:
+def state_size(max_slots: int, queue_slots: int, topic_slots: int, offset_slots: int) -> int:
     return (CONTROL_LEN * 8 + max_slots * SLOT_LEN * 8 + queue_slots * (NAME_BYTES + 4 + 8 + 8)
-            + topic_slots * (NAME_BYTES + TOPIC_LEN * 4))
+            + topic_slots * (NAME_BYTES + TOPIC_LEN * 4) + offset_slots * (OFFSET_KEY_BYTES + 4 + 8)
+            + max_slots * CLIENT_ROWS * CLIENT.itemsize)
 
 
-def state_views(buf: np.ndarray, max_slots: int, queue_slots: int, topic_slots: int) -> dict:
+def state_views(buf: np.ndarray, max_slots: int, queue_slots: int, topic_slots: int, offset_slots: int) -> dict:
     """Carve the state segment into named numpy views (no copies)."""
     views, at = {}, 0
 
@@ -91,5 +102,9 @@ def state_views(buf: np.ndarray, max_slots: int, queue_slots: int, topic_slots: 
     take("queue_ids", queue_slots, "<i4")
     take("topic_names", topic_slots, f"S{NAME_BYTES}")
     take("topic_meta", topic_slots * TOPIC_LEN, "<i4", (topic_slots, TOPIC_LEN))
+    take("offset_values", offset_slots, "<i8")
+    take("clients", max_slots * CLIENT_ROWS, CLIENT, (max_slots, CLIENT_ROWS))
+    take("offset_keys", offset_slots, f"S{OFFSET_KEY_BYTES}")
+    take("offset_qids", offset_slots, "<i4")
     assert at <= len(buf)
     return views

@@ -21,12 +21,13 @@ class Geometry:
     response_bytes: int    # each response ring's data capacity
     queue_slots: int
     topic_slots: int
+    offset_slots: int
 
 
 class SharedState:
     def __init__(self, g: Geometry):
         self.g = g
-        self.state = Segment(g.prefix + ".state", layout.state_size(g.max_slots, g.queue_slots, g.topic_slots))
+        self.state = Segment(g.prefix + ".state", layout.state_size(g.max_slots, g.queue_slots, g.topic_slots, g.offset_slots))
         self.rings_seg = Segment(g.prefix + ".rings", g.max_slots * (ring_size(g.request_bytes) + ring_size(g.response_bytes)))
         self.writer_waker = Waker(g.prefix + ".wake.writer")
         self.dispatcher_waker = Waker(g.prefix + ".wake.dispatcher")
@@ -63,7 +64,7 @@ class SharedState:
 
     def _carve(self) -> None:
         g = self.g
-        self.views = layout.state_views(self.state.buf, g.max_slots, g.queue_slots, g.topic_slots)
+        self.views = layout.state_views(self.state.buf, g.max_slots, g.queue_slots, g.topic_slots, g.offset_slots)
         self.control = self.views["control"]
         self.slots = self.views["slots"]
         self.request_rings, self.response_rings = [], []

@@ -67,3 +67,23 @@ class QueueIndex:
             self.refresh()
             s = self.by_key.get((topic, queue_id))
         return s
+
+
+class OffsetIndex:
+    """Committed consumer offsets (shared table written by the writer, writer/groups.py)."""
+
+    def __init__(self, views: dict, control: np.ndarray):
+        self.keys, self.qids, self.values, self.control = (views["offset_keys"], views["offset_qids"],
+                                                           views["offset_values"], control)
+        self.by_key: dict[tuple[bytes, int], int] = {}
+        self.seen = 0
+
+    def get(self, key: bytes, queue_id: int) -> int | None:
+        s = self.by_key.get((key, queue_id))
+        if s is None:
+            n = int(self.control[C.OFFSET_COUNT])
+            for i in range(self.seen, n):
+                self.by_key[(bytes(self.keys[i]), int(self.qids[i]))] = i
+            self.seen = n
+            s = self.by_key.get((key, queue_id))
+        return None if s is None else int(self.values[s])

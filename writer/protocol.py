@@ -11,12 +11,17 @@ PUT_RESULT (response ring), one entry per slab:
     RESULT_HEAD, RESULT x n_requests, int64 x n_records (physical offset of each record)
 
 TOPIC (request ring): TOPIC_REQ then TopicConfig JSON.  TOPIC_RESULT: TOPIC_RES.
+
+OFFSET (request ring, no reply): OFFSET_UPDATE x n, consumer offsets to commit, in order.
+GROUP (request ring, no reply): a SubscriptionGroupConfig JSON (writer/groups.py).
 """
 from __future__ import annotations
 
 import numpy as np
 
-PUT, PUT_RESULT, TOPIC, TOPIC_RESULT = 1, 2, 3, 4
+from shm.layout import OFFSET_KEY_BYTES
+
+PUT, PUT_RESULT, TOPIC, TOPIC_RESULT, OFFSET, GROUP = 1, 2, 3, 4, 5, 6
 
 SLAB_HEAD = np.dtype([("n_requests", "<u4"), ("n_records", "<u4"), ("records_bytes", "<u8")])
 REQUEST = np.dtype([
@@ -43,6 +48,7 @@ RESULT = np.dtype([
 ])
 TOPIC_REQ = np.dtype([("req_id", "<u8")])
 TOPIC_RES = np.dtype([("req_id", "<u8"), ("status", "<i4"), ("topic_idx", "<i4")])
+OFFSET_UPDATE = np.dtype([("key", f"S{OFFSET_KEY_BYTES}"), ("queue_id", "<i4"), ("pad", "<i4"), ("offset", "<i8")])
 
 SUCCESS, SYSTEM_ERROR, MESSAGE_ILLEGAL, SERVICE_NOT_AVAILABLE, TOPIC_NOT_EXIST = 0, 1, 13, 14, 17
 

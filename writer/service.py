@@ -30,6 +30,7 @@ from store import message
 from store.errors import DiskFull
 from store.mappedfile import MappedFileQueue
 from writer import protocol as P
+from writer.groups import ConsumerOffsets, SubscriptionGroups
 from writer.topics import TopicTable
 
 log = logging.getLogger("rocketbox.writer")
@@ -56,6 +57,9 @@ class WriterService:
         self.commitlog = MappedFileQueue(self.cfg.commitlog_dir, self.file_size, True).load()
         self.topics = TopicTable(self.cfg, sh.views, ctl)
         self.topics.attach()
+        self.offsets = ConsumerOffsets(self.cfg, sh.views, ctl)
+        self.offsets.attach()
+        self.groups = SubscriptionGroups(self.cfg)
         self.write_pos = int(ctl[C.WRITTEN])
         if ctl[C.JOURNAL_WRITTEN] == ctl[C.WRITTEN]:       # killed after a commit, before releasing
             for i, ring in enumerate(sh.request_rings):
@@ -86,6 +90,7 @@ class WriterService:
 
     def close(self) -> None:
         if self.commitlog is not None:
+            self.offsets.persist(force=True)
             self.ctl[C.PID_WRITER] = 0
             self.commitlog.close()
             self.commitlog = None
@@ -128,6 +133,8 @@ class WriterService:
         if kind == P.PUT and len(payload) >= P.SLAB_HEAD.itemsize:
             head = payload[:P.SLAB_HEAD.itemsize].view(P.SLAB_HEAD)[0]
             n = P.RESULT_HEAD.itemsize + int(head["n_requests"]) * P.RESULT.itemsize + int(head["n_records"]) * 8
+        elif kind in (P.OFFSET, P.GROUP):
+            return 0
         else:
             n = P.TOPIC_RES.itemsize
         return 2 * ((n + 8 + 7) & ~7)    # entry header and padding, twice for a possible wrap
@@ -145,6 +152,8 @@ class WriterService:
                 run = []
             if kind == P.TOPIC:
                 replies.append(self._topic(payload))
+            elif kind in (P.OFFSET, P.GROUP):
+                replies.append(self._group_state(kind, payload))
             elif kind is not None:
                 log.error("request ring entry of unknown kind %d (%d bytes) dropped", kind, len(payload))
                 replies.append(None)
@@ -181,6 +190,15 @@ class WriterService:
             log.warning("create topic refused: %s", e)
             res[0] = (req_id, P.SYSTEM_ERROR, -1)
         return P.TOPIC_RESULT, [res]
+
+    def _group_state(self, kind: int, payload: np.ndarray) -> None:
+        try:
+            if kind == P.OFFSET:
+                self.offsets.apply(payload[:len(payload) - len(payload) % P.OFFSET_UPDATE.itemsize].view(P.OFFSET_UPDATE))
+            else:
+                self.groups.upsert(bytes(payload))
+        except Exception as e:          # a bad update from a reader: log it, keep going
+            log.warning("consumer group update refused: %s", e)
 
     # ------------------------------------------------------------ puts
     def _put(self, payloads: list, ts: int) -> list:
@@ -388,5 +406,6 @@ class WriterService:
         while not self.stop_requested:
             if not self.step():
                 self.sh.writer_waker.wait(1.0)
+            self.offsets.persist()
         while self.step():     # drain what producers already queued
             pass

@@ -1,0 +1,110 @@
+"""Consumer-group state the writer keeps for every reader: committed consumer offsets
+(``config/consumerOffset.json`` plus the shared offset table) and subscription groups
+(``config/subscriptionGroup.json``).  Readers send updates through their request rings (OFFSET,
+GROUP entries, never answered) and read offsets straight from shared memory, so an offset
+committed through one reader is what every reader returns.
+
+Offsets reach the file at most ``flushConsumerOffsetInterval`` (5 s) after they change and when
+the writer stops, as RocketMQ's broker persists them; the shared table is always current.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import numpy as np
+
+from shm.layout import C, OFFSET_KEY_BYTES
+from store import configfile
+
+PERSIST_INTERVAL_S = 5.0          # flushConsumerOffsetInterval
+
+
+def offset_key(topic: str, group: str) -> bytes:
+    """The table key, as consumerOffset.json spells it: ``topic@group``."""
+    key = f"{topic}@{group}".encode()
+    if len(key) >= OFFSET_KEY_BYTES:
+        raise ValueError(f"topic@group is {len(key)} bytes; the offset table holds at most {OFFSET_KEY_BYTES - 1}")
+    return key
+
+
+def subscription_group(name: str) -> dict:
+    """A SubscriptionGroupConfig with RocketMQ's defaults (``broker:subscription``)."""
+    return {"brokerId": 0, "consumeBroadcastEnable": True, "consumeEnable": True, "consumeFromMinEnable": True,
+            "groupName": name, "notifyConsumerIdsChangedEnable": True, "retryMaxTimes": 16,
+            "retryQueueNums": 1, "whichBrokerWhenConsumeSlowly": 1}
+
+
+class ConsumerOffsets:
+    """Write side of the shared offset table and consumerOffset.json."""
+
+    def __init__(self, cfg, views: dict, control):
+        self.path = os.path.join(cfg.config_dir, "consumerOffset.json")
+        self.keys, self.qids, self.values = views["offset_keys"], views["offset_qids"], views["offset_values"]
+        self.control = control
+        self.slot: dict[tuple[bytes, int], int] = {}
+        self.dirty, self.persisted_at = False, time.monotonic()
+
+    def load(self) -> None:
+        """Boot: consumerOffset.json into the shared table."""
+        data = configfile.read(self.path) or {}
+        for key, table in (data.get("offsetTable") or {}).items():
+            for qid, off in table.items():
+                self.set(key.encode(), int(qid), int(off))
+        self.dirty = False
+
+    def attach(self) -> None:
+        """A restarted writer: the table is already in shared memory."""
+        for s in range(int(self.control[C.OFFSET_COUNT])):
+            self.slot[(bytes(self.keys[s]), int(self.qids[s]))] = s
+
+    def set(self, key: bytes, qid: int, offset: int) -> None:
+        s = self.slot.get((key, qid))
+        if s is None:
+            s = int(self.control[C.OFFSET_COUNT])
+            if s >= len(self.keys):
+                raise RuntimeError(f"shared offset table is full ({s} offsets, see shmOffsetSlots)")
+            self.keys[s], self.qids[s] = key, qid
+            self.values[s] = offset
+            self.slot[(key, qid)] = s
+            self.control[C.OFFSET_COUNT] = s + 1
+        else:
+            self.values[s] = offset
+        self.dirty = True
+
+    def apply(self, updates: np.ndarray) -> None:
+        """An OFFSET ring entry: rows of (key, queue id, offset), applied in order."""
+        for key, qid, _pad, offset in updates.tolist():
+            self.set(key, qid, offset)
+
+    def table(self) -> dict:
+        out: dict[str, dict[str, int]] = {}
+        for (key, qid), s in sorted(self.slot.items()):
+            out.setdefault(key.decode(), {})[str(qid)] = int(self.values[s])
+        return {"offsetTable": out}
+
+    def persist(self, force: bool = False) -> None:
+        if self.dirty and (force or time.monotonic() - self.persisted_at >= PERSIST_INTERVAL_S):
+            configfile.write(self.path, self.table())
+            self.dirty, self.persisted_at = False, time.monotonic()
+
+
+class SubscriptionGroups:
+    """subscriptionGroup.json: groups created on a consumer's first heartbeat
+    (``autoCreateSubscriptionGroup``) or by an admin.  Readers read the file."""
+
+    def __init__(self, cfg):
+        self.path = os.path.join(cfg.config_dir, "subscriptionGroup.json")
+        data = configfile.read(self.path) or {}
+        self.groups: dict[str, dict] = dict(data.get("subscriptionGroupTable") or {})
+        self.data_version = data.get("dataVersion", {"counter": 0, "timestamp": int(time.time() * 1000)})
+
+    def upsert(self, payload: bytes) -> None:
+        sg = json.loads(payload)
+        name = sg["groupName"]
+        if self.groups.get(name) == sg:
+            return
+        self.groups[name] = sg
+        self.data_version = {"counter": self.data_version.get("counter", 0) + 1, "timestamp": int(time.time() * 1000)}
+        configfile.write(self.path, {"dataVersion": self.data_version, "subscriptionGroupTable": self.groups})
