@@ -74,7 +74,7 @@ TABLE = (
     ("brokerId", _int_in(0, 1024), "0", "0 = master, > 0 = slave"),
     ("brokerIP1", _str, lambda: _local_ip(), "address stored in records and registered with name servers"),
     ("listenPort", _int_in(3, 65534), "10911", "client-facing port (HAProxy); VIP = listenPort-2, HA = listenPort+1"),
-    ("namesrvAddr", _str, "", "name servers, host:port;host:port"),
+    ("namesrvAddr", _str, "127.0.0.1:9876", "name servers, host:port;host:port (empty: register nowhere)"),
     ("storePathRootDir", _str, "data/store", "store root (relative paths are relative to the working directory)"),
     ("storePathCommitLog", _str, "", "CommitLog directory (default <storePathRootDir>/commitlog)"),
     ("brokerRole", _choice("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"), "ASYNC_MASTER", ""),
@@ -100,8 +100,12 @@ TABLE = (
     ("maxIndexNum", _int_in(2, 200_000_000), "20000000", "IndexFile entries"),
     ("messageIndexEnable", _bool, "true", ""),
     ("checkCRCOnRecover", _bool, "true", ""),
+    ("maxTransferCountOnMessageInMemory", _int_in(1, 65536), "32", "most messages one pull returns"),
+    ("maxTransferBytesOnMessageInMemory", _int_in(1024, 2**30), "262144", "most bytes one pull returns"),
     # rocketbox's own keys
     ("readerProcessNums", _int_in(1, 64), "2", "reader processes behind HAProxy"),
+    ("readerPortBase", _int_in(0, 65535), "0", "reader i listens on 127.0.0.1:<base + i> (0: listenPort + 20)"),
+    ("haproxyBinary", _str, "", "HAProxy executable (default: haproxy on PATH, else /usr/sbin/haproxy)"),
     ("shmPrefix", _str, "", "prefix of shared memory and semaphore names (default /rbx-<listenPort>)"),
     ("ringSlots", _int_in(1, 256), "8", "producer ring pairs: readers + tools + benchmarks"),
     ("ringRequestBytes", _int_in(64 * 1024, 2**31), "16777216", "capacity of each request ring"),
@@ -148,7 +152,11 @@ class BrokerConfig:
     maxIndexNum: int
     messageIndexEnable: bool
     checkCRCOnRecover: bool
+    maxTransferCountOnMessageInMemory: int
+    maxTransferBytesOnMessageInMemory: int
     readerProcessNums: int
+    readerPortBase: int
+    haproxyBinary: str
     shmPrefix: str
     ringSlots: int
     ringRequestBytes: int
@@ -180,6 +188,14 @@ class BrokerConfig:
     def run_dir(self) -> str:
         """Slot lock files and the role pid files (not a RocketMQ path; RocketMQ ignores it)."""
         return os.path.join(self.root, "run")
+
+    def reader_port(self, index: int) -> int:
+        return (self.readerPortBase or self.listenPort + 20) + index
+
+    @property
+    def broker_addr(self) -> str:
+        """What clients connect to and the name servers hand out: HAProxy's listener."""
+        return f"{self.brokerIP1}:{self.listenPort}"
 
     @property
     def sync_flush(self) -> bool:

@@ -43,10 +43,40 @@ def _nameserver(cfg, _sh):
     return ns, ns.wake
 
 
-# role -> factory(cfg, shared state or None) -> (service, wake); in start order, stop order is the
-# reverse (writer first, so dispatcher and flusher see the end; the name server last)
-ROLES = {"nameserver": _nameserver, "flusher": _flusher, "dispatcher": _dispatcher, "writer": _writer}
-NO_STORE = {"nameserver"}                  # roles that do not attach the store's shared memory
+def _reader(cfg, sh, index):
+    from readers.service import ReaderService
+    svc = ReaderService(cfg, sh, index)
+    return svc, svc.wake
+
+
+def _haproxy(cfg, _sh):
+    from haproxy.service import HaproxyService
+    svc = HaproxyService(cfg)
+    return svc, svc.wake
+
+
+# role -> factory(cfg, shared state or None[, index]) -> (service, wake); in start order, stop
+# order is the reverse (HAProxy first so no new clients arrive, then the readers, whose sends the
+# writer still answers; writer before dispatcher and flusher, so they see the end; name server last)
+ROLES = {"nameserver": _nameserver, "flusher": _flusher, "dispatcher": _dispatcher, "writer": _writer,
+         "reader": _reader, "haproxy": _haproxy}
+INDEXED = {"reader"}                       # run as reader-0 .. reader-<readerProcessNums - 1>
+NO_STORE = {"nameserver", "haproxy"}       # roles that do not attach the store's shared memory
+FINISH_STOP = {"flusher", "dispatcher", "writer"}   # restarted during a stop if down: they finish it
+
+
+def split_role(cfg, name: str) -> tuple[str, int | None]:
+    """``reader-1`` -> ("reader", 1); ``writer`` -> ("writer", None); ValueError naming the problem."""
+    base, _, index = name.partition("-")
+    if base not in ROLES:
+        raise ValueError(f"unknown role '{name}' (roles: {', '.join(roles_for(cfg))})")
+    if base in INDEXED:
+        if not index.isdigit() or int(index) >= cfg.readerProcessNums:
+            raise ValueError(f"role '{name}': expected {base}-<0..{cfg.readerProcessNums - 1}> (readerProcessNums)")
+        return base, int(index)
+    if index:
+        raise ValueError(f"unknown role '{name}'")
+    return base, None
 
 
 def nameserver_address(cfg) -> tuple[str, int]:
@@ -57,9 +87,9 @@ def nameserver_address(cfg) -> tuple[str, int]:
 
 
 def roles_for(cfg) -> list[str]:
-    """What ``appliance start`` runs: the store roles, and a name server when the first address
-    in ``namesrvAddr`` is on this host."""
-    out = [r for r in ROLES if r not in NO_STORE]
+    """What ``appliance start`` runs, in start order: a name server when the first address in
+    ``namesrvAddr`` is on this host, the store roles, the readers, HAProxy."""
+    out = ["flusher", "dispatcher", "writer", *(f"reader-{i}" for i in range(cfg.readerProcessNums)), "haproxy"]
     if cfg.namesrvAddr.strip():
         import psutil
         host = nameserver_address(cfg)[0]
@@ -79,12 +109,14 @@ def pid_path(cfg, role: str) -> str:
 
 
 def run_role(role: str, cfg) -> int:
-    if role not in ROLES:
-        print(f"appliance: unknown role '{role}' (roles: {', '.join(ROLES)})", file=sys.stderr)
+    try:
+        base, index = split_role(cfg, role)
+    except ValueError as e:
+        print(f"appliance: {e}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {role}[%(process)d] %(levelname)s %(message)s")
-    sh = None if role in NO_STORE else SharedState(cfg.geometry()).attach()
-    service, wake = ROLES[role](cfg, sh)
+    sh = None if base in NO_STORE else SharedState(cfg.geometry()).attach()
+    service, wake = ROLES[base](cfg, sh, *([] if index is None else [index]))
 
     def stop(_sig, _frm):
         service.stop_requested = True

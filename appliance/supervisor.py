@@ -18,7 +18,7 @@ import sys
 import time
 
 from appliance import recovery
-from appliance.roles import NO_STORE, ROLES, SUPERVISED_ENV, pid_path, roles_for
+from appliance.roles import FINISH_STOP, SUPERVISED_ENV, pid_path, roles_for
 from shm.layout import C
 from shm.state import SharedState
 
@@ -104,7 +104,7 @@ class Supervisor:
         rc = 0
         for role in self.roles:     # a store role that is down (crashed, in back-off) finishes the stop too
             p = self.procs.get(role)
-            if role not in NO_STORE and p is not None and p.poll() is not None:
+            if role in FINISH_STOP and p is not None and p.poll() is not None:
                 log.error("%s exited with %s; starting it to finish the stop", role, p.returncode)
                 self._spawn(role)
         for role in reversed(self.roles):
@@ -125,7 +125,7 @@ class Supervisor:
                 rc = 1
         self.sh.close()
         self.sh.unlink()
-        for role in [*ROLES, "supervisor"]:
+        for role in [*self.roles, "supervisor"]:
             try:
                 os.unlink(pid_path(self.cfg, role))
             except FileNotFoundError:

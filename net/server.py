@@ -43,6 +43,8 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc) -> None:
         self.server.connections.discard(self)
+        if self.server.on_close is not None:
+            self.server.on_close(self)
 
     def data_received(self, data: bytes) -> None:
         self.last_io = time.monotonic()
@@ -94,8 +96,9 @@ class Connection(asyncio.Protocol):
 
 
 class RemotingServer:
-    def __init__(self, name: str, handlers: dict, idle_s: float = IDLE_S):
-        self.name, self.handlers, self.idle_s = name, handlers, idle_s
+    def __init__(self, name: str, handlers: dict, idle_s: float = IDLE_S, on_close=None):
+        """``on_close(conn)``: called when a connection ends (a reader forgets its clients)."""
+        self.name, self.handlers, self.idle_s, self.on_close = name, handlers, idle_s, on_close
         self.connections: set[Connection] = set()
         self.server: asyncio.base_events.Server | None = None
         self._reaper: asyncio.Task | None = None

@@ -134,6 +134,40 @@ def property_value(props: bytes, key: bytes) -> bytes | None:
         i += 1
 
 
+_BATCH_HEAD = struct.Struct(">iiiii")        # totalSize, magic (0), bodyCRC (0), flag, bodyLen
+
+
+def decode_client_batch(body: bytes) -> list[tuple[int, bytes, str]]:
+    """A SEND_BATCH_MESSAGE body (FACTS §4.2) -> [(flag, body, properties string)]; anything that
+    does not parse is MESSAGE_ILLEGAL naming where."""
+    out, at, n = [], 0, len(body)
+    while at < n:
+        if at + _BATCH_HEAD.size + 2 > n:
+            raise MessageRejected(MESSAGE_ILLEGAL, f"batch body truncated at byte {at}")
+        total, _magic, _crc, flag, blen = _BATCH_HEAD.unpack_from(body, at)
+        end_body = at + _BATCH_HEAD.size + blen
+        if blen < 0 or end_body + 2 > n:
+            raise MessageRejected(MESSAGE_ILLEGAL, f"batch message {len(out)}: body length {blen} runs past the batch")
+        (plen,) = struct.unpack_from(">h", body, end_body)
+        end = end_body + 2 + plen
+        if plen < 0 or end > n or total != end - at:
+            raise MessageRejected(MESSAGE_ILLEGAL, f"batch message {len(out)}: sizes do not add up (totalSize {total})")
+        out.append((flag, body[at + _BATCH_HEAD.size:end_body], body[end_body + 2:end].decode("utf-8", "replace")))
+        at = end
+    if not out:
+        raise MessageRejected(MESSAGE_ILLEGAL, "empty batch")
+    return out
+
+
+def encode_client_batch(messages: list[tuple[int, bytes, str]]) -> bytes:
+    """The client side of ``decode_client_batch``: [(flag, body, properties string)] -> batch body."""
+    out = []
+    for flag, body, props in messages:
+        p = props.encode()
+        out += [_BATCH_HEAD.pack(22 + len(body) + len(p), 0, 0, flag, len(body)), body, struct.pack(">h", len(p)), p]
+    return b"".join(out)
+
+
 # ---------------------------------------------------------------- validation
 
 def check_topic(topic: str) -> None:

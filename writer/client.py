@@ -38,8 +38,8 @@ class PutRequest:
     topic: str
     queue_id: int
     bodies: list                         # list of bytes
-    properties: list                     # list of dict[str, str], one per body
-    flag: int = 0
+    properties: list                     # one per body: dict[str, str], or the encoded string
+    flag: int | list = 0                 # user flag: one for all bodies, or one per body
     sys_flag: int = 0
     born_ts: int = 0
     born_host: tuple = ("127.0.0.1", 0)
@@ -173,11 +173,12 @@ class RingClient:
                 born_ip, born_port, _ = message.pack_host(r.born_host)
                 topic = r.topic.encode()
                 recs = []
-                for body, props in zip(r.bodies, r.properties, strict=True):
-                    pbytes = message.encode_properties(props).encode()
+                flags = r.flag if isinstance(r.flag, list) else [r.flag] * len(r.bodies)
+                for body, props, flag in zip(r.bodies, r.properties, flags, strict=True):
+                    pbytes = (props if isinstance(props, str) else message.encode_properties(props)).encode()
                     message.check_sizes(len(body), len(pbytes), max_body)
                     recs.append(message.encode_record(
-                        topic=topic, queue_id=r.queue_id, body=body, properties=pbytes, flag=r.flag,
+                        topic=topic, queue_id=r.queue_id, body=body, properties=pbytes, flag=flag,
                         sys_flag=r.sys_flag, born_ts=r.born_ts or int(time.time() * 1000), born_ip=born_ip,
                         born_port=born_port, store_ip=self.store_ip, store_port=self.store_port,
                         reconsume_times=r.reconsume_times, prepared_offset=r.prepared_offset))
@@ -318,15 +319,19 @@ class RingClient:
         row[S.FLUSH_WAIT] = 0
         return True
 
-    def create_topic(self, name: str, queue_nums: int, perm: int = 6, timeout: float = 10.0, **extra) -> int:
-        """Create or update a topic through the writer; returns the response code."""
-        from writer.topics import topic_config
-        tc = topic_config(name, queue_nums, queue_nums, perm, **extra)
+    def push_topic(self, tc: dict) -> int:
+        """Send a TopicConfig to the writer; its reply lands in ``topic_replies[rid]``."""
         rid = int(self._next_ids(1)[0])
         head = np.zeros(1, P.TOPIC_REQ)
         head[0] = (rid,)
         self.topic_replies[rid] = None
         self._push(P.TOPIC, [head, json.dumps(tc).encode()])
+        return rid
+
+    def create_topic(self, name: str, queue_nums: int, perm: int = 6, timeout: float = 10.0, **extra) -> int:
+        """Create or update a topic through the writer; returns the response code."""
+        from writer.topics import topic_config
+        rid = self.push_topic(topic_config(name, queue_nums, queue_nums, perm, **extra))
         deadline = time.monotonic() + timeout
         while self.topic_replies[rid] is None:
             self.poll()
@@ -338,3 +343,13 @@ class RingClient:
                     raise TimeoutError(f"no reply from the writer within {timeout} s")
                 self.waker.wait(min(left, 0.5))
         return self.topic_replies.pop(rid).status
+
+    # ------------------------------------------------------------ consumer groups (never answered)
+    def push_offsets(self, rows: np.ndarray) -> int:
+        """Commit consumer offsets (P.OFFSET_UPDATE rows); returns the ring position just past the
+        entry: the writer has applied them once the ring's read position reaches it."""
+        self._push(P.OFFSET, [rows])
+        return self.requests.write_pos
+
+    def push_group(self, sg: dict) -> None:
+        self._push(P.GROUP, [json.dumps(sg).encode()])

@@ -16,7 +16,7 @@ from appliance import config
 from shm.state import SharedState
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_ports = itertools.count(21000 + (os.getpid() % 500) * 20)
+_ports = itertools.count(21000 + (os.getpid() % 400) * 40, 40)   # each appliance: port-2 .. port+20+readers
 
 
 class Appliance:
@@ -28,7 +28,8 @@ class Appliance:
                     "mappedFileSizeConsumeQueue": 20 * 1000, "maxMessageSize": 64 * 1024,
                     "ringRequestBytes": 1024 * 1024, "ringResponseBytes": 256 * 1024, "listenPort": port,
                     "brokerName": "b1", "brokerIP1": "127.0.0.1", "shmPrefix": f"/rbxt-{os.getpid()}-{port}",
-                    "maxHashSlotNum": 1000, "maxIndexNum": 4000, "shmQueueSlots": 1024, "shmTopicSlots": 256}
+                    "maxHashSlotNum": 1000, "maxIndexNum": 4000, "shmQueueSlots": 1024, "shmTopicSlots": 256,
+                    "shmOffsetSlots": 1024, "namesrvAddr": ""}
         settings.update(overrides)
         with open(self.conf, "w") as f:
             f.writelines(f"{k}={v}\n" for k, v in settings.items())

@@ -1,4 +1,5 @@
-"""A blocking remoting client for tests: send a command (or raw bytes), read the reply."""
+"""A blocking remoting client for tests: send a command (or raw bytes), read the reply.  Requests
+the server pushes meanwhile (NOTIFY_CONSUMER_IDS_CHANGED) are kept in ``pushed``."""
 from __future__ import annotations
 
 import socket
@@ -12,6 +13,8 @@ class Wire:
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.decoder = Decoder()
         self.opaque = 0
+        self.pushed: list[Command] = []
+        self.responses: list[Command] = []
 
     def call(self, code: int, ext: dict | None = None, body: bytes = b"", **kw) -> Command:
         self.opaque += 1
@@ -19,13 +22,20 @@ class Wire:
 
     def call_raw(self, raw: bytes) -> Command:
         self.sock.sendall(raw)
-        while True:
+        return self.read_response()
+
+    def read_response(self) -> Command:
+        while not self.responses:
             data = self.sock.recv(1 << 16)
             if not data:
                 raise ConnectionError("closed by the server")
-            got = self.decoder.feed(data)
-            if got:
-                return got[0]
+            for cmd in self.decoder.feed(data):
+                (self.responses if cmd.is_response else self.pushed).append(cmd)
+        return self.responses.pop(0)
+
+    def oneway(self, code: int, ext: dict | None = None, body: bytes = b"") -> None:
+        self.opaque += 1
+        self.sock.sendall(codec.encode(Command(code, ext, body, opaque=self.opaque, flag=codec.RPC_ONEWAY)))
 
     def closed_by_peer(self) -> bool:
         try:

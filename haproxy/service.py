@@ -1,0 +1,110 @@
+"""The HAProxy role (``appliance run haproxy``): the client-facing listener.
+
+HAProxy (Debian's package) listens on ``listenPort`` and on ``listenPort - 2`` (the "VIP" port Java
+clients send to when ``sendMessageWithVIPChannel`` is on) and balances client TCP connections over
+the reader processes (least connections).  Each reader is health-checked every second: a reader
+that dies is out of rotation after one failed check — connections it held are closed, clients
+reconnect to a live one — and back in after one good check once the supervisor restarts it.
+
+The config is generated from broker.conf into ``<store>/run/haproxy.cfg`` at every start; this
+role runs ``haproxy -db`` as its child and stops it with SIGTERM.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+
+log = logging.getLogger("rocketbox.haproxy")
+TIMEOUT_CLIENT_S = 180        # above the 120 s idle close of readers and the 30 s heartbeats
+
+
+def binary(cfg) -> str:
+    found = cfg.haproxyBinary or shutil.which("haproxy") or "/usr/sbin/haproxy"
+    if not os.access(found, os.X_OK):
+        raise RuntimeError(f"haproxy binary '{found}' not found: install Debian's haproxy package "
+                           "(./install.sh does) or set haproxyBinary in broker.conf")
+    return found
+
+
+def max_connections() -> int:
+    """Client connections HAProxy can hold: two descriptors each, within this box's hard limit."""
+    import resource
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    return max(256, min(20000, ((hard if hard != resource.RLIM_INFINITY else 1 << 20) - 64) // 2))
+
+
+def render(cfg) -> str:
+    servers = "\n".join(f"    server reader-{i} 127.0.0.1:{cfg.reader_port(i)} check inter 1s fall 1 rise 1"
+                        for i in range(cfg.readerProcessNums))
+    return f"""# generated from {cfg.source} by rocketbox; edits are overwritten at the next start
+global
+    maxconn {max_connections()}
+    hard-stop-after 5s
+
+defaults
+    mode tcp
+    timeout connect 3s
+    timeout client {TIMEOUT_CLIENT_S}s
+    timeout server {TIMEOUT_CLIENT_S}s
+    retries 3
+    option redispatch
+
+frontend clients
+    bind 0.0.0.0:{cfg.listenPort}
+    bind 0.0.0.0:{cfg.listenPort - 2}
+    default_backend readers
+
+backend readers
+    balance leastconn
+{servers}
+"""
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when this role dies, so no haproxy outlives it."""
+    import ctypes
+    import ctypes.util
+    ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
+
+
+class HaproxyService:
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.stop_requested = False
+        self.proc: subprocess.Popen | None = None
+        self.path = os.path.join(cfg.run_dir, "haproxy.cfg")
+
+    def open(self) -> "HaproxyService":
+        exe = binary(self.cfg)
+        os.makedirs(self.cfg.run_dir, exist_ok=True)
+        with open(self.path, "w") as f:
+            f.write(render(self.cfg))
+        check = subprocess.run([exe, "-c", "-q", "-f", self.path], capture_output=True, text=True)
+        if check.returncode != 0:
+            raise RuntimeError(f"haproxy rejects {self.path}: {check.stderr.strip() or check.stdout.strip()}")
+        self.proc = subprocess.Popen([exe, "-db", "-f", self.path], preexec_fn=_die_with_parent)
+        log.info("haproxy (pid %d) on ports %d and %d over %d readers", self.proc.pid, self.cfg.listenPort,
+                 self.cfg.listenPort - 2, self.cfg.readerProcessNums)
+        return self
+
+    def run(self) -> None:
+        rc = self.proc.wait()
+        if not self.stop_requested:
+            raise RuntimeError(f"haproxy exited with {rc}")
+
+    def wake(self) -> None:
+        """From the SIGTERM handler: stop haproxy, which ends ``run``."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()

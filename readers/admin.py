@@ -1,0 +1,142 @@
+"""Offsets and administration (FACTS §3.5, §3.8): QUERY/UPDATE_CONSUMER_OFFSET, GET_MAX/MIN_OFFSET,
+GET_EARLIEST_MSG_STORETIME, SEARCH_OFFSET_BY_TIMESTAMP, VIEW_MESSAGE_BY_ID,
+UPDATE_AND_CREATE_TOPIC, GET_ALL_TOPIC_CONFIG, GET_BROKER_RUNTIME_INFO.
+"""
+from __future__ import annotations
+
+import json
+import os
+import struct
+
+from remoting import headers
+from remoting.codes import SERVER_VERSION, RequestCode as R, ResponseCode as RC
+from shm.layout import C
+from store import configfile, message
+from store.errors import StoreError
+from writer.groups import offset_key
+from writer.topics import topic_config
+
+SYSTEM_TOPICS_FOR_ADMIN = frozenset({"TBW102", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC",
+                                     "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC",
+                                     "OFFSET_MOVED_EVENT"})
+
+
+class AdminProcessor:
+    def __init__(self, broker):
+        self.b, self.cfg, self.link, self.view = broker, broker.cfg, broker.link, broker.link.view
+
+    def handlers(self) -> dict:
+        return {R.QUERY_CONSUMER_OFFSET: self.query_offset, R.UPDATE_CONSUMER_OFFSET: self.update_offset,
+                R.GET_MAX_OFFSET: self.max_offset, R.GET_MIN_OFFSET: self.min_offset,
+                R.GET_EARLIEST_MSG_STORETIME: self.earliest_time, R.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset,
+                R.VIEW_MESSAGE_BY_ID: self.view_message, R.UPDATE_AND_CREATE_TOPIC: self.create_topic,
+                R.GET_ALL_TOPIC_CONFIG: self.all_topics, R.GET_BROKER_RUNTIME_INFO: self.runtime_info}
+
+    # ------------------------------------------------------------ consumer offsets
+    def query_offset(self, cmd, _conn):
+        h = headers.decode(cmd.code, cmd.ext)
+        off = self.link.committed_offset(offset_key(h["topic"], h["consumerGroup"]), h["queueId"])
+        if off is None or off < 0:
+            lo = self.view.offsets(h["topic"], h["queueId"])
+            if lo is None or lo[0] <= 0:
+                off = 0
+            else:
+                return cmd.response(RC.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
+        return cmd.response(ext={"offset": str(off)})
+
+    def update_offset(self, cmd, _conn):
+        h = headers.decode(cmd.code, cmd.ext)
+        self.link.commit_offset(offset_key(h["topic"], h["consumerGroup"]), h["queueId"], h["commitOffset"])
+        return cmd.response()
+
+    # ------------------------------------------------------------ queue offsets and times
+    def _bounds(self, cmd):
+        h = headers.decode(cmd.code, cmd.ext)
+        return h, self.view.offsets(h["topic"], h["queueId"]) or (0, 0)
+
+    def max_offset(self, cmd, _conn):
+        _h, (_lo, hi) = self._bounds(cmd)
+        return cmd.response(ext={"offset": str(hi)})
+
+    def min_offset(self, cmd, _conn):
+        _h, (lo, _hi) = self._bounds(cmd)
+        return cmd.response(ext={"offset": str(lo)})
+
+    def _store_ts(self, topic: str, qid: int, offset: int) -> int | None:
+        e = self.view.entries(topic, qid, offset, 1)
+        if not len(e):
+            return None
+        try:
+            rec = self.view.record(int(e["phys"][0]), int(e["size"][0]))
+        except ValueError:
+            return None
+        sys_flag = struct.unpack_from(">i", rec, message.SYSFLAG_AT)[0]
+        return struct.unpack_from(">q", rec, message.store_ts_at(sys_flag))[0]
+
+    def earliest_time(self, cmd, _conn):
+        h, (lo, hi) = self._bounds(cmd)
+        ts = self._store_ts(h["topic"], h["queueId"], lo) if hi > lo else None
+        return cmd.response(ext={"timestamp": str(ts if ts is not None else -1)})
+
+    def search_offset(self, cmd, _conn):
+        """The first queue offset whose message was stored at or after ``timestamp`` (max offset
+        when there is none), found by bisection over the records' store times."""
+        h, (lo, hi) = self._bounds(cmd)
+        a, b = lo, hi
+        while a < b:
+            mid = (a + b) // 2
+            ts = self._store_ts(h["topic"], h["queueId"], mid)
+            if ts is None or ts >= h["timestamp"]:
+                b = mid
+            else:
+                a = mid + 1
+        return cmd.response(ext={"offset": str(a)})
+
+    def view_message(self, cmd, _conn):
+        h = headers.decode(cmd.code, cmd.ext)
+        phys = h["offset"]
+        if not int(self.link.ctl[C.MIN_PHYS]) <= phys < int(self.link.ctl[C.WRITTEN]):
+            return cmd.response(RC.SYSTEM_ERROR, f"can not find message by the offset, {phys}")
+        try:
+            rec = self.view.record(phys)
+            message.decode_record(rec.tobytes())
+        except (ValueError, StoreError) as e:
+            return cmd.response(RC.SYSTEM_ERROR, f"can not find message by the offset, {phys}: {e}")
+        return cmd.response(body=rec.tobytes())
+
+    # ------------------------------------------------------------ topics
+    def create_topic(self, cmd, _conn):
+        h = headers.decode(cmd.code, cmd.ext)
+        topic = h["topic"]
+        try:
+            message.check_topic(topic)
+        except message.MessageRejected as e:
+            return cmd.response(RC.SYSTEM_ERROR, e.remark)
+        if topic in SYSTEM_TOPICS_FOR_ADMIN or topic == self.cfg.brokerClusterName:
+            return cmd.response(RC.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
+        tc = topic_config(topic, h["readQueueNums"], h["writeQueueNums"], h["perm"],
+                          sys_flag=h["topicSysFlag"] or 0, order=bool(h["order"]),
+                          filter_type=h["topicFilterType"] or "SINGLE_TAG")
+        return self._create(cmd, tc)
+
+    async def _create(self, cmd, tc):
+        status = await self.link.create_topic(tc)
+        if status != 0:
+            return cmd.response(RC.SYSTEM_ERROR, f"create topic[{tc['topicName']}] failed (writer status {status})")
+        return cmd.response()
+
+    def all_topics(self, cmd, _conn):
+        data = configfile.read(os.path.join(self.cfg.config_dir, "topics.json")) or {}
+        return cmd.response(body=json.dumps(data, sort_keys=True).encode())
+
+    def runtime_info(self, cmd, _conn):
+        ctl = self.link.ctl
+        table = {
+            "brokerVersion": str(SERVER_VERSION), "brokerVersionDesc": "V4_9_8",
+            "commitLogMinOffset": str(int(ctl[C.MIN_PHYS])), "commitLogMaxOffset": str(int(ctl[C.WRITTEN])),
+            "dispatchBehindBytes": str(int(ctl[C.WRITTEN] - ctl[C.DISPATCHED])),
+            "remainHowManyDataToFlush": str(int(ctl[C.WRITTEN] - ctl[C.FLUSHED])),
+            "flushDiskType": self.cfg.flushDiskType, "brokerRole": self.cfg.brokerRole,
+            "readerProcessNums": str(self.cfg.readerProcessNums),
+        }
+        return cmd.response(body=json.dumps({"table": table}, sort_keys=True).encode())

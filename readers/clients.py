@@ -1,0 +1,99 @@
+"""Client management (broker:processor/ClientManageProcessor.java): HEART_BEAT, UNREGISTER_CLIENT,
+GET_CONSUMER_LIST_BY_GROUP, and NOTIFY_CONSUMER_IDS_CHANGED pushed to every connection of a group
+whose membership changed — on this reader at once, on the others when they next look (≤ 1 s).
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import time
+
+from readers.members import Members
+from remoting import headers
+from remoting.codec import RPC_ONEWAY, Command
+from remoting.codes import RequestCode as R, ResponseCode as RC
+from store.configfile import loads_tolerant
+from writer.groups import subscription_group
+from writer.topics import topic_config
+
+log = logging.getLogger("rocketbox.reader")
+GROUP_MAX_BYTES = 127
+_opaques = itertools.count(1)
+
+
+class ClientProcessor:
+    def __init__(self, broker):
+        self.b, self.cfg, self.link = broker, broker.cfg, broker.link
+        self.members = Members(broker.sh, self.link.slot)
+        self.groups_sent: set[str] = set()
+
+    def handlers(self) -> dict:
+        return {R.HEART_BEAT: self.heartbeat, R.UNREGISTER_CLIENT: self.unregister,
+                R.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list}
+
+    # ------------------------------------------------------------ handlers
+    def heartbeat(self, cmd, conn):
+        try:
+            data = loads_tolerant(cmd.body.decode("utf-8"))
+            client_id = data["clientID"]
+            consumers = list(data.get("consumerDataSet") or [])
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            return cmd.response(RC.SYSTEM_ERROR, f"heartbeat body does not parse: {e}")
+        for c in consumers:
+            group = c.get("groupName") or ""
+            if not group or len(group.encode()) > GROUP_MAX_BYTES:
+                return cmd.response(RC.SYSTEM_ERROR, f"consumer group name '{group[:200]}' is empty or longer "
+                                                     f"than {GROUP_MAX_BYTES} bytes")
+        return self._heartbeat(cmd, conn, client_id, consumers)
+
+    async def _heartbeat(self, cmd, conn, client_id, consumers):
+        now = int(time.time() * 1000)
+        for c in consumers:
+            group = c["groupName"]
+            if group not in self.groups_sent and self.cfg.autoCreateSubscriptionGroup:
+                self.link.push_group(subscription_group(group))
+                self.groups_sent.add(group)
+            retry = "%RETRY%" + group
+            if self.link.topics.lookup(retry) is None:
+                await self.link.create_topic(topic_config(retry, 1, 1))
+            if self.members.heartbeat(conn, client_id, c, now):
+                log.info("consumer %s joined group %s from %s", client_id, group, conn.peer)
+                self.notify_changes()
+        return cmd.response()
+
+    def unregister(self, cmd, _conn):
+        h = headers.decode(cmd.code, cmd.ext)
+        if h["consumerGroup"] and self.members.remove(h["consumerGroup"], h["clientID"]):
+            log.info("consumer %s left group %s", h["clientID"], h["consumerGroup"])
+            self.notify_changes()
+        return cmd.response()
+
+    def consumer_list(self, cmd, _conn):
+        h = headers.decode(cmd.code, cmd.ext)
+        ids = self.members.group_members(h["consumerGroup"])
+        if not ids:
+            return cmd.response(RC.SYSTEM_ERROR, f"no consumer for this group, {h['consumerGroup']}")
+        return cmd.response(body=json.dumps({"consumerIdList": ids}).encode())
+
+    # ------------------------------------------------------------ membership changes
+    def connection_closed(self, conn) -> None:
+        if self.members.drop_connection(conn):
+            self.notify_changes()
+
+    def notify_changes(self) -> None:
+        """Tell this reader's connections of every group whose member set changed."""
+        for group in self.members.changed_groups():
+            for conn in set(self.members.conns.get(group, {}).values()):
+                conn.send(Command(R.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group},
+                                  opaque=next(_opaques) & 0x7FFFFFFF, flag=RPC_ONEWAY, language="JAVA"))
+
+    def tick(self, now_ms: int) -> None:
+        """Once a second: expire silent clients; follow the other readers' membership changes."""
+        expired = self.members.expire(now_ms)
+        for group, client, conn in expired:
+            log.warning("consumer %s of group %s expired: no heartbeat for 120 s", client, group)
+            if conn is not None:
+                conn.transport.close()
+        if expired or self.members.others_moved():
+            self.notify_changes()

@@ -1,0 +1,156 @@
+"""Consumer-group membership across all readers (FACTS §3.9 HeartbeatData, ClientManageProcessor).
+
+Each reader owns the client rows of its ring slot in shared memory (group, client id, last
+heartbeat) and bumps its slot's ``members_version`` when they change; a group's members are the
+union of every live reader's fresh rows.  So GET_CONSUMER_LIST_BY_GROUP answers the same on every
+reader, and a reader that sees another's version move re-reads the groups its own connections are
+in and sends NOTIFY_CONSUMER_IDS_CHANGED to them when the member set changed — which is how a
+client on reader 0 learns that one on reader 1 joined.
+
+Subscriptions (topic, tag codes, subVersion) stay with the reader that got the heartbeat: a client
+sends heartbeats and pulls on the same connection.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from shm.layout import CLIENT, CLIENT_ROWS, S
+
+CHANNEL_EXPIRE_MS = 120_000       # a client silent this long is gone (ClientHousekeepingService)
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+class Subscription:
+    __slots__ = ("topic", "expression", "codes", "tags", "sub_version")
+
+    def __init__(self, d: dict):
+        self.topic = d.get("topic", "")
+        self.expression = d.get("subString") or "*"
+        self.tags = set(d.get("tagsSet") or [])
+        self.codes = [int(c) for c in (d.get("codeSet") or [])]
+        self.sub_version = int(d.get("subVersion") or 0)
+
+    @property
+    def tag_codes(self) -> list[int] | None:
+        """Codes to filter on, None for all messages."""
+        return None if self.expression.strip() in ("", "*") or not self.codes else self.codes
+
+
+class Members:
+    def __init__(self, shared, slot: int):
+        self.sh, self.slot = shared, slot
+        self.all_rows = shared.views["clients"]
+        self.rows = self.all_rows[slot]
+        self.rows[:] = np.zeros(CLIENT_ROWS, CLIENT)          # a new owner: whatever was here is stale
+        self.version = shared.slots[:, S.MEMBERS_VERSION]
+        self.bump()
+        self.row_of: dict[tuple[str, str], int] = {}         # (group, client id) -> row
+        self.conns: dict[str, dict[str, object]] = {}        # group -> client id -> connection
+        self.subs: dict[tuple[str, str], Subscription] = {}  # (group, topic) -> subscription
+        self.models: dict[str, str] = {}                      # group -> CLUSTERING / BROADCASTING
+        self.known: dict[str, frozenset] = {}                # group -> members last notified about
+        self.seen_versions = self.version.copy()
+
+    def bump(self) -> None:
+        self.version[self.slot] += 1
+
+    # ------------------------------------------------------------ local changes
+    def heartbeat(self, conn, client_id: str, consumer: dict, now_ms: int) -> bool:
+        """Register one ConsumerData of a HEART_BEAT; True when the group's membership changed."""
+        group = consumer["groupName"]
+        self.models[group] = consumer.get("messageModel", "CLUSTERING")
+        for sd in consumer.get("subscriptionDataSet") or []:
+            self.subs[(group, sd.get("topic", ""))] = Subscription(sd)
+        key = (group, client_id)
+        row = self.row_of.get(key)
+        changed = row is None or self.conns.get(group, {}).get(client_id) is not conn
+        if row is None:
+            free = np.flatnonzero(self.rows["heartbeat_ms"] == 0)
+            if not len(free):
+                raise RuntimeError(f"this reader already holds {CLIENT_ROWS} consumers")
+            row = self.row_of[key] = int(free[0])
+            self.rows[row] = (group.encode()[:127], client_id.encode()[:119], now_ms)
+            self.bump()
+        else:
+            self.rows["heartbeat_ms"][row] = now_ms
+        self.conns.setdefault(group, {})[client_id] = conn
+        return changed
+
+    def remove(self, group: str, client_id: str) -> bool:
+        row = self.row_of.pop((group, client_id), None)
+        members = self.conns.get(group, {})
+        members.pop(client_id, None)
+        if not members:
+            self.conns.pop(group, None)
+            self.subs = {k: v for k, v in self.subs.items() if k[0] != group}
+        if row is None:
+            return False
+        self.rows["heartbeat_ms"][row] = 0
+        self.bump()
+        return True
+
+    def drop_connection(self, conn) -> list[str]:
+        """A connection closed: forget its clients; -> the groups that lost a member."""
+        gone = [(g, c) for g, m in self.conns.items() for c, ch in m.items() if ch is conn]
+        return sorted({g for g, c in gone if self.remove(g, c)})
+
+    def expire(self, now_ms: int) -> list[tuple[str, str, object]]:
+        """Clients whose last heartbeat is older than 120 s: removed; -> (group, client, conn)."""
+        out = []
+        for (g, c), row in list(self.row_of.items()):
+            if now_ms - int(self.rows["heartbeat_ms"][row]) > CHANNEL_EXPIRE_MS:
+                out.append((g, c, self.conns.get(g, {}).get(c)))
+                self.remove(g, c)
+        return out
+
+    # ------------------------------------------------------------ the shared view
+    def group_members(self, group: str, now_ms: int | None = None) -> list[str]:
+        """Client ids of the group on every live reader, sorted as Java's String.compareTo would."""
+        now_ms = now_ms or int(time.time() * 1000)
+        want = group.encode()[:127]
+        owners = self.sh.slots[:, S.OWNER_PID]
+        out = set()
+        for i in np.flatnonzero(owners > 0).tolist():
+            if i != self.slot and not _pid_alive(int(owners[i])):
+                continue
+            rows = self.all_rows[i]
+            hit = (rows["group"] == want) & (rows["heartbeat_ms"] > now_ms - CHANNEL_EXPIRE_MS)
+            out.update(c.decode() for c in rows["client_id"][hit].tolist())
+        return sorted(out, key=lambda s: s.encode("utf-16-be"))
+
+    def changed_groups(self) -> list[str]:
+        """Local groups whose member set differs from what their connections were last told."""
+        out = []
+        for group in list(self.conns):
+            now = frozenset(self.group_members(group))
+            if self.known.get(group) != now:
+                self.known[group] = now
+                out.append(group)
+        for group in [g for g in self.known if g not in self.conns]:
+            del self.known[group]
+        return out
+
+    def others_moved(self) -> bool:
+        """True when any reader's rows changed since the last call."""
+        if np.array_equal(self.version, self.seen_versions):
+            return False
+        self.seen_versions = self.version.copy()
+        return True
+
+    def close(self) -> None:
+        self.rows["heartbeat_ms"] = 0
+        self.bump()

@@ -1,0 +1,98 @@
+"""PULL_MESSAGE (11) with long polling (FACTS §3.3, §3.4, §10; broker:processor/PullMessageProcessor).
+
+The store side is ``StoreView.pull``: consume-queue entries as a numpy view, the tag filter as one
+vector op over their tag codes, the records as views of the CommitLog mmap joined into the body.
+A pull that finds nothing new (PULL_NOT_FOUND) with the SUSPEND flag is held until the queue grows
+or ``suspendTimeoutMillis`` passes, then run once more and answered with the request's opaque.
+
+Subscription: from the header when the SUBSCRIPTION flag is set, else from the group's heartbeat on
+this reader.  A pull whose heartbeat went to a reader that has since died (the client reconnected
+here and has not sent its next heartbeat yet) is served unfiltered rather than refused with
+SUBSCRIPTION_NOT_EXIST: clients re-check tags on strings, so the result is the same and the
+consumer does not stall for a heartbeat period.
+"""
+from __future__ import annotations
+
+from readers import storeview as SV
+from remoting import headers
+from remoting.codes import RequestCode as R, ResponseCode as RC
+from shm.layout import T
+from store.javahash import string_hash
+from writer.groups import offset_key
+from writer.topics import PERM_READ
+
+COMMIT_OFFSET, SUSPEND, SUBSCRIPTION = 0x1, 0x2, 0x4
+
+
+def tag_codes(expression: str | None) -> list[int] | None:
+    """``TagA || TagB`` -> their hash codes; None (no filter) for ``*`` or empty (FilterAPI)."""
+    expr = (expression or "").strip()
+    if expr in ("", "*"):
+        return None
+    tags = [t.strip() for t in expr.split("||") if t.strip()]
+    return [string_hash(t) for t in tags] or None
+
+
+class PullProcessor:
+    def __init__(self, broker):
+        self.b, self.cfg, self.link, self.view = broker, broker.cfg, broker.link, broker.link.view
+
+    def handlers(self) -> dict:
+        return {R.PULL_MESSAGE: self.pull}
+
+    def pull(self, cmd, conn):
+        h = headers.decode(cmd.code, cmd.ext)
+        topic, qid, group = h["topic"], h["queueId"], h["consumerGroup"]
+        tidx = self.link.topics.lookup(topic)
+        if tidx is None:
+            return cmd.response(RC.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
+        meta = self.link.topics.meta[tidx]
+        if not int(meta[T.PERM]) & PERM_READ:
+            return cmd.response(RC.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden")
+        read_nums = int(meta[T.READ_QUEUE_NUMS])
+        if not 0 <= qid < read_nums:
+            return cmd.response(RC.SYSTEM_ERROR, f"queueId[{qid}] is illegal, topic:[{topic}] "
+                                                 f"topicConfig.readQueueNums:[{read_nums}] consumer:[{conn.peer}]")
+        if not self.b.group_exists(group):
+            return cmd.response(RC.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{group}] does not exist")
+        if (h["expressionType"] or "TAG") != "TAG":
+            return cmd.response(RC.SUBSCRIPTION_PARSE_FAILED,
+                                f"The broker does not support consumer to filter message by {h['expressionType']}")
+        if h["sysFlag"] & SUBSCRIPTION:
+            codes = tag_codes(h["subscription"])
+        else:
+            sub = self.b.members.subs.get((group, topic))
+            if sub is not None and sub.sub_version < h["subVersion"]:
+                return cmd.response(RC.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
+            codes = sub.tag_codes if sub is not None else None
+        if h["sysFlag"] & COMMIT_OFFSET and self.cfg.brokerRole != "SLAVE":
+            self.link.commit_offset(offset_key(topic, group), qid, h["commitOffset"])
+        resp = self._run(cmd, topic, qid, h["queueOffset"], h["maxMsgNums"], codes)
+        if resp.code == RC.PULL_NOT_FOUND and h["sysFlag"] & SUSPEND and h["suspendTimeoutMillis"] > 0:
+            return self._hold(cmd, topic, qid, h["queueOffset"], h["maxMsgNums"], codes, h["suspendTimeoutMillis"])
+        return resp
+
+    async def _hold(self, cmd, topic, qid, offset, max_nums, codes, timeout_ms):
+        await self.link.grown(topic, qid, offset, timeout_ms / 1000)
+        return self._run(cmd, topic, qid, offset, max_nums, codes)
+
+    def _run(self, cmd, topic: str, qid: int, offset: int, max_nums: int, codes):
+        count = max(1, min(max_nums, self.cfg.maxTransferCountOnMessageInMemory))
+        p = self.view.pull(topic, qid, offset, count, codes, self.cfg.maxTransferBytesOnMessageInMemory)
+        body = b""
+        if p.status == SV.FOUND:
+            code, status, body = RC.SUCCESS, "FOUND", b"".join(p.records)
+        elif p.status == SV.NO_MATCHED:
+            code, status = RC.PULL_RETRY_IMMEDIATELY, "NO_MATCHED_MESSAGE"
+        elif p.status == SV.NO_NEW:
+            code, status = RC.PULL_NOT_FOUND, "OFFSET_OVERFLOW_ONE"
+        elif p.status == SV.NO_QUEUE:
+            code, status = (RC.PULL_OFFSET_MOVED if offset else RC.PULL_NOT_FOUND), "NO_MATCHED_LOGIC_QUEUE"
+        elif p.max_offset == 0:
+            code, status = RC.PULL_OFFSET_MOVED, "NO_MESSAGE_IN_QUEUE"
+        else:
+            code = RC.PULL_OFFSET_MOVED
+            status = "OFFSET_TOO_SMALL" if offset < p.min_offset else "OFFSET_OVERFLOW_BADLY"
+        ext = {"suggestWhichBrokerId": "0", "nextBeginOffset": str(p.next_offset),
+               "minOffset": str(p.min_offset), "maxOffset": str(p.max_offset)}
+        return cmd.response(code, status, ext=ext, body=body)

@@ -1,0 +1,81 @@
+"""The broker's registration with every name server (broker:out/BrokerOuterAPI.java): REGISTER_BROKER
+every 30 s and at once when the topic table changes, UNREGISTER_BROKER when the appliance stops.
+Reader 0 does it for the whole appliance; the address it registers is HAProxy's (``listenPort``).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import zlib
+
+from net import client as net
+from remoting.codec import Command
+from remoting.codes import RequestCode as R, ResponseCode as RC
+from store import configfile
+
+log = logging.getLogger("rocketbox.reader")
+PERIOD_S = 30.0
+TIMEOUT_S = 6.0           # registerBrokerTimeoutMills
+
+
+def addresses(cfg) -> list[str]:
+    return [a.strip() for a in cfg.namesrvAddr.split(";") if a.strip()]
+
+
+class Registrar:
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.conns: dict[str, net.Connection] = {}
+        self.failing: set[str] = set()
+
+    def _fields(self) -> dict:
+        c = self.cfg
+        return {"brokerName": c.brokerName, "brokerAddr": c.broker_addr, "clusterName": c.brokerClusterName,
+                "brokerId": str(c.brokerId)}
+
+    def _body(self) -> bytes:
+        data = configfile.read(os.path.join(self.cfg.config_dir, "topics.json")) or {}
+        wrapper = {"dataVersion": data.get("dataVersion", {"counter": 0, "timestamp": 0}),
+                   "topicConfigTable": data.get("topicConfigTable", {})}
+        return json.dumps({"filterServerList": [], "topicConfigSerializeWrapper": wrapper}).encode()
+
+    async def _invoke(self, addr: str, cmd: Command) -> Command:
+        conn = self.conns.get(addr)
+        if conn is None or not conn.is_open:
+            conn = self.conns[addr] = await net.connect(addr, TIMEOUT_S)
+        return await conn.invoke(cmd, TIMEOUT_S)
+
+    async def register_all(self) -> None:
+        body = self._body()
+        ext = {**self._fields(), "haServerAddr": f"{self.cfg.brokerIP1}:{self.cfg.listenPort + 1}",
+               "compressed": "false", "bodyCrc32": str(zlib.crc32(body) & 0x7FFFFFFF)}
+        await asyncio.gather(*(self._register(a, Command(R.REGISTER_BROKER, dict(ext), body))
+                               for a in addresses(self.cfg)))
+
+    async def _register(self, addr: str, cmd: Command) -> None:
+        try:
+            resp = await self._invoke(addr, cmd)
+            if resp.code != RC.SUCCESS:
+                raise net.RemotingError(f"code {resp.code}: {resp.remark}")
+            if addr in self.failing:
+                log.info("registered with name server %s again", addr)
+                self.failing.discard(addr)
+        except (OSError, net.RemotingError) as e:
+            if addr not in self.failing:
+                log.warning("cannot register with name server %s: %s", addr, e)
+                self.failing.add(addr)
+
+    async def unregister_all(self) -> None:
+        async def one(addr):
+            try:
+                await self._invoke(addr, Command(R.UNREGISTER_BROKER, self._fields()))
+            except (OSError, net.RemotingError) as e:
+                log.warning("cannot unregister from name server %s: %s", addr, e)
+        await asyncio.gather(*(one(a) for a in addresses(self.cfg)))
+
+    def close(self) -> None:
+        for conn in self.conns.values():
+            conn.close()
+        self.conns.clear()

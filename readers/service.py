@@ -1,0 +1,116 @@
+"""A reader process (``appliance run reader-<i>``): one asyncio/uvloop remoting server on
+127.0.0.1:<readerPortBase + i> behind HAProxy, serving clients from the shared store.
+
+Handlers come from one processor per concern: sends (send.py), pulls with long polling (pull.py),
+client management and group membership (clients.py), offsets and administration (admin.py).  All
+shared state lives in shared memory or with its single writer, so a client gets the same answers
+whichever reader HAProxy gives it.  Reader 0 also registers the broker with the name servers.
+
+Stop (SIGTERM): stop accepting, let sends already handed to the writer get their replies (up to
+5 s), unregister from the name servers when the whole appliance is stopping, close.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+
+from net.server import RemotingServer
+from readers.admin import AdminProcessor
+from readers.clients import ClientProcessor
+from readers.link import WriterLink
+from readers.pull import PullProcessor
+from readers.registration import PERIOD_S, Registrar, addresses
+from readers.send import SendProcessor
+from shm.layout import C
+
+log = logging.getLogger("rocketbox.reader")
+TICK_S = 1.0
+DRAIN_S = 5.0
+
+
+class ReaderService:
+    def __init__(self, cfg, shared, index: int):
+        self.cfg, self.sh, self.index = cfg, shared, index
+        self.stop_requested = False
+        self._stop: asyncio.Event | None = None
+        self._groups_mtime, self._groups = -1.0, set()
+
+    def open(self) -> "ReaderService":
+        return self
+
+    def close(self) -> None:
+        pass
+
+    def run(self) -> None:
+        import uvloop
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(self.serve())
+
+    def wake(self) -> None:
+        """From the SIGTERM handler (stop_requested is already set)."""
+        if self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+
+    # ------------------------------------------------------------ serving
+    async def serve(self) -> None:
+        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        if self.stop_requested:
+            return
+        self.link = WriterLink(self.cfg, self.sh)
+        self.clients = ClientProcessor(self)
+        self.members = self.clients.members
+        handlers = {}
+        for proc in (SendProcessor(self), PullProcessor(self), self.clients, AdminProcessor(self)):
+            handlers.update(proc.handlers())
+        server = RemotingServer(f"reader-{self.index}", handlers, on_close=self.clients.connection_closed)
+        registrar = Registrar(self.cfg) if self.index == 0 and addresses(self.cfg) else None
+        try:
+            await server.start("127.0.0.1", self.cfg.reader_port(self.index))
+            log.info("reader %d listening on 127.0.0.1:%d (ring slot %d)", self.index, server.port, self.link.slot)
+            await self._tick_until_stopped(registrar)
+        finally:
+            await server.close()
+            await self._drain()
+            if registrar is not None:
+                if self.sh.control[C.STOPPING]:
+                    await registrar.unregister_all()
+                registrar.close()
+            self.members.close()
+            self.link.close()
+
+    async def _tick_until_stopped(self, registrar) -> None:
+        registered_at, topic_version = 0.0, -1
+        while not self.stop_requested:
+            try:
+                await asyncio.wait_for(self._stop.wait(), TICK_S)
+            except asyncio.TimeoutError:
+                pass
+            self.clients.tick(int(time.time() * 1000))
+            if registrar is not None:
+                version = int(self.sh.control[C.TOPIC_VERSION])
+                if version != topic_version or time.monotonic() - registered_at >= PERIOD_S:
+                    topic_version, registered_at = version, time.monotonic()
+                    self._loop.create_task(registrar.register_all())
+
+    async def _drain(self) -> None:
+        deadline = time.monotonic() + DRAIN_S
+        while (self.link.in_flight or self.link.batch) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+
+    # ------------------------------------------------------------ shared lookups
+    def group_exists(self, group: str) -> bool:
+        """A pull's group must exist unless groups are created on demand (autoCreateSubscriptionGroup)."""
+        if self.cfg.autoCreateSubscriptionGroup:
+            return True
+        from store import configfile
+        path = os.path.join(self.cfg.config_dir, "subscriptionGroup.json")
+        try:
+            mtime = os.stat(path).st_mtime
+        except OSError:
+            return False
+        if mtime != self._groups_mtime:
+            data = configfile.read(path) or {}
+            self._groups, self._groups_mtime = set(data.get("subscriptionGroupTable") or {}), mtime
+        return group in self._groups
