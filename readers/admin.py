@@ -47,6 +47,12 @@ class AdminProcessor:
     def update_offset(self, cmd, _conn):
         h = headers.decode(cmd.code, cmd.ext)
         self.link.commit_offset(offset_key(h["topic"], h["consumerGroup"]), h["queueId"], h["commitOffset"])
+        return None if cmd.is_oneway else self._applied(cmd)
+
+    async def _applied(self, cmd):
+        """Answer once the writer has the offset, so the next query through any reader sees it."""
+        if not await self.link.offsets_applied():
+            return cmd.response(RC.SYSTEM_ERROR, "consumer offset not applied within 3 s")
         return cmd.response()
 
     # ------------------------------------------------------------ queue offsets and times

@@ -36,9 +36,12 @@ class WriterLink:
         self.polls: list[tuple[str, int, int, asyncio.Future]] = []   # long polls: topic, queue, offset
         self.topic_waits: dict[int, asyncio.Future] = {}
         self.offset_batch: list[tuple[bytes, int, int]] = []
+        self.offsets_end = 0                                        # ring position past the last OFFSET entry
+        self.apply_waits: list[tuple[int, asyncio.Future]] = []
         self.unapplied: dict[tuple[bytes, int], tuple[int, int]] = {}  # committed here, not yet in shm
         self.wake_pending = False
         self.stopping = False
+        self.on_topic_change = None                # called after a topic this reader created or changed
         self.thread = threading.Thread(target=self._wait_thread, name="slot-waker", daemon=True)
         self.thread.start()
 
@@ -89,9 +92,13 @@ class WriterLink:
             self._settle_flushes()
         if self.polls:
             self._settle_polls()
-        if self.unapplied:
+        if self.unapplied or self.apply_waits:
             done = self.ring.requests.read_pos
             self.unapplied = {k: v for k, v in self.unapplied.items() if v[1] > done}
+            for end, fut in self.apply_waits:
+                if end <= done and not fut.done():
+                    fut.set_result(True)
+            self.apply_waits = [(e, f) for e, f in self.apply_waits if not f.done()]
 
     # ------------------------------------------------------------ appends
     def put(self, req: PutRequest) -> asyncio.Future:
@@ -171,10 +178,13 @@ class WriterLink:
         fut = self.loop.create_future()
         self.topic_waits[rid] = fut
         try:
-            return await asyncio.wait_for(fut, timeout_s)
+            status = await asyncio.wait_for(fut, timeout_s)
         finally:
             self.topic_waits.pop(rid, None)
             self.ring.topic_replies.pop(rid, None)
+        if status == P.SUCCESS and self.on_topic_change is not None:
+            self.on_topic_change()
+        return status
 
     # ------------------------------------------------------------ consumer groups
     def commit_offset(self, key: bytes, queue_id: int, offset: int) -> None:
@@ -183,11 +193,26 @@ class WriterLink:
         self.offset_batch.append((key, queue_id, offset))
 
     def _push_offsets(self) -> None:
+        if not self.offset_batch:
+            return
         rows = np.array([(key, qid, 0, off) for key, qid, off in self.offset_batch], P.OFFSET_UPDATE)
-        end = self.ring.push_offsets(rows)
+        end = self.offsets_end = self.ring.push_offsets(rows)
         for key, qid, off in self.offset_batch:
             self.unapplied[(key, qid)] = (off, end)
         self.offset_batch = []
+
+    async def offsets_applied(self, timeout_s: float = 3.0) -> bool:
+        """Wait until the writer has applied every offset committed so far (so any reader sees them)."""
+        if self.offset_batch:
+            self._push_offsets()
+        if self.ring.requests.read_pos >= self.offsets_end:
+            return True
+        fut = self.loop.create_future()
+        self.apply_waits.append((self.offsets_end, fut))
+        try:
+            return await asyncio.wait_for(fut, timeout_s)
+        except asyncio.TimeoutError:
+            return False
 
     def committed_offset(self, key: bytes, queue_id: int) -> int | None:
         """The group's committed offset: what this reader committed last if the writer has not

@@ -4,7 +4,8 @@
 Handlers come from one processor per concern: sends (send.py), pulls with long polling (pull.py),
 client management and group membership (clients.py), offsets and administration (admin.py).  All
 shared state lives in shared memory or with its single writer, so a client gets the same answers
-whichever reader HAProxy gives it.  Reader 0 also registers the broker with the name servers.
+whichever reader HAProxy gives it.  Reader 0 registers the broker with the name servers every 30 s
+and when the topic table changes; a reader that creates a topic registers at once.
 
 Stop (SIGTERM): stop accepting, let sends already handed to the writer get their replies (up to
 5 s), unregister from the name servers when the whole appliance is stopping, close.
@@ -65,7 +66,9 @@ class ReaderService:
         for proc in (SendProcessor(self), PullProcessor(self), self.clients, AdminProcessor(self)):
             handlers.update(proc.handlers())
         server = RemotingServer(f"reader-{self.index}", handlers, on_close=self.clients.connection_closed)
-        registrar = Registrar(self.cfg) if self.index == 0 and addresses(self.cfg) else None
+        registrar = Registrar(self.cfg) if addresses(self.cfg) else None
+        if registrar is not None:      # a topic created here reaches the name servers at once
+            self.link.on_topic_change = lambda: self._loop.create_task(registrar.register_all())
         try:
             await server.start("127.0.0.1", self.cfg.reader_port(self.index))
             log.info("reader %d listening on 127.0.0.1:%d (ring slot %d)", self.index, server.port, self.link.slot)
@@ -74,7 +77,7 @@ class ReaderService:
             await server.close()
             await self._drain()
             if registrar is not None:
-                if self.sh.control[C.STOPPING]:
+                if self.sh.control[C.STOPPING] and self.index == 0:
                     await registrar.unregister_all()
                 registrar.close()
             self.members.close()
@@ -88,7 +91,7 @@ class ReaderService:
             except asyncio.TimeoutError:
                 pass
             self.clients.tick(int(time.time() * 1000))
-            if registrar is not None:
+            if registrar is not None and self.index == 0:
                 version = int(self.sh.control[C.TOPIC_VERSION])
                 if version != topic_version or time.monotonic() - registered_at >= PERIOD_S:
                     topic_version, registered_at = version, time.monotonic()

@@ -1,0 +1,187 @@
+"""What producers and consumers of one process share (Java's MQClientInstance): the client id,
+one connection per broker or name server address, topic routes from the name servers, heartbeats
+to every broker every 30 s, and the broker's pushes (NOTIFY_CONSUMER_IDS_CHANGED -> rebalance).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+import time
+from typing import NamedTuple
+
+from client.errors import MQBrokerError, MQClientError
+from net import client as net
+from remoting.codec import Command
+from remoting.codes import RequestCode as R, ResponseCode as RC
+from store.configfile import loads_tolerant
+
+log = logging.getLogger("rocketbox.client")
+PERM_WRITE, PERM_READ = 2, 4
+HEARTBEAT_S = 30.0
+
+
+class MessageQueue(NamedTuple):
+    topic: str
+    broker_name: str
+    queue_id: int
+
+    def sort_key(self):
+        return (self.topic.encode("utf-16-be"), self.broker_name.encode("utf-16-be"), self.queue_id)
+
+
+class TopicRoute:
+    """GET_ROUTEINFO_BY_TOPIC's TopicRouteData, as queues and master addresses."""
+
+    def __init__(self, topic: str, data: dict):
+        self.topic = topic
+        self.masters = {}
+        for bd in data.get("brokerDatas") or []:
+            addrs = {int(k): v for k, v in (bd.get("brokerAddrs") or {}).items()}
+            if 0 in addrs:
+                self.masters[bd["brokerName"]] = addrs[0]
+        self.write_queues, self.read_queues = [], []
+        for qd in sorted(data.get("queueDatas") or [], key=lambda q: q["brokerName"]):
+            name = qd["brokerName"]
+            if name not in self.masters:
+                continue
+            if qd.get("perm", 6) & PERM_WRITE:
+                self.write_queues += [MessageQueue(topic, name, i) for i in range(qd["writeQueueNums"])]
+            if qd.get("perm", 6) & PERM_READ:
+                self.read_queues += [MessageQueue(topic, name, i) for i in range(qd["readQueueNums"])]
+
+
+def _local_ip() -> str:
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.255.255.255", 1))
+            return s.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
+
+
+class ClientInstance:
+    def __init__(self, namesrv: str, timeout_s: float = 3.0, instance_name: str | None = None):
+        self.namesrv = [a.strip() for a in namesrv.split(";") if a.strip()]
+        if not self.namesrv:
+            raise ValueError("no name server address (namesrv 'host:port;host:port')")
+        self.timeout_s = timeout_s
+        self.client_id = f"{_local_ip()}@{instance_name or f'{os.getpid()}#{time.monotonic_ns()}'}"
+        self.conns: dict[str, net.Connection] = {}
+        self.connecting: dict[str, asyncio.Lock] = {}
+        self.routes: dict[str, TopicRoute] = {}
+        self.consumers: dict[str, object] = {}       # group -> PushConsumer
+        self.producers: set[str] = set()
+        self.users = 0
+        self.task: asyncio.Task | None = None
+
+    # ------------------------------------------------------------ lifecycle (shared by its users)
+    async def start(self) -> None:
+        self.users += 1
+        if self.task is None:
+            self.task = asyncio.get_running_loop().create_task(self._housekeeping())
+
+    async def stop(self) -> None:
+        self.users -= 1
+        if self.users > 0:
+            return
+        if self.task is not None:
+            self.task.cancel()
+            self.task = None
+        for conn in self.conns.values():
+            conn.close()
+        self.conns.clear()
+
+    async def _housekeeping(self) -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT_S)
+            for topic in list(self.routes):
+                try:
+                    await self.route(topic, refresh=True)
+                except MQClientError as e:
+                    log.warning("route refresh for %s failed: %s", topic, e)
+            await self.heartbeat_all()
+
+    # ------------------------------------------------------------ requests
+    async def connection(self, addr: str) -> net.Connection:
+        conn = self.conns.get(addr)
+        if conn is not None and conn.is_open:
+            return conn
+        lock = self.connecting.setdefault(addr, asyncio.Lock())
+        async with lock:
+            conn = self.conns.get(addr)
+            if conn is None or not conn.is_open:
+                try:
+                    conn = await net.connect(addr, self.timeout_s, on_request=self._on_request)
+                except (OSError, net.RemotingError) as e:
+                    raise MQClientError(f"cannot connect to {addr}: {e}") from None
+                self.conns[addr] = conn
+        return conn
+
+    async def invoke(self, addr: str, code: int, ext: dict | None = None, body: bytes = b"",
+                     timeout_s: float | None = None) -> Command:
+        conn = await self.connection(addr)
+        try:
+            return await conn.invoke(Command(code, ext, body), timeout_s or self.timeout_s)
+        except (OSError, net.RemotingError) as e:
+            raise MQClientError(f"request {code} to {addr} failed: {e}") from None
+
+    async def call(self, addr: str, code: int, ext: dict | None = None, body: bytes = b"",
+                   timeout_s: float | None = None, ok=(RC.SUCCESS,)) -> Command:
+        """``invoke`` that raises MQBrokerError unless the response code is in ``ok``."""
+        resp = await self.invoke(addr, code, ext, body, timeout_s)
+        if resp.code not in ok:
+            raise MQBrokerError(resp.code, resp.remark, addr)
+        return resp
+
+    async def oneway(self, addr: str, code: int, ext: dict | None = None, body: bytes = b"") -> None:
+        conn = await self.connection(addr)
+        try:
+            conn.oneway(Command(code, ext, body))
+        except OSError as e:
+            raise MQClientError(f"oneway {code} to {addr} failed: {e}") from None
+
+    def _on_request(self, cmd: Command, _conn) -> None:
+        if cmd.code == R.NOTIFY_CONSUMER_IDS_CHANGED:
+            consumer = self.consumers.get(cmd.ext.get("consumerGroup", ""))
+            if consumer is not None:
+                consumer.rebalance_soon()
+
+    # ------------------------------------------------------------ routes
+    async def route(self, topic: str, refresh: bool = False) -> TopicRoute:
+        """The topic's route from the first name server that answers; MQBrokerError(17) if none knows it."""
+        if not refresh and topic in self.routes:
+            return self.routes[topic]
+        last: Exception | None = None
+        for addr in self.namesrv:
+            try:
+                resp = await self.call(addr, R.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+            except MQBrokerError as e:
+                if e.code == RC.TOPIC_NOT_EXIST:
+                    raise
+                last = e
+                continue
+            except MQClientError as e:
+                last = e
+                continue
+            known = self.broker_addrs()
+            route = self.routes[topic] = TopicRoute(topic, loads_tolerant(resp.body.decode()))
+            if set(route.masters.values()) - known and (self.consumers or self.producers):
+                await self.heartbeat_all()         # a broker we had not met: tell it who we are
+            return route
+        raise MQClientError(f"no name server answered for topic {topic}: {last}")
+
+    def broker_addrs(self) -> set[str]:
+        return {a for r in self.routes.values() for a in r.masters.values()}
+
+    async def heartbeat_all(self) -> None:
+        body = json.dumps({"clientID": self.client_id,
+                           "consumerDataSet": [c.consumer_data() for c in self.consumers.values()],
+                           "producerDataSet": [{"groupName": g} for g in sorted(self.producers)]}).encode()
+        for addr in sorted(self.broker_addrs()):
+            try:
+                await self.call(addr, R.HEART_BEAT, {}, body)
+            except MQClientError as e:
+                log.warning("heartbeat to %s failed: %s", addr, e)

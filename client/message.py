@@ -1,0 +1,99 @@
+"""Messages as the client sees them: ``Message`` to send, ``MessageExt`` received (decoded from a
+pull body of stored records, FACTS §4.3), ``SendResult``; client message ids (UNIQ_KEY, §4.7)."""
+from __future__ import annotations
+
+import datetime
+import itertools
+import os
+import struct
+import zlib
+from dataclasses import dataclass, field
+
+from store import message as codec
+
+_counter = itertools.count()
+
+
+def uniq_key(ip: bytes = b"\x7f\x00\x00\x01") -> str:
+    """UNIQ_KEY: ip, pid (i16), class-loader hash (here: a per-process constant), ms since the start
+    of this month, a counter (i16), as uppercase hex."""
+    now = datetime.datetime.now()
+    month = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    ms = int((now - month).total_seconds() * 1000)
+    return (ip + struct.pack(">hiih", os.getpid() & 0x7FFF, _LOADER, ms & 0x7FFFFFFF,
+                             next(_counter) & 0x7FFF)).hex().upper()
+
+
+_LOADER = int.from_bytes(os.urandom(4), "big") & 0x7FFFFFFF
+
+
+@dataclass
+class Message:
+    topic: str
+    body: bytes
+    tags: str | None = None
+    keys: str | list | None = None
+    properties: dict = field(default_factory=dict)
+    flag: int = 0
+    delay_level: int = 0
+
+    def wire_properties(self) -> dict[str, str]:
+        props = dict(self.properties)
+        if self.tags:
+            props["TAGS"] = self.tags
+        if self.keys:
+            props["KEYS"] = self.keys if isinstance(self.keys, str) else " ".join(self.keys)
+        if self.delay_level:
+            props["DELAY"] = str(self.delay_level)
+        props.setdefault("UNIQ_KEY", uniq_key())
+        return props
+
+
+@dataclass
+class MessageExt:
+    topic: str
+    body: bytes
+    properties: dict
+    queue_id: int
+    queue_offset: int
+    commit_log_offset: int
+    offset_msg_id: str
+    born_timestamp: int
+    store_timestamp: int
+    reconsume_times: int
+    flag: int
+    broker_name: str = ""
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get("TAGS")
+
+    @property
+    def keys(self) -> list[str]:
+        return (self.properties.get("KEYS") or "").split()
+
+    @property
+    def msg_id(self) -> str:
+        return self.properties.get("UNIQ_KEY") or self.offset_msg_id
+
+
+def decode_messages(body: bytes, broker_name: str = "") -> list[MessageExt]:
+    out, at = [], 0
+    while at < len(body):
+        r = codec.decode_record(body, at, "pull body")
+        payload = r.body
+        if r.sys_flag & codec.COMPRESSED:
+            payload = zlib.decompress(payload)
+        out.append(MessageExt(r.topic, payload, r.properties, r.queue_id, r.queue_offset, r.phys_offset, r.msg_id,
+                              r.born_ts, r.store_ts, r.reconsume_times, r.flag, broker_name))
+        at += r.total_size
+    return out
+
+
+@dataclass
+class SendResult:
+    status: str                 # SEND_OK, FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE
+    msg_id: str                 # UNIQ_KEY (comma-joined for a batch)
+    offset_msg_id: str
+    queue: object
+    queue_offset: int

@@ -1,0 +1,146 @@
+"""The producer (Java's DefaultMQProducer): sync, async (a task) and oneway sends, batches, retries
+on another broker, and a queue selector for ordered sends.
+
+Queue choice: round-robin over the topic's write queues; a retry skips the broker that just failed
+when another has queues.  A topic the name servers do not know is sent with TBW102's route and
+``defaultTopic=TBW102`` so a broker with ``autoCreateTopicEnable`` creates it (as Java does).
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+
+from client.errors import MQBrokerError, MQClientError
+from client.instance import ClientInstance, MessageQueue, TopicRoute
+from client.message import Message, SendResult
+from remoting.codes import RequestCode as R, ResponseCode as RC
+from store import message as codec
+
+DEFAULT_TOPIC = "TBW102"
+STATUS = {RC.SUCCESS: "SEND_OK", RC.FLUSH_DISK_TIMEOUT: "FLUSH_DISK_TIMEOUT",
+          RC.FLUSH_SLAVE_TIMEOUT: "FLUSH_SLAVE_TIMEOUT", RC.SLAVE_NOT_AVAILABLE: "SLAVE_NOT_AVAILABLE"}
+
+
+class Producer:
+    def __init__(self, group: str, namesrv: str, *, send_timeout_s: float = 3.0, retries: int = 2,
+                 default_topic_queue_nums: int = 4, instance: ClientInstance | None = None):
+        self.group, self.timeout_s, self.retries = group, send_timeout_s, retries
+        self.default_queue_nums = default_topic_queue_nums
+        self.instance = instance or ClientInstance(namesrv, send_timeout_s)
+        self.rr = itertools.count()
+
+    async def start(self) -> "Producer":
+        self.instance.producers.add(self.group)
+        await self.instance.start()
+        return self
+
+    async def shutdown(self) -> None:
+        self.instance.producers.discard(self.group)
+        for addr in sorted(self.instance.broker_addrs()):
+            try:
+                await self.instance.call(addr, R.UNREGISTER_CLIENT, {"clientID": self.instance.client_id,
+                                                                     "producerGroup": self.group})
+            except MQClientError:
+                pass
+        await self.instance.stop()
+
+    async def __aenter__(self):
+        return await self.start()
+
+    async def __aexit__(self, *exc):
+        await self.shutdown()
+
+    # ------------------------------------------------------------ routes and queues
+    async def _route(self, topic: str) -> tuple[TopicRoute, bool]:
+        """-> (route, via_default): a new topic goes through TBW102's queues."""
+        try:
+            route = await self.instance.route(topic)
+            if route.write_queues:
+                return route, False
+        except MQBrokerError as e:
+            if e.code != RC.TOPIC_NOT_EXIST:
+                raise
+        base = await self.instance.route(DEFAULT_TOPIC)
+        route = TopicRoute(topic, {})
+        route.masters = dict(base.masters)
+        per_broker: dict[str, int] = {}
+        for q in base.write_queues:
+            per_broker[q.broker_name] = per_broker.get(q.broker_name, 0) + 1
+        route.write_queues = [MessageQueue(topic, b, i) for b, n in per_broker.items()
+                              for i in range(min(n, self.default_queue_nums))]
+        if not route.write_queues:
+            raise MQClientError(f"no route for topic {topic}, and {DEFAULT_TOPIC} has no writable queue")
+        return route, True
+
+    def _pick(self, route: TopicRoute, avoid: str | None) -> MessageQueue:
+        queues = route.write_queues
+        n = next(self.rr)
+        if avoid is not None:
+            others = [q for q in queues if q.broker_name != avoid]
+            if others:
+                return others[n % len(others)]
+        return queues[n % len(queues)]
+
+    # ------------------------------------------------------------ sends
+    async def send(self, msg: Message, *, queue: MessageQueue | None = None, selector=None, arg=None) -> SendResult:
+        """Send and wait for the broker.  ``selector(queues, msg, arg) -> queue`` picks the queue for
+        ordered sends (no retry on another queue then, as Java)."""
+        if selector is not None:
+            route, _ = await self._route(msg.topic)
+            queue = selector(route.write_queues, msg, arg)
+        return await self._send(msg.topic, msg.wire_properties(), msg.body, msg.flag, False, queue, oneway=False)
+
+    def send_async(self, msg: Message, **kw) -> asyncio.Task:
+        return asyncio.get_running_loop().create_task(self.send(msg, **kw))
+
+    async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None) -> None:
+        await self._send(msg.topic, msg.wire_properties(), msg.body, msg.flag, False, queue, oneway=True)
+
+    async def send_batch(self, msgs: list[Message], *, queue: MessageQueue | None = None) -> SendResult:
+        """One SEND_BATCH_MESSAGE: same topic, no delay (FACTS §4.2)."""
+        if not msgs:
+            raise ValueError("empty batch")
+        topic = msgs[0].topic
+        if any(m.topic != topic for m in msgs) or any(m.delay_level for m in msgs):
+            raise ValueError("a batch needs one topic and no delayed messages")
+        body = codec.encode_client_batch([(m.flag, m.body, codec.encode_properties(m.wire_properties()))
+                                          for m in msgs])
+        return await self._send(topic, {}, body, 0, True, queue, oneway=False)
+
+    async def _send(self, topic, props, body, flag, batch, queue, oneway):
+        route, via_default = await self._route(topic)
+        avoid, last = None, None
+        tries = 1 if (queue is not None or oneway) else 1 + self.retries
+        for _ in range(tries):
+            mq = queue or self._pick(route, avoid)
+            addr = route.masters.get(mq.broker_name)
+            if addr is None:
+                raise MQClientError(f"no master address for broker {mq.broker_name}")
+            ext = {"a": self.group, "b": topic, "c": DEFAULT_TOPIC, "d": str(self.default_queue_nums),
+                   "e": str(mq.queue_id), "f": "0", "g": str(int(time.time() * 1000)), "h": str(flag),
+                   "i": codec.encode_properties(props), "j": "0", "k": "false", "m": "true" if batch else "false"}
+            code = R.SEND_BATCH_MESSAGE if batch else R.SEND_MESSAGE_V2
+            try:
+                if oneway:
+                    await self.instance.oneway(addr, code, ext, body)
+                    return None
+                resp = await self.instance.invoke(addr, code, ext, body, self.timeout_s)
+                if resp.code not in STATUS:
+                    raise MQBrokerError(resp.code, resp.remark, addr)
+            except MQClientError as e:
+                last, avoid = e, mq.broker_name
+                if not e.retriable:
+                    raise
+                if via_default is False and isinstance(e, MQBrokerError) and e.code == RC.TOPIC_NOT_EXIST:
+                    route, via_default = await self._route(topic)
+                continue
+            if via_default:
+                self.instance.routes.pop(topic, None)      # the broker has the topic now: re-read its route
+            if batch:
+                ids = ",".join(codec.parse_properties(p).get("UNIQ_KEY", "")
+                               for _f, _b, p in codec.decode_client_batch(body))
+            else:
+                ids = props.get("UNIQ_KEY", "")
+            return SendResult(STATUS[resp.code], ids, resp.ext.get("msgId", ""), mq, int(resp.ext.get("queueOffset", -1)))
+        raise last
