@@ -20,7 +20,8 @@ _ports = itertools.count(21000 + (os.getpid() % 400) * 40, 40)   # each applianc
 
 
 class Appliance:
-    def __init__(self, tmp_path, **overrides):
+    def __init__(self, tmp_path, namesrv: bool = False, **overrides):
+        """``namesrv``: run a name server of its own (on listenPort + 30) and register with it."""
         self.dir = str(tmp_path)
         self.conf = os.path.join(self.dir, "broker.conf")
         port = next(_ports)
@@ -30,6 +31,8 @@ class Appliance:
                     "brokerName": "b1", "brokerIP1": "127.0.0.1", "shmPrefix": f"/rbxt-{os.getpid()}-{port}",
                     "maxHashSlotNum": 1000, "maxIndexNum": 4000, "shmQueueSlots": 1024, "shmTopicSlots": 256,
                     "shmOffsetSlots": 1024, "namesrvAddr": ""}
+        if namesrv:
+            settings["namesrvAddr"] = f"127.0.0.1:{port + 30}"
         settings.update(overrides)
         with open(self.conf, "w") as f:
             f.writelines(f"{k}={v}\n" for k, v in settings.items())
@@ -48,10 +51,34 @@ class Appliance:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"appliance exited with {self.proc.returncode}: {self.log_text()[-2000:]}")
-            if self.cmd("status").returncode == 0:
+            if self.cmd("status").returncode == 0 and self.serving():
                 return self
             time.sleep(0.2)
         raise TimeoutError("appliance did not come up: " + self.log_text()[-2000:])
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.cfg.listenPort}"
+
+    @property
+    def namesrv(self) -> str:
+        return self.cfg.namesrvAddr
+
+    def serving(self) -> bool:
+        """Every reader answers, and HAProxy lets a request through."""
+        from remoting.codes import RequestCode
+        from tests.integration.wire import Wire
+        ports = [self.cfg.reader_port(i) for i in range(self.cfg.readerProcessNums)] + [self.cfg.listenPort]
+        try:
+            for port in ports:
+                w = Wire("127.0.0.1", port, timeout=2)
+                ok = w.call(RequestCode.GET_BROKER_RUNTIME_INFO).code == 0
+                w.close()
+                if not ok:
+                    return False
+        except OSError:
+            return False
+        return True
 
     def log_text(self) -> str:
         with open(os.path.join(self.dir, "appliance.log"), "rb") as f:

@@ -1,0 +1,212 @@
+"""Readers behind HAProxy, spoken to frame by frame: sends in every dialect, pulls with long polling
+and tag filters, offsets and group membership shared across readers, bad input."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+from remoting import codec
+from remoting.codes import RequestCode as R, ResponseCode as RC
+from shm.layout import C
+from store import message
+from tests.integration.wire import Wire
+
+
+def send_v2(w: Wire, topic: str, body: bytes, props: str = "", queue: int = 0, **kw):
+    ext = {"a": "pg", "b": topic, "c": "TBW102", "d": "4", "e": str(queue), "f": "0",
+           "g": str(int(time.time() * 1000)), "h": "0", "i": props, "j": "0", "k": "false"}
+    ext.update(kw)
+    return w.call(R.SEND_MESSAGE_V2, ext, body)
+
+
+def pull(w: Wire, topic: str, offset: int, queue: int = 0, flag: int = 0, suspend_ms: int = 0, sub: str = "*",
+         group: str = "g1", nums: int = 32):
+    return w.call(R.PULL_MESSAGE, {"consumerGroup": group, "topic": topic, "queueId": str(queue),
+                                   "queueOffset": str(offset), "maxMsgNums": str(nums), "sysFlag": str(flag),
+                                   "commitOffset": "0", "suspendTimeoutMillis": str(suspend_ms),
+                                   "subscription": sub, "subVersion": "0"})
+
+
+def bodies(resp) -> list[bytes]:
+    out, at = [], 0
+    while at < len(resp.body):
+        r = message.decode_record(resp.body, at)
+        out.append(r.body)
+        at += r.total_size
+    return out
+
+
+def pull_n(w: Wire, topic: str, n: int, **kw) -> list[bytes]:
+    """Pull from offset 0 until ``n`` messages are there (a reply comes before dispatch), or 5 s."""
+    deadline = time.monotonic() + 5
+    while True:
+        got = bodies(pull(w, topic, 0, **kw))
+        if len(got) >= n or time.monotonic() > deadline:
+            return got
+        time.sleep(0.05)
+
+
+def heartbeat(w: Wire, client: str, group: str, topic: str = "T", model: str = "CLUSTERING"):
+    data = {"clientID": client, "producerDataSet": [], "consumerDataSet": [{
+        "groupName": group, "messageModel": model, "consumeType": "CONSUME_PASSIVELY",
+        "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET", "unitMode": False,
+        "subscriptionDataSet": [{"topic": topic, "subString": "*", "tagsSet": [], "codeSet": [], "subVersion": 1,
+                                 "classFilterMode": False, "expressionType": "TAG"}]}]}
+    return w.call(R.HEART_BEAT, {}, json.dumps(data).encode())
+
+
+def test_sends_in_every_dialect_and_pulls_back(appliance_factory):
+    app = appliance_factory().start()
+    w = Wire("127.0.0.1", app.cfg.listenPort)
+    r = send_v2(w, "Orders", b"one", "TAGS\x01TagA\x02KEYS\x01k1")          # auto-created from TBW102
+    assert r.code == RC.SUCCESS, r.remark
+    assert r.ext["queueOffset"] == "0" and r.ext["MSG_REGION"] == "DefaultRegion" and r.ext["TRACE_ON"] == "true"
+    ip, port, phys = message.parse_offset_msg_id(r.ext["msgId"])
+    assert (ip, port, phys) == (b"\x7f\x00\x00\x01", app.cfg.listenPort, 0)
+    # code 10, long names, a batch flagged batch=1 (the C++ client's way)
+    batch = message.encode_client_batch([(7, b"two", "UNIQ_KEY\x01U2"), (8, b"three", "UNIQ_KEY\x01U3\x02TAGS\x01TagB")])
+    r = w.call(R.SEND_MESSAGE, {"producerGroup": "pg", "topic": "Orders", "defaultTopic": "TBW102",
+                                "defaultTopicQueueNums": "4", "queueId": "0", "sysFlag": "0", "bornTimestamp": "1",
+                                "flag": "0", "properties": "WAIT\x01true", "batch": "1"}, batch)
+    assert r.code == RC.SUCCESS and r.ext["queueOffset"] == "1" and len(r.ext["msgId"].split(",")) == 2
+    w.oneway(R.SEND_MESSAGE_V2, {"a": "pg", "b": "Orders", "c": "TBW102", "d": "4", "e": "0", "f": "0",
+                                 "g": "1", "h": "0", "i": "", "j": "0", "k": "false"}, b"four")
+    assert pull_n(w, "Orders", 4) == [b"one", b"two", b"three", b"four"]
+    p = pull(w, "Orders", 0)
+    assert p.ext["nextBeginOffset"] == "4" and p.ext["maxOffset"] == "4" and p.remark == "FOUND"
+    recs, at = [], 0
+    while at < len(p.body):
+        recs.append(message.decode_record(p.body, at))
+        at += recs[-1].total_size
+    assert [x.flag for x in recs[1:3]] == [7, 8]
+    assert recs[2].properties["TAGS"] == "TagB" and recs[2].properties["WAIT"] == "true"
+    assert recs[0].properties["CLUSTER"] == "DefaultCluster"
+    # tag filter on the broker: only TagA
+    assert bodies(pull(w, "Orders", 0, flag=0x4, sub="TagA")) == [b"one"]
+    # offsets out of range
+    r = pull(w, "Orders", 9)
+    assert (r.code, r.ext["nextBeginOffset"], r.remark) == (RC.PULL_OFFSET_MOVED, "4", "OFFSET_OVERFLOW_BADLY")
+    r = pull(w, "Orders", 4)
+    assert (r.code, r.remark) == (RC.PULL_NOT_FOUND, "OFFSET_OVERFLOW_ONE")
+    assert w.call(R.GET_MAX_OFFSET, {"topic": "Orders", "queueId": "0"}).ext["offset"] == "4"
+    w.close()
+
+
+def test_bad_sends_get_rocketmq_codes(appliance_factory):
+    app = appliance_factory(autoCreateTopicEnable="false").start()
+    w = Wire("127.0.0.1", app.cfg.listenPort)
+    r = send_v2(w, "Nope", b"x")
+    assert r.code == RC.TOPIC_NOT_EXIST and "topic[Nope] not exist" in r.remark
+    assert send_v2(w, "SCHEDULE_TOPIC_XXXX", b"x").code == RC.NO_PERMISSION
+    assert send_v2(w, "bad topic!", b"x").code == RC.SYSTEM_ERROR
+    assert w.call(R.UPDATE_AND_CREATE_TOPIC, {"topic": "Made", "defaultTopic": "TBW102", "readQueueNums": "2",
+                                              "writeQueueNums": "2", "perm": "6", "topicFilterType": "SINGLE_TAG",
+                                              "order": "false"}).code == RC.SUCCESS
+    r = send_v2(w, "Made", b"x", queue=5)
+    assert r.code == RC.SYSTEM_ERROR and "queueId[5] is illegal" in r.remark
+    r = w.call(R.SEND_BATCH_MESSAGE, {"a": "pg", "b": "Made", "c": "TBW102", "d": "4", "e": "0", "f": "0", "g": "1",
+                                      "h": "0", "i": "", "m": "true"}, b"\x00\x00\x00\x50garbage")
+    assert r.code == RC.MESSAGE_ILLEGAL and "batch" in r.remark
+    r = send_v2(w, "Made", b"x" * (app.cfg.maxMessageSize + 1))
+    assert r.code == RC.MESSAGE_ILLEGAL and "maxMessageSize" in r.remark
+    r = w.call(R.SEND_MESSAGE_V2, {"b": "Made"}, b"x")                   # required fields missing
+    assert r.code == RC.SYSTEM_ERROR and "is null" in r.remark
+    assert send_v2(w, "Made", b"fine").code == RC.SUCCESS
+    assert pull_n(w, "Made", 1) == [b"fine"]                      # nothing refused was stored
+    all_topics = json.loads(w.call(R.GET_ALL_TOPIC_CONFIG).body)["topicConfigTable"]
+    assert all_topics["Made"]["readQueueNums"] == 2
+    w.close()
+
+
+def test_long_poll_is_answered_when_the_queue_grows(appliance_factory):
+    app = appliance_factory().start()
+    w, w2 = Wire("127.0.0.1", app.cfg.listenPort, timeout=10), Wire("127.0.0.1", app.cfg.listenPort)
+    assert send_v2(w2, "Poll", b"first").code == RC.SUCCESS
+    assert pull_n(w, "Poll", 1) == [b"first"]
+    t0 = time.monotonic()
+    r = pull(w, "Poll", 1, flag=0x2, suspend_ms=400)                     # nothing comes: held, then 19
+    assert r.code == RC.PULL_NOT_FOUND and 0.35 < time.monotonic() - t0 < 3
+    threading.Timer(0.5, lambda: send_v2(w2, "Poll", b"second")).start()
+    t0 = time.monotonic()
+    r = pull(w, "Poll", 1, flag=0x2, suspend_ms=8000)
+    took = time.monotonic() - t0
+    assert r.code == RC.SUCCESS and bodies(r) == [b"second"]
+    assert 0.4 < took < 4, took
+    w.close()
+    w2.close()
+
+
+def test_offsets_and_members_are_shared_by_the_readers(appliance_factory):
+    app = appliance_factory().start()
+    r0, r1 = (Wire("127.0.0.1", app.cfg.reader_port(i)) for i in range(2))
+    key = {"consumerGroup": "g1", "topic": "T", "queueId": "3"}
+    assert r0.call(R.UPDATE_CONSUMER_OFFSET, {**key, "commitOffset": "42"}).code == RC.SUCCESS
+    assert r1.call(R.QUERY_CONSUMER_OFFSET, key).ext["offset"] == "42"
+    r1.oneway(R.UPDATE_CONSUMER_OFFSET, {**key, "commitOffset": "43"})
+    deadline = time.monotonic() + 3
+    while r0.call(R.QUERY_CONSUMER_OFFSET, key).ext["offset"] != "43" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert r0.call(R.QUERY_CONSUMER_OFFSET, key).ext["offset"] == "43"
+    # membership: c1 on reader 0, c2 on reader 1; c1 hears about c2 and about its leaving
+    assert heartbeat(r0, "c1", "g1").code == RC.SUCCESS
+    assert [c.code for c in r0.pushed] == [R.NOTIFY_CONSUMER_IDS_CHANGED]    # its own joining
+    r0.pushed.clear()
+    assert heartbeat(r1, "c2", "g1").code == RC.SUCCESS
+    for w in (r0, r1):
+        assert json.loads(w.call(R.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "g1"}).body)["consumerIdList"] == ["c1", "c2"]
+    r0.sock.settimeout(3)
+    deadline = time.monotonic() + 3
+    while not any(c.code == R.NOTIFY_CONSUMER_IDS_CHANGED for c in r0.pushed) and time.monotonic() < deadline:
+        r0.call(R.GET_MAX_OFFSET, {"topic": "T", "queueId": "0"})
+        time.sleep(0.1)
+    notes = [c for c in r0.pushed if c.code == R.NOTIFY_CONSUMER_IDS_CHANGED]
+    assert notes and notes[-1].ext["consumerGroup"] == "g1" and notes[-1].is_oneway
+    r0.pushed.clear()
+    r1.close()                                                           # c2's connection goes away
+    deadline = time.monotonic() + 4
+    while not r0.pushed and time.monotonic() < deadline:
+        r0.call(R.GET_MAX_OFFSET, {"topic": "T", "queueId": "0"})
+        time.sleep(0.1)
+    assert [c.code for c in r0.pushed] == [R.NOTIFY_CONSUMER_IDS_CHANGED]
+    assert json.loads(r0.call(R.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "g1"}).body)["consumerIdList"] == ["c1"]
+    # committed offsets survive a restart (consumerOffset.json)
+    r0.close()
+    assert app.stop() == 0
+    app.start()
+    w = Wire("127.0.0.1", app.cfg.listenPort)
+    assert w.call(R.QUERY_CONSUMER_OFFSET, key).ext["offset"] == "43"
+    w.close()
+    with open(f"{app.cfg.config_dir}/consumerOffset.json") as f:
+        assert json.load(f)["offsetTable"]["T@g1"]["3"] == 43
+
+
+def test_malformed_frame_closes_only_that_connection(appliance_factory):
+    app = appliance_factory().start()
+    good, bad = Wire("127.0.0.1", app.cfg.listenPort), Wire("127.0.0.1", app.cfg.listenPort)
+    assert send_v2(good, "Live", b"before").code == RC.SUCCESS
+    bad.sock.sendall(b"\x7f\xff\xff\xff" + b"\x00" * 64)                 # a 2 GiB frame: not RocketMQ
+    assert bad.closed_by_peer()
+    assert send_v2(good, "Live", b"after").code == RC.SUCCESS
+    assert pull_n(good, "Live", 2) == [b"before", b"after"]
+    garbage = Wire("127.0.0.1", app.cfg.listenPort)
+    garbage.sock.sendall(codec.encode(codec.Command(R.GET_MAX_OFFSET, {"topic": "Live"})))   # queueId missing
+    r = garbage.read_response()
+    assert r.code == RC.SYSTEM_ERROR and "queueId" in r.remark
+    assert "closing connection" in app.log_text()
+    good.close()
+
+
+def test_sync_flush_replies_after_the_flush(appliance_factory):
+    app = appliance_factory(flushDiskType="SYNC_FLUSH").start()
+    w = Wire("127.0.0.1", app.cfg.listenPort)
+    sh = app.shared()
+    try:
+        for i in range(20):
+            r = send_v2(w, "Durable", b"x" * 100)
+            assert r.code == RC.SUCCESS
+            _ip, _port, phys = message.parse_offset_msg_id(r.ext["msgId"])
+            assert sh.control[C.FLUSHED] > phys          # on disk before the reply
+    finally:
+        sh.close()
+        w.close()
