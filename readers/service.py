@@ -86,16 +86,16 @@ class ReaderService:
     async def _tick_until_stopped(self, registrar) -> None:
         registered_at, topic_version = 0.0, -1
         while not self.stop_requested:
-            try:
-                await asyncio.wait_for(self._stop.wait(), TICK_S)
-            except asyncio.TimeoutError:
-                pass
-            self.clients.tick(int(time.time() * 1000))
             if registrar is not None and self.index == 0:
                 version = int(self.sh.control[C.TOPIC_VERSION])
                 if version != topic_version or time.monotonic() - registered_at >= PERIOD_S:
                     topic_version, registered_at = version, time.monotonic()
                     self._loop.create_task(registrar.register_all())
+            try:
+                await asyncio.wait_for(self._stop.wait(), TICK_S)
+            except asyncio.TimeoutError:
+                pass
+            self.clients.tick(int(time.time() * 1000))
 
     async def _drain(self) -> None:
         deadline = time.monotonic() + DRAIN_S

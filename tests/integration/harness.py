@@ -76,6 +76,12 @@ class Appliance:
                 w.close()
                 if not ok:
                     return False
+            if self.cfg.namesrvAddr:            # and the broker has registered
+                host, _, port = self.cfg.namesrvAddr.partition(":")
+                w = Wire(host, int(port), timeout=2)
+                ok = w.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"}).code == 0
+                w.close()
+                return ok
         except OSError:
             return False
         return True

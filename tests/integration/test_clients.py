@@ -1,0 +1,183 @@
+"""The pure-Python client against a whole appliance (name server, writer, readers, HAProxy):
+exactly-once delivery over a stable group, rebalance on join and leave, broadcasting, tag filters,
+resuming from committed offsets after a restart, a reader killed with -9."""
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import signal
+import time
+
+from client.consumer import PullConsumer, PushConsumer
+from client.message import Message
+from client.producer import Producer
+
+
+async def wait_for(cond, timeout: float = 15.0, step: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        await asyncio.sleep(step)
+    return cond()
+
+
+async def make_topic(app, topic: str) -> Producer:
+    """A producer whose first send auto-creates ``topic``; returns once the name server has its route."""
+    p = await Producer("pg", app.namesrv).start()
+    await p.send(Message(topic, b"init", tags="init"))
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            await p.instance.route(topic, refresh=True)
+            return p
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
+
+
+def consumer(app, group: str, topic: str, seen: collections.Counter, expr: str = "*", **kw) -> PushConsumer:
+    c = PushConsumer(group, app.namesrv, consume_from="CONSUME_FROM_FIRST_OFFSET", **kw)
+    c.subscribe(topic, expr).register(lambda msgs: seen.update(m.body for m in msgs) or True)
+    return c
+
+
+async def settled(consumers, queues: int) -> bool:
+    """Every queue owned by exactly one consumer of the group."""
+    async def check():
+        for c in consumers:
+            await c.rebalance()
+        owned = [q for c in consumers for q in c.pullers]
+        return len(owned) == queues and len(set(owned)) == queues
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if await check():
+            return True
+        await asyncio.sleep(0.3)
+    return False
+
+
+def test_three_consumers_get_each_message_once_and_rebalance(appliance_factory):
+    app = appliance_factory(namesrv=True).start()
+
+    async def run():
+        p = await make_topic(app, "Work")
+        seen = collections.Counter()
+        group = [await consumer(app, "workers", "Work", seen).start() for _ in range(3)]
+        assert await settled(group, 4)
+        assert sorted(len(c.pullers) for c in group) == [1, 1, 2]      # averagely: 4 queues over 3
+        sent = [f"m{i}".encode() for i in range(300)]
+        for b in sent:
+            assert (await p.send(Message("Work", b, tags="T"))).status == "SEND_OK"
+        assert await wait_for(lambda: all(seen[b] >= 1 for b in sent))
+        await asyncio.sleep(1)
+        assert all(seen[b] == 1 for b in sent) and seen[b"init"] == 1
+        # one leaves: its queues move to the others, nothing is lost
+        await group.pop().shutdown()
+        assert await settled(group, 4)
+        more = [f"n{i}".encode() for i in range(200)]
+        await asyncio.gather(*(p.send(Message("Work", b)) for b in more))
+        assert await wait_for(lambda: all(seen[b] >= 1 for b in more))
+        # one joins
+        group.append(await consumer(app, "workers", "Work", seen).start())
+        assert await settled(group, 4)
+        last = [f"o{i}".encode() for i in range(200)]
+        await asyncio.gather(*(p.send(Message("Work", b)) for b in last))
+        assert await wait_for(lambda: all(seen[b] >= 1 for b in last))
+        for c in group:
+            await c.shutdown()
+        await p.shutdown()
+
+    asyncio.run(run())
+
+
+def test_broadcasting_and_tag_filters(appliance_factory, tmp_path):
+    app = appliance_factory(namesrv=True).start()
+
+    async def run():
+        p = await make_topic(app, "News")
+        a, b, tagged = collections.Counter(), collections.Counter(), collections.Counter()
+        ca = await consumer(app, "fans", "News", a, model="BROADCASTING", offset_dir=str(tmp_path / "a")).start()
+        cb = await consumer(app, "fans", "News", b, model="BROADCASTING", offset_dir=str(tmp_path / "b")).start()
+        ct = await consumer(app, "sports", "News", tagged, expr="Sport || Chess").start()
+        for c in (ca, cb, ct):
+            await c.rebalance()
+            assert await wait_for(lambda c=c: len(c.pullers) == 4, 10)
+        for i in range(60):
+            await p.send(Message("News", f"x{i}".encode(), tags=["Sport", "Chess", "Weather"][i % 3]))
+        want = {f"x{i}".encode() for i in range(60)}
+        assert await wait_for(lambda: want <= set(a) and want <= set(b))
+        assert await wait_for(lambda: len(tagged) == 40)
+        await asyncio.sleep(0.5)
+        assert set(tagged) == {f"x{i}".encode() for i in range(60) if i % 3 != 2}
+        for c in (ca, cb, ct):
+            await c.shutdown()
+        assert os.path.exists(ca.offsets.path)
+        await p.shutdown()
+
+    asyncio.run(run())
+
+
+def test_consumers_resume_from_committed_offsets_after_a_restart(appliance_factory):
+    app = appliance_factory(namesrv=True).start()
+    seen = collections.Counter()
+
+    async def first():
+        p = await make_topic(app, "Resume")
+        c = await consumer(app, "g", "Resume", seen).start()
+        await asyncio.gather(*(p.send(Message("Resume", f"a{i}".encode())) for i in range(100)))
+        assert await wait_for(lambda: sum(seen.values()) == 101)
+        await c.shutdown()                      # commits
+        await p.shutdown()
+
+    async def second():
+        p = await Producer("pg", app.namesrv).start()
+        await asyncio.gather(*(p.send(Message("Resume", f"b{i}".encode())) for i in range(100)))
+        c = await consumer(app, "g", "Resume", seen).start()
+        assert await wait_for(lambda: sum(seen.values()) == 201)
+        await asyncio.sleep(1)
+        await c.shutdown()
+        await p.shutdown()
+
+    asyncio.run(first())
+    assert app.stop() == 0
+    app.start()
+    asyncio.run(second())
+    assert set(seen.values()) == {1} and len(seen) == 201
+
+
+def test_a_reader_killed_with_kill9_loses_nothing_acknowledged(appliance_factory):
+    app = appliance_factory(namesrv=True).start()
+    acked: list[bytes] = []
+
+    async def run():
+        p = await make_topic(app, "Crash")
+        killed = False
+        for i in range(400):
+            if i == 150:
+                os.kill(app.role_pid("reader-0"), signal.SIGKILL)
+                os.kill(app.role_pid("reader-1"), signal.SIGKILL)
+                killed = True
+            try:
+                r = await p.send(Message("Crash", f"k{i}".encode()))
+                if r.status == "SEND_OK":
+                    acked.append(f"k{i}".encode())
+            except Exception:
+                await asyncio.sleep(0.2)          # the readers are restarting; the client reconnects
+        assert killed and len(acked) > 300
+        pc = await PullConsumer("audit", app.namesrv).start()
+        stored = collections.Counter()
+        for mq in await pc.queues("Crash"):
+            await pc.assign([mq])
+            pc.seek(mq, 0)
+            while (res := await pc.pull(mq, 32)).messages:
+                stored.update(m.body for m in res.messages)
+        await pc.shutdown()
+        await p.shutdown()
+        return stored
+
+    stored = asyncio.run(run())
+    assert all(stored[b] == 1 for b in acked), [b for b in acked if stored[b] != 1][:5]
+    assert "reader-0 exited" in app.log_text()
