@@ -1,4 +1,4 @@
-"""``appliance`` command line: start | status | check | run ROLE."""
+"""``appliance`` command line: start | status | check | run ROLE | produce | consume."""
 from __future__ import annotations
 
 import argparse
@@ -38,6 +38,8 @@ def main(argv=None) -> int:
                        ("check", "verify a stopped store: records, consume queues, index")):
         p = sub.add_parser(name, help=text)
         p.add_argument("-c", "--config", help="broker.conf (default: built-in defaults)")
+    from client import cli as client_cli
+    client_cli.add_arguments(sub)
     p = sub.add_parser("run", help="run one role (what systemd units call)")
     p.add_argument("role")
     p.add_argument("-c", "--config")
@@ -54,6 +56,8 @@ def main(argv=None) -> int:
         return check.main(cfg)
     if args.cmd == "run":
         return run_role(args.role, cfg)
+    if args.cmd in ("produce", "consume"):
+        return client_cli.main(args, cfg)
     from appliance import supervisor
     return supervisor.run(cfg, args.config)
 

@@ -16,7 +16,9 @@ from appliance import config
 from shm.state import SharedState
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_ports = itertools.count(21000 + (os.getpid() % 400) * 40, 40)   # each appliance: port-2 .. port+20+readers
+# each appliance uses port-2 .. port+30; all below the kernel's ephemeral range (32768+), where a
+# client socket could hold the port a restarted HAProxy wants to bind
+_ports = itertools.count(20500 + (os.getpid() % 200) * 40, 40)   # name server tests use 18876..20375
 
 
 class Appliance:
