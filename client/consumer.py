@@ -128,12 +128,7 @@ class PushConsumer:
         await self._commit_all()
         self.pullers.clear()
         self.instance.consumers.pop(self.group, None)
-        for addr in sorted(self.instance.broker_addrs()):
-            try:
-                await self.instance.call(addr, R.UNREGISTER_CLIENT, {"clientID": self.instance.client_id,
-                                                                     "consumerGroup": self.group})
-            except MQClientError:
-                pass
+        await self.instance.unregister(consumerGroup=self.group)
         await self.instance.stop()
 
     def rebalance_soon(self) -> None:

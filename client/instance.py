@@ -176,6 +176,15 @@ class ClientInstance:
     def broker_addrs(self) -> set[str]:
         return {a for r in self.routes.values() for a in r.masters.values()}
 
+    async def unregister(self, **group) -> None:
+        """UNREGISTER_CLIENT to every known broker (``producerGroup=`` or ``consumerGroup=``),
+        best effort: a broker that cannot be reached forgets the client when its channel closes."""
+        for addr in sorted(self.broker_addrs()):
+            try:
+                await self.call(addr, R.UNREGISTER_CLIENT, {"clientID": self.client_id, **group})
+            except MQClientError:
+                pass
+
     async def heartbeat_all(self) -> None:
         body = json.dumps({"clientID": self.client_id,
                            "consumerDataSet": [c.consumer_data() for c in self.consumers.values()],

@@ -37,12 +37,7 @@ class Producer:
 
     async def shutdown(self) -> None:
         self.instance.producers.discard(self.group)
-        for addr in sorted(self.instance.broker_addrs()):
-            try:
-                await self.instance.call(addr, R.UNREGISTER_CLIENT, {"clientID": self.instance.client_id,
-                                                                     "producerGroup": self.group})
-            except MQClientError:
-                pass
+        await self.instance.unregister(producerGroup=self.group)
         await self.instance.stop()
 
     async def __aenter__(self):
