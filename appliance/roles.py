@@ -17,7 +17,6 @@ import os
 import signal
 import sys
 
-from appliance import config as config_mod
 from shm.state import SharedState
 
 
@@ -81,16 +80,16 @@ def split_role(cfg, name: str) -> tuple[str, int | None]:
 
 def nameserver_address(cfg) -> tuple[str, int]:
     """The first address of ``namesrvAddr``."""
-    first = cfg.namesrvAddr.split(";")[0].strip()
-    host, _, port = first.rpartition(":")
-    return host, int(port)
+    from net.client import split_addr, split_addrs
+    return split_addr(split_addrs(cfg.namesrvAddr)[0])
 
 
 def roles_for(cfg) -> list[str]:
     """What ``appliance start`` runs, in start order: a name server when the first address in
     ``namesrvAddr`` is on this host, the store roles, the readers, HAProxy."""
     out = ["flusher", "dispatcher", "writer", *(f"reader-{i}" for i in range(cfg.readerProcessNums)), "haproxy"]
-    if cfg.namesrvAddr.strip():
+    from net.client import split_addrs
+    if split_addrs(cfg.namesrvAddr):
         import psutil
         host = nameserver_address(cfg)[0]
         local = {"localhost", "0.0.0.0", cfg.brokerIP1} | {a.address for addrs in psutil.net_if_addrs().values()

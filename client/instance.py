@@ -64,7 +64,7 @@ def _local_ip() -> str:
 
 class ClientInstance:
     def __init__(self, namesrv: str, timeout_s: float = 3.0, instance_name: str | None = None):
-        self.namesrv = [a.strip() for a in namesrv.split(";") if a.strip()]
+        self.namesrv = net.split_addrs(namesrv)
         if not self.namesrv:
             raise ValueError("no name server address (namesrv 'host:port;host:port')")
         self.timeout_s = timeout_s

@@ -91,6 +91,11 @@ class Connection(asyncio.Protocol):
             self.transport.close()
 
 
+def split_addrs(text: str) -> list[str]:
+    """``host:port;host:port`` (namesrvAddr's form) -> the addresses, blanks dropped."""
+    return [a.strip() for a in text.split(";") if a.strip()]
+
+
 def split_addr(addr: str) -> tuple[str, int]:
     host, _, port = addr.strip().rpartition(":")
     if not host or not port.isdigit():

@@ -21,7 +21,7 @@ TIMEOUT_S = 6.0           # registerBrokerTimeoutMills
 
 
 def addresses(cfg) -> list[str]:
-    return [a.strip() for a in cfg.namesrvAddr.split(";") if a.strip()]
+    return net.split_addrs(cfg.namesrvAddr)
 
 
 class Registrar:
