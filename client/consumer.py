@@ -24,19 +24,12 @@ from client.message import MessageExt, decode_messages
 from client.offsets import LocalOffsets, RemoteOffsets
 from client.rebalance import allocate_averagely
 from remoting.codes import RequestCode as R, ResponseCode as RC
+from remoting.subscription import parse_expression
 from store.javahash import string_hash
 
 log = logging.getLogger("rocketbox.client")
 REBALANCE_S, COMMIT_S, PULL_ERROR_DELAY_S, RETRY_DELAY_S = 20.0, 5.0, 3.0, 1.0
 COMMIT_OFFSET, SUSPEND, SUBSCRIPTION = 0x1, 0x2, 0x4
-
-
-def parse_expression(expr: str | None) -> tuple[str, list[str]]:
-    """``TagA || TagB`` -> ("TagA || TagB", ["TagA", "TagB"]); ``*``/empty -> ("*", [])."""
-    expr = (expr or "").strip()
-    if expr in ("", "*"):
-        return "*", []
-    return expr, [t.strip() for t in expr.split("||") if t.strip()]
 
 
 @dataclass

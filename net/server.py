@@ -32,12 +32,13 @@ class Connection(asyncio.Protocol):
     def __init__(self, server: "RemotingServer"):
         self.server, self.decoder = server, Decoder()
         self.transport: asyncio.Transport | None = None
-        self.peer = "?"
+        self.peer, self.peer_addr = "?", ("127.0.0.1", 0)    # "host:port" for logs; (host, port)
         self.last_io = time.monotonic()
 
     def connection_made(self, transport) -> None:
         self.transport = transport
         peer = transport.get_extra_info("peername")
+        self.peer_addr = (peer[0], peer[1]) if peer else ("127.0.0.1", 0)
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.server.connections.add(self)
 

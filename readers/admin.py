@@ -8,6 +8,7 @@ import json
 import os
 import struct
 
+from readers.send import SYSTEM_TOPICS
 from remoting import headers
 from remoting.codes import SERVER_VERSION, RequestCode as R, ResponseCode as RC
 from shm.layout import C
@@ -16,9 +17,7 @@ from store.errors import StoreError
 from writer.groups import offset_key
 from writer.topics import topic_config
 
-SYSTEM_TOPICS_FOR_ADMIN = frozenset({"TBW102", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC",
-                                     "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC",
-                                     "OFFSET_MOVED_EVENT"})
+SYSTEM_TOPICS_FOR_ADMIN = SYSTEM_TOPICS | {"TBW102"}
 
 
 class AdminProcessor:

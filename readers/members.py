@@ -12,26 +12,14 @@ sends heartbeats and pulls on the same connection.
 """
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
+import psutil
 
 from shm.layout import CLIENT, CLIENT_ROWS, S
 
 CHANNEL_EXPIRE_MS = 120_000       # a client silent this long is gone (ClientHousekeepingService)
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
 
 
 class Subscription:
@@ -125,7 +113,7 @@ class Members:
         owners = self.sh.slots[:, S.OWNER_PID]
         out = set()
         for i in np.flatnonzero(owners > 0).tolist():
-            if i != self.slot and not _pid_alive(int(owners[i])):
+            if i != self.slot and not psutil.pid_exists(int(owners[i])):
                 continue
             rows = self.all_rows[i]
             hit = (rows["group"] == want) & (rows["heartbeat_ms"] > now_ms - CHANNEL_EXPIRE_MS)

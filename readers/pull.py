@@ -16,6 +16,7 @@ from __future__ import annotations
 from readers import storeview as SV
 from remoting import headers
 from remoting.codes import RequestCode as R, ResponseCode as RC
+from remoting.subscription import parse_expression
 from shm.layout import T
 from store.javahash import string_hash
 from writer.groups import offset_key
@@ -26,10 +27,7 @@ COMMIT_OFFSET, SUSPEND, SUBSCRIPTION = 0x1, 0x2, 0x4
 
 def tag_codes(expression: str | None) -> list[int] | None:
     """``TagA || TagB`` -> their hash codes; None (no filter) for ``*`` or empty (FilterAPI)."""
-    expr = (expression or "").strip()
-    if expr in ("", "*"):
-        return None
-    tags = [t.strip() for t in expr.split("||") if t.strip()]
+    _expr, tags = parse_expression(expression)
     return [string_hash(t) for t in tags] or None
 
 

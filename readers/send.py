@@ -31,11 +31,6 @@ class Refused(Exception):
         self.code, self.remark = code, remark
 
 
-def _peer(conn) -> tuple[str, int]:
-    host, _, port = conn.peer.rpartition(":")
-    return (host, int(port)) if port.isdigit() else ("127.0.0.1", 0)
-
-
 class SendProcessor:
     def __init__(self, broker):
         self.b, self.cfg, self.link = broker, broker.cfg, broker.link
@@ -101,7 +96,7 @@ class SendProcessor:
         else:
             bodies, flags, properties = [cmd.body], h["flag"], [batch_props]
         return PutRequest(topic, qid, bodies, properties, flag=flags, sys_flag=sys_flag,
-                          born_ts=h["bornTimestamp"], born_host=_peer(conn),
+                          born_ts=h["bornTimestamp"], born_host=conn.peer_addr,
                           reconsume_times=h["reconsumeTimes"] or 0, wait=wait)
 
     async def _topic(self, topic: str, h) -> int:
