@@ -4,8 +4,9 @@
 Handlers come from one processor per concern: sends (send.py), pulls with long polling (pull.py),
 client management and group membership (clients.py), offsets and administration (admin.py).  All
 shared state lives in shared memory or with its single writer, so a client gets the same answers
-whichever reader HAProxy gives it.  Reader 0 registers the broker with the name servers every 30 s
-and when the topic table changes; a reader that creates a topic registers at once.
+whichever reader HAProxy gives it.  Reader 0 registers the broker with the name servers every 30 s,
+when the topic table changes, and every second while one of them refuses; a reader that creates a
+topic registers at once.
 
 Stop (SIGTERM): stop accepting, let sends already handed to the writer get their replies (up to
 5 s), unregister from the name servers when the whole appliance is stopping, close.
@@ -84,13 +85,14 @@ class ReaderService:
             self.link.close()
 
     async def _tick_until_stopped(self, registrar) -> None:
-        registered_at, topic_version = 0.0, -1
+        registered_at, topic_version, pending = 0.0, -1, None
         while not self.stop_requested:
-            if registrar is not None and self.index == 0:
+            if registrar is not None and self.index == 0 and (pending is None or pending.done()):
                 version = int(self.sh.control[C.TOPIC_VERSION])
-                if version != topic_version or time.monotonic() - registered_at >= PERIOD_S:
+                # a name server that refused (not up yet, restarting) is tried again next tick
+                if version != topic_version or registrar.failing or time.monotonic() - registered_at >= PERIOD_S:
                     topic_version, registered_at = version, time.monotonic()
-                    self._loop.create_task(registrar.register_all())
+                    pending = self._loop.create_task(registrar.register_all())
             try:
                 await asyncio.wait_for(self._stop.wait(), TICK_S)
             except asyncio.TimeoutError:
