@@ -56,6 +56,7 @@ class Appliance:
             if self.cmd("status").returncode == 0 and self.serving():
                 return self
             time.sleep(0.2)
+        self.kill9()                     # leave nothing running for the next test
         raise TimeoutError("appliance did not come up: " + self.log_text()[-2000:])
 
     @property
