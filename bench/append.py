@@ -84,12 +84,16 @@ def appliance_cpu(pid: int) -> float:
     return sum(role_cpu(pid).values())
 
 
+READERS = 2      # the appliance runs as it ships (readers idle here); no name server: nothing to route
+
+
 def run_mode(mode: str, args) -> dict:
     d = tempfile.mkdtemp(prefix="rbx-bench-", dir=args.dir)
     conf = os.path.join(d, "broker.conf")
     with open(conf, "w") as f:
         f.write(f"storePathRootDir={d}/store\nflushDiskType={mode}\nlistenPort=29911\nbrokerName=bench\n"
-                f"brokerIP1=127.0.0.1\nshmPrefix=/rbx-bench\nringSlots={args.producers + 1}\n")
+                f"brokerIP1=127.0.0.1\nshmPrefix=/rbx-bench\nnamesrvAddr=\nreaderProcessNums={READERS}\n"
+                f"ringSlots={args.producers + READERS + 1}\n")   # the readers hold a ring slot each
     sup = subprocess.Popen([sys.executable, "-m", "appliance", "start", "-c", conf], cwd=ROOT,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
