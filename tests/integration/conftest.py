@@ -2,10 +2,12 @@ import pytest
 
 from tests.integration.harness import Appliance
 
+LOG_TAIL = 6000        # characters of each appliance's log attached to a failed test's report
+
 
 @pytest.fixture
-def appliance_factory(tmp_path):
-    made = []
+def appliance_factory(tmp_path, request):
+    made = request.node.stash.setdefault(APPLIANCES, [])
 
     def make(**overrides):
         app = Appliance(_dir(tmp_path, len(made)), **overrides)
@@ -15,6 +17,20 @@ def appliance_factory(tmp_path):
     yield make
     for app in made:
         app.cleanup()
+
+
+APPLIANCES = pytest.StashKey[list]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test's report carries the tail of each of its appliances' logs: on a CI machine that
+    is the only view of what the roles did."""
+    rep = yield
+    if rep.failed:
+        for i, app in enumerate(item.stash.get(APPLIANCES, [])):
+            rep.sections.append((f"appliance {i} log (tail)", app.log_text()[-LOG_TAIL:]))
+    return rep
 
 
 def _dir(tmp_path, i):

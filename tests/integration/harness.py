@@ -2,6 +2,7 @@
 prefix, and runs producer processes against it.  Used by the integration and crash tests."""
 from __future__ import annotations
 
+import collections
 import itertools
 import json
 import os
@@ -146,10 +147,8 @@ def start_producer(app: Appliance, *a, **kw) -> subprocess.Popen:
     return subprocess.Popen(producer_cmd(app, *a, **kw), cwd=ROOT, stderr=subprocess.PIPE, text=True)
 
 
-def stored_keys(cfg) -> "collections.Counter":
+def stored_keys(cfg) -> collections.Counter:
     """How often each producer key is in the store; asserts the store checks clean first."""
-    import collections
-
     from appliance.check import check
     rep = check(cfg)
     assert rep.clean, rep.problems[:10]

@@ -76,7 +76,6 @@ def test_bad_config_stops_start_with_file_line_key_value(tmp_path):
 
 def test_ctrl_c_stops_role_by_role_and_roles_never_outlive_the_supervisor(appliance_factory):
     import signal
-    import time
 
     import psutil
     app = appliance_factory().start()

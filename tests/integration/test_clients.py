@@ -38,6 +38,13 @@ async def make_topic(app, topic: str) -> Producer:
             await asyncio.sleep(0.2)
 
 
+def tally(seen: collections.Counter) -> str:
+    """What a consumer saw, for a failed assertion: totals, duplicates, and the bodies' prefixes."""
+    dup = [b for b, n in seen.items() if n > 1]
+    prefixes = collections.Counter(b[:1] for b in seen)
+    return f"{sum(seen.values())} deliveries of {len(seen)} bodies; by prefix {dict(prefixes)}; duplicated {dup[:8]}"
+
+
 def consumer(app, group: str, topic: str, seen: collections.Counter, expr: str = "*", **kw) -> PushConsumer:
     c = PushConsumer(group, app.namesrv, consume_from="CONSUME_FROM_FIRST_OFFSET", **kw)
     c.subscribe(topic, expr).register(lambda msgs: seen.update(m.body for m in msgs) or True)
@@ -128,7 +135,7 @@ def test_consumers_resume_from_committed_offsets_after_a_restart(appliance_facto
         p = await make_topic(app, "Resume")
         c = await consumer(app, "g", "Resume", seen).start()
         await asyncio.gather(*(p.send(Message("Resume", f"a{i}".encode())) for i in range(100)))
-        assert await wait_for(lambda: sum(seen.values()) == 101)
+        assert await wait_for(lambda: sum(seen.values()) == 101), tally(seen)
         await c.shutdown()                      # commits
         await p.shutdown()
 
@@ -136,7 +143,7 @@ def test_consumers_resume_from_committed_offsets_after_a_restart(appliance_facto
         p = await Producer("pg", app.namesrv).start()
         await asyncio.gather(*(p.send(Message("Resume", f"b{i}".encode())) for i in range(100)))
         c = await consumer(app, "g", "Resume", seen).start()
-        assert await wait_for(lambda: sum(seen.values()) == 201)
+        assert await wait_for(lambda: sum(seen.values()) == 201), tally(seen)
         await asyncio.sleep(1)
         await c.shutdown()
         await p.shutdown()

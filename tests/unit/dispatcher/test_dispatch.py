@@ -1,7 +1,6 @@
 """The dispatcher's vectorized pass checked against a plain per-record reading of the same
 records (store/message.py's parser and Java's hash one string at a time): queue slots, tag codes,
 delivery times of delayed messages, transaction records left out, and every index key."""
-import numpy as np
 
 from readers.storeview import StoreView
 from shm.layout import C

@@ -1,0 +1,110 @@
+"""A real client written elsewhere: RocketMQ's C++ client (PyPI ``rocketmq==0.4.4``) sends sync,
+oneway and batch, and consumes with its push and pull consumers, against a whole appliance.  Each
+scenario runs in its own process (``cppclient.py``); the store is read back with our own client."""
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import os
+import subprocess
+import sys
+import time
+
+from client.consumer import PullConsumer
+from client.message import Message
+from client.producer import Producer
+from tests.integration.harness import ROOT
+
+DRIVER = os.path.join(ROOT, "tests", "integration", "cppclient.py")
+
+
+def cpp(tmp_path, **args) -> dict:
+    """Run one C++ client scenario; its logs go under ``tmp_path/logs`` (the library writes to $HOME)."""
+    env = {**os.environ, "HOME": str(tmp_path)}
+    r = subprocess.run([sys.executable, DRIVER, json.dumps(args)], capture_output=True, text=True, timeout=120,
+                       env=env, cwd=ROOT)
+    assert r.returncode == 0, f"C++ client {args['do']} failed ({r.returncode}): {r.stderr[-2000:]}"
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+async def stored(app, topic: str) -> list:
+    """Every message of ``topic`` in the store, read with our pull consumer from offset 0."""
+    pc = await PullConsumer("audit", app.namesrv).start()
+    out = []
+    for mq in await pc.queues(topic):
+        await pc.assign([mq])
+        pc.seek(mq, 0)
+        while (res := await pc.pull(mq, 32)).messages:
+            out += res.messages
+    await pc.shutdown()
+    return out
+
+
+async def produce(app, topic: str, bodies: list[str]) -> None:
+    p = await Producer("py-producers", app.namesrv).start()
+    for i, b in enumerate(bodies):
+        assert (await p.send(Message(topic, b.encode(), tags=f"Tag{'ABC'[i % 3]}", keys=b))).status == "SEND_OK"
+    await p.shutdown()
+
+
+def test_cpp_producer_sync_oneway_and_batch_are_stored_once_each(appliance_factory, tmp_path):
+    app = appliance_factory(namesrv=True).start()
+    res = cpp(tmp_path, do="produce", namesrv=app.namesrv, topic="CppSend", sync=20, oneway=10, batch=16)
+    assert [r["status"] for r in res["sync"]] == ["OK"] * 20          # the C++ client names SEND_OK "OK"
+    assert res["batch"]["status"] == "OK"
+    want = {f"sync-{i}" for i in range(20)} | {f"oneway-{i}" for i in range(10)} | {f"batch-{i}" for i in range(16)}
+
+    msgs: list = []
+    deadline = time.monotonic() + 10               # oneway sends are not acknowledged: wait for them
+    while time.monotonic() < deadline:
+        msgs = asyncio.run(stored(app, "CppSend"))
+        if {m.body.decode() for m in msgs} >= want:
+            break
+        time.sleep(0.2)
+    count = collections.Counter(m.body.decode() for m in msgs)
+    assert set(count) == want and set(count.values()) == {1}, count
+    by_body = {m.body.decode(): m for m in msgs}
+    for kind, tag, key in (("sync", "TagA", "sk"), ("oneway", "TagB", "ok"), ("batch", "TagC", "bk")):
+        for body, m in by_body.items():
+            if body.startswith(kind):
+                assert (m.tags, m.keys) == (tag, [key + body.split("-")[1]]), (body, m.tags, m.keys)
+    # a sync send's result names the stored record: its unique id and its queue offset
+    by_id = {m.msg_id: m for m in msgs}
+    for i, r in enumerate(res["sync"]):
+        m = by_id[r["msg_id"]]
+        assert (m.body.decode(), m.queue_offset) == (f"sync-{i}", r["offset"])
+    # the batch went to one queue, in order, at consecutive offsets starting at its result's offset
+    batch = sorted((m for m in msgs if m.body.startswith(b"batch")), key=lambda m: m.queue_offset)
+    assert len({m.queue_id for m in batch}) == 1
+    assert [m.body.decode() for m in batch] == [f"batch-{i}" for i in range(16)]
+    assert [m.queue_offset for m in batch] == list(range(res["batch"]["offset"], res["batch"]["offset"] + 16))
+
+
+def test_cpp_push_consumer_filters_by_tag_and_resumes_and_pull_consumer_reads_all(appliance_factory, tmp_path):
+    app = appliance_factory(namesrv=True).start()
+    first = [f"m{i}" for i in range(30)]
+    asyncio.run(produce(app, "CppRead", first))                    # tags TagA, TagB, TagC in turn
+    wanted = [b for i, b in enumerate(first) if i % 3 != 1]        # TagA || TagC
+
+    run1 = cpp(tmp_path, do="push", namesrv=app.namesrv, topic="CppRead", group="cpp-push",
+               expr="TagA || TagC", expect=len(wanted), seconds=30, linger=1)["seen"]
+    assert sorted(m["body"] for m in run1) == sorted(wanted)       # each once, none of TagB
+    assert {m["tags"] for m in run1} == {"TagA", "TagC"}
+    assert all(m["keys"] == m["body"] for m in run1)
+
+    # the group committed its offsets on shutdown: a new consumer of the group gets only what is new
+    more = [f"n{i}" for i in range(30, 36)]
+    asyncio.run(produce(app, "CppRead", more))
+    run2 = cpp(tmp_path, do="push", namesrv=app.namesrv, topic="CppRead", group="cpp-push",
+               expr="TagA || TagC", expect=4, seconds=30, linger=2)["seen"]
+    assert sorted(m["body"] for m in run2) == sorted(b for i, b in enumerate(more, 30) if i % 3 != 1)
+
+    # the pull consumer reads every queue from 0: everything, at the offsets the push consumer saw
+    pulled = cpp(tmp_path, do="pull", namesrv=app.namesrv, topic="CppRead", group="cpp-pull")["seen"]
+    assert sorted(m["body"] for m in pulled) == sorted(first + more)
+    where = {m["body"]: (m["queue"], m["offset"]) for m in pulled}
+    assert all(where[m["body"]] == (m["queue"], m["offset"]) for m in run1 + run2)
+    for q in {m["queue"] for m in pulled}:
+        offsets = sorted(m["offset"] for m in pulled if m["queue"] == q)
+        assert offsets == list(range(len(offsets)))
