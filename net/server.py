@@ -34,6 +34,7 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.peer, self.peer_addr = "?", ("127.0.0.1", 0)    # "host:port" for logs; (host, port)
         self.last_io = time.monotonic()
+        self.out: list[bytes] = []        # replies of this loop turn, written as one
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -91,9 +92,17 @@ class Connection(asyncio.Protocol):
             self.send(resp)
 
     def send(self, cmd: Command) -> None:
+        """Queue ``cmd``; everything queued in this loop turn goes out in one write (one syscall
+        and, through HAProxy, one packet for a pipelining client's whole burst)."""
+        if not self.out:
+            asyncio.get_running_loop().call_soon(self._write_out)
+        self.out.append(codec.encode(cmd))
+
+    def _write_out(self) -> None:
+        out, self.out = self.out, []
         if self.transport is not None and not self.transport.is_closing():
             self.last_io = time.monotonic()
-            self.transport.write(codec.encode(cmd))
+            self.transport.write(b"".join(out) if len(out) > 1 else out[0])
 
 
 class RemotingServer:

@@ -67,7 +67,9 @@ class SendProcessor:
         message.check_topic(topic)
         if topic in SYSTEM_TOPICS:
             raise Refused(RC.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
-        tidx = await self._topic(topic, h)
+        tidx = self.link.topics.lookup(topic)
+        if tidx is None:
+            tidx = await self._create_topic(topic, h)
         meta = self.link.topics.meta[tidx]
         write_nums = int(meta[T.WRITE_QUEUE_NUMS])
         if not int(meta[T.PERM]) & PERM_WRITE:
@@ -99,11 +101,8 @@ class SendProcessor:
                           born_ts=h["bornTimestamp"], born_host=conn.peer_addr,
                           reconsume_times=h["reconsumeTimes"] or 0, wait=wait)
 
-    async def _topic(self, topic: str, h) -> int:
-        """The topic's table index, auto-creating it as RocketMQ does (FACTS §3.1)."""
-        tidx = self.link.topics.lookup(topic)
-        if tidx is not None:
-            return tidx
+    async def _create_topic(self, topic: str, h) -> int:
+        """Auto-create an unknown topic as RocketMQ does (FACTS §3.1); its table index."""
         if topic.startswith(RETRY_PREFIX):
             tc = topic_config(topic, 1, 1)
         else:

@@ -30,6 +30,8 @@ Pure: no I/O.  Integers big-endian.
 """
 from __future__ import annotations
 
+import functools
+import ipaddress
 import re
 import struct
 import zlib
@@ -189,9 +191,10 @@ def check_sizes(body_len: int, props_len: int, max_message_size: int) -> None:
 
 # ---------------------------------------------------------------- hosts and ids
 
+@functools.lru_cache(maxsize=4096)
 def pack_host(host: tuple[str, int]) -> tuple[bytes, int, bool]:
-    """('10.0.0.1', 10911) -> (ip bytes, port, is_v6)."""
-    import ipaddress
+    """('10.0.0.1', 10911) -> (ip bytes, port, is_v6).  Cached: a reader packs its clients'
+    addresses once per message, and they are few."""
     ip = ipaddress.ip_address(host[0])
     return ip.packed, host[1], ip.version == 6
 

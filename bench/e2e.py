@@ -1,0 +1,463 @@
+"""End-to-end benchmark: rocketbox through HAProxy, side by side with Redis Streams, same load.
+
+Both servers run on this box, started by the benchmark in a temp dir: the appliance as it ships
+(HAProxy in front of ``readerProcessNums`` readers; no name server: the load goes to the broker
+address) and ``redis-server`` with ``appendonly yes``.  Pairs: ASYNC_FLUSH against ``appendfsync
+everysec``, SYNC_FLUSH against ``appendfsync always``.
+
+One load generator drives both (``--procs`` processes x ``--conns`` connections, blocking sockets and a
+selector): every request is pre-encoded once, each connection keeps ``--window`` requests in flight
+(pipelining, as RocketMQ's async sends and Redis pipelines do), and replies are matched to requests
+in order.  What differs is only the bytes:
+
+  send single  rocketbox SEND_MESSAGE_V2, 1 message      Redis XADD bench * body <1 KiB>
+  send batch   rocketbox SEND_BATCH_MESSAGE, --batch msgs Redis --batch XADDs written as one pipeline
+  consume      PULL_MESSAGE maxMsgNums=32, one pull in    XREADGROUP COUNT 32 NOACK, --window reads in
+               flight per queue (as a RocketMQ consumer)  flight per connection
+  latency      single sends paced at --rate msgs/s over all connections (an open loop, not pipelined
+               to the limit), p50/p99/p99.9 per message
+
+Throughput counts acknowledged messages in the measured window (after --warmup s); a reply that is
+not success counts as an error and is printed.  Latency is send-to-reply per request.
+
+    .venv/bin/python -m bench.e2e [--seconds 5] [--procs 2] [--conns 4] [--window 16] [--batch 32]
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import multiprocessing as mp
+import os
+import selectors
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from appliance import config
+from remoting import codec
+from remoting.codec import Command
+from remoting.codes import RequestCode as R
+from store.message import encode_client_batch, encode_properties
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOPIC, QUEUES, GROUP = "BenchE2E", 8, "bench-consumers"
+_LEN = struct.Struct(">i")
+_REDIS_ENTRY_TAIL = b"*2\r\n$4\r\nbody\r\n"
+
+
+# ---------------------------------------------------------------- the two protocols
+class Rocketbox:
+    """Frames in the ROCKETMQ binary header, so a reply's code sits at a fixed place."""
+    name = "rocketbox"
+
+    @staticmethod
+    def send_frames(body: bytes, batch: int) -> list[tuple[bytes, int, int]]:
+        """(request bytes, messages in it, replies it gets), one per queue."""
+        out = []
+        for q in range(QUEUES):
+            props = encode_properties({"UNIQ_KEY": f"{os.getpid():08X}{q:024X}", "TAGS": "TagA", "KEYS": f"k{q}"})
+            ext = {"a": "bench-producers", "b": TOPIC, "c": "TBW102", "d": str(QUEUES), "e": str(q), "f": "0",
+                   "g": str(int(time.time() * 1000)), "h": "0", "i": props, "j": "0", "k": "false",
+                   "m": "true" if batch > 1 else "false"}
+            if batch > 1:
+                cmd = Command(R.SEND_BATCH_MESSAGE, ext, encode_client_batch([(0, body, props)] * batch),
+                              serialize_type=codec.ROCKETMQ)
+            else:
+                cmd = Command(R.SEND_MESSAGE_V2, ext, body, serialize_type=codec.ROCKETMQ)
+            out.append((codec.encode(cmd), batch, 1))
+        return out
+
+    @staticmethod
+    def replies(buf: bytearray) -> tuple[list[int], int]:
+        """Complete replies in ``buf``: their codes (0 = success), and the bytes they took."""
+        codes, at, n = [], 0, len(buf)
+        while n - at >= 10:
+            size = _LEN.unpack_from(buf, at)[0] + 4
+            if n - at < size:
+                break
+            codes.append(int.from_bytes(buf[at + 8:at + 10], "big", signed=True))
+            at += size
+        return codes, at
+
+
+class Redis:
+    name = "redis"
+
+    @staticmethod
+    def _cmd(*args: bytes) -> bytes:
+        return b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args)
+
+    @classmethod
+    def send_frames(cls, body: bytes, batch: int) -> list[tuple[bytes, int, int]]:
+        return [(cls._cmd(b"XADD", b"bench", b"*", b"body", body) * batch, batch, batch)]
+
+    @staticmethod
+    def replies(buf: bytearray) -> tuple[list[int], int]:
+        """Complete XADD replies (bulk strings; ``-`` is an error)."""
+        codes, at, n = [], 0, len(buf)
+        while at < n:
+            eol = buf.find(b"\r\n", at)
+            if eol < 0:
+                break
+            if buf[at] == 0x24:                               # $len\r\n<id>\r\n
+                end = eol + 2 + int(buf[at + 1:eol]) + 2
+                if end > n:
+                    break
+                codes.append(0)
+                at = end
+            else:                                             # -ERR ...\r\n
+                codes.append(1)
+                at = eol + 2
+        return codes, at
+
+
+PROTOCOLS = {"rocketbox": Rocketbox, "redis": Redis}
+
+
+# ---------------------------------------------------------------- load generator
+def _send_load(proto_name: str, port: int, frames, conns: int, window: int, seconds: float, warmup: float,
+               rate: float, out) -> None:
+    """One generator process: ``conns`` connections, ``window`` requests in flight on each (or paced
+    at ``rate`` msgs/s over them); reports acked messages, errors and latencies of the measured window."""
+    proto = PROTOCOLS[proto_name]
+    sel = selectors.DefaultSelector()
+    state = []
+    for c in range(conns):
+        s = socket.create_connection(("127.0.0.1", port))
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        st = {"sock": s, "buf": bytearray(), "sent": collections.deque(), "k": c}
+        sel.register(s, selectors.EVENT_READ, st)
+        state.append(st)
+    t0 = time.perf_counter()
+    m0, t_end = t0 + warmup, t0 + warmup + seconds
+    acked, errors, lat, issued = 0, collections.Counter(), [], 0
+    while True:
+        now = time.perf_counter()
+        if now < t_end:
+            budget = None if rate <= 0 else int(rate * (now - t0)) - issued
+            for st in state:
+                room = window - len(st["sent"])
+                if budget is not None:
+                    room = min(room, budget)
+                if room <= 0:
+                    continue
+                chunk = []
+                for _ in range(room):
+                    frame, n, replies = frames[st["k"] % len(frames)]
+                    st["k"] += 1
+                    chunk.append(frame)
+                    st["sent"].append([now, n, replies, 0])      # sent at, msgs, replies to come, errors
+                    issued += n
+                    if budget is not None:
+                        budget -= n
+                st["sock"].sendall(b"".join(chunk))
+        elif not any(st["sent"] for st in state):
+            break
+        for key, _ev in sel.select(0.0005 if rate > 0 else 1.0):
+            st = key.data
+            data = st["sock"].recv(1 << 20)
+            if not data:
+                raise ConnectionError(f"{proto_name} closed a connection")
+            st["buf"] += data
+            codes, used = proto.replies(st["buf"])
+            del st["buf"][:used]
+            t = time.perf_counter()
+            for code in codes:
+                head = st["sent"][0]
+                head[2] -= 1
+                if code != 0:
+                    head[3] += 1
+                    errors[code] += 1
+                if head[2]:
+                    continue
+                sent_at, n, _, errs = st["sent"].popleft()
+                if m0 <= sent_at < t_end and not errs:
+                    acked += n
+                    lat.append(t - sent_at)
+        if time.perf_counter() > t_end + 60:
+            raise TimeoutError(f"{proto_name}: replies still missing 60 s after the load stopped")
+    for st in state:
+        st["sock"].close()
+    out.put({"acked": acked, "errors": dict(errors), "lat": np.array(lat, dtype=np.float64)})
+
+
+def run_load(proto_name: str, port: int, frames, args, window: int, rate: float = 0.0) -> dict:
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    ps = [ctx.Process(target=_send_load, args=(proto_name, port, frames, args.conns, window, args.seconds,
+                                                args.warmup, rate / args.procs, q)) for _ in range(args.procs)]
+    for p in ps:
+        p.start()
+    res = [q.get(timeout=args.seconds + args.warmup + 120) for _ in ps]
+    for p in ps:
+        p.join()
+    lat = np.concatenate([r["lat"] for r in res]) * 1000 if res else np.array([])
+    errors = collections.Counter()
+    for r in res:
+        errors.update(r["errors"])
+    pct = np.percentile(lat, [50, 99, 99.9]) if len(lat) else [float("nan")] * 3
+    return {"msgs_per_s": sum(r["acked"] for r in res) / args.seconds, "p50": pct[0], "p99": pct[1],
+            "p999": pct[2], "errors": dict(errors)}
+
+
+# ---------------------------------------------------------------- consume
+def _consume_rocketbox(port: int, queues: list[int], out) -> None:
+    """One pull in flight per queue, each queue read from offset 0 until a pull finds nothing."""
+    s = socket.create_connection(("127.0.0.1", port))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    dec = codec.Decoder()
+
+    def pull(q: int, offset: int) -> bytes:
+        return codec.encode(Command(R.PULL_MESSAGE, {
+            "consumerGroup": GROUP, "topic": TOPIC, "queueId": str(q), "queueOffset": str(offset),
+            "maxMsgNums": "32", "sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "0",
+            "subscription": "*", "subVersion": "0", "expressionType": "TAG"}, opaque=q,
+            serialize_type=codec.ROCKETMQ))
+
+    got, t0 = 0, time.perf_counter()
+    s.sendall(b"".join(pull(q, 0) for q in queues))
+    pending = len(queues)
+    while pending:
+        data = s.recv(1 << 20)
+        if not data:
+            raise ConnectionError("rocketbox closed the connection")
+        for resp in dec.feed(data):
+            pending -= 1
+            if resp.code != 0:                  # PULL_NOT_FOUND: this queue is read to its end
+                continue
+            body, at = resp.body, 0
+            while at < len(body):
+                at += _LEN.unpack_from(body, at)[0]
+                got += 1
+            s.sendall(pull(resp.opaque, int(resp.ext["nextBeginOffset"])))
+            pending += 1
+    out.put({"msgs": got, "elapsed": time.perf_counter() - t0})
+    s.close()
+
+
+def _consume_redis(port: int, consumer: str, window: int, out) -> None:
+    """``window`` reads in flight until one finds nothing new."""
+    s = socket.create_connection(("127.0.0.1", port))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    req = Redis._cmd(b"XREADGROUP", b"GROUP", b"g", consumer.encode(), b"COUNT", b"32", b"NOACK",
+                     b"STREAMS", b"bench", b">")
+    buf, got, t0 = bytearray(), 0, time.perf_counter()
+    s.sendall(req * window)
+    pending, done = window, False
+    while pending:
+        data = s.recv(1 << 20)
+        if not data:
+            raise ConnectionError("redis closed the connection")
+        buf += data
+        while (reply := _redis_read_reply(buf)) is not None:
+            n, used = reply
+            del buf[:used]
+            pending -= 1
+            got += n
+            done = done or n == 0
+            if not done:
+                s.sendall(req)
+                pending += 1
+    out.put({"msgs": got, "elapsed": time.perf_counter() - t0})
+    s.close()
+
+
+def _redis_read_reply(buf: bytearray) -> tuple[int, int] | None:
+    """One complete XREADGROUP reply at the start of ``buf``: (entries, bytes), None if incomplete.
+    Shape: *1 *2 $bench *N, then per entry *2 $id *2 $body <value>; nil (*-1) when nothing is new."""
+    if buf.startswith(b"*-1\r\n"):
+        return 0, 5
+    head = b"*1\r\n*2\r\n$5\r\nbench\r\n*"
+    eol = buf.find(b"\r\n", len(head))
+    if len(buf) < len(head) or eol < 0:
+        return None
+    entries, at = int(buf[len(head):eol]), eol + 2
+    for _ in range(entries):
+        # *2\r\n $<idlen>\r\n<id>\r\n *2\r\n$4\r\nbody\r\n $<vlen>\r\n<value>\r\n
+        eol = buf.find(b"\r\n", at + 4)
+        if eol < 0:
+            return None
+        at = eol + 2 + int(buf[at + 5:eol]) + 2 + len(_REDIS_ENTRY_TAIL)
+        eol = buf.find(b"\r\n", at)
+        if eol < 0:
+            return None
+        at = eol + 2 + int(buf[at + 1:eol]) + 2
+        if at > len(buf):
+            return None
+    return entries, at
+
+
+def run_consume(target, args) -> dict:
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    if target.name == "rocketbox":
+        per = [list(range(QUEUES))[i::args.procs] for i in range(args.procs)]
+        ps = [ctx.Process(target=_consume_rocketbox, args=(target.port, qs, q)) for qs in per]
+    else:
+        ps = [ctx.Process(target=_consume_redis, args=(target.port, f"c{i}", QUEUES // args.procs, q))
+              for i in range(args.procs)]
+    for p in ps:
+        p.start()
+    res = [q.get(timeout=600) for _ in ps]
+    for p in ps:
+        p.join()
+    return {"msgs": sum(r["msgs"] for r in res), "msgs_per_s": sum(r["msgs"] for r in res) /
+            max(r["elapsed"] for r in res)}
+
+
+# ---------------------------------------------------------------- the servers
+def _wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise TimeoutError(f"{what} is not listening on {port} after {timeout} s")
+
+
+class RocketboxServer:
+    name = "rocketbox"
+
+    def __init__(self, mode: str, base: str, port: int, readers: int):
+        self.dir = tempfile.mkdtemp(prefix=f"rbx-e2e-{mode}-", dir=base)
+        self.port, self.mode = port, mode
+        self.conf = os.path.join(self.dir, "broker.conf")
+        with open(self.conf, "w") as f:
+            f.write(f"storePathRootDir={self.dir}/store\nflushDiskType={mode}\nlistenPort={port}\n"
+                    f"brokerName=bench\nbrokerIP1=127.0.0.1\nshmPrefix=/rbx-e2e\nnamesrvAddr=\n"
+                    f"readerProcessNums={readers}\n")
+
+    def start(self) -> "RocketboxServer":
+        self.proc = subprocess.Popen([sys.executable, "-m", "appliance", "start", "-c", self.conf], cwd=ROOT,
+                                     stdout=open(os.path.join(self.dir, "appliance.log"), "wb"),
+                                     stderr=subprocess.STDOUT)
+        cfg = config.load(self.conf)
+        for i in range(cfg.readerProcessNums):
+            _wait_port(cfg.reader_port(i), self.proc, f"reader {i}")
+        _wait_port(self.port, self.proc, "HAProxy")
+        time.sleep(2.5)     # HAProxy checks each reader every 1 s: let every reader be marked up first
+        resp = _call(self.port, Command(R.UPDATE_AND_CREATE_TOPIC, {
+            "topic": TOPIC, "defaultTopic": "TBW102", "readQueueNums": str(QUEUES), "writeQueueNums": str(QUEUES),
+            "perm": "6", "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"}))
+        if resp.code != 0:
+            raise RuntimeError(f"creating {TOPIC} failed: {resp.code} {resp.remark}")
+        return self
+
+    def prepare_consume(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(120)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _call(port: int, cmd: Command) -> Command:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(codec.encode(cmd))
+        dec = codec.Decoder()
+        while True:
+            for resp in dec.feed(s.recv(1 << 16)):
+                return resp
+
+
+class RedisServer:
+    name = "redis"
+
+    def __init__(self, fsync: str, base: str, port: int, binary: str):
+        self.dir = tempfile.mkdtemp(prefix=f"redis-e2e-{fsync}-", dir=base)
+        self.port, self.fsync, self.binary = port, fsync, binary
+
+    def start(self) -> "RedisServer":
+        self.proc = subprocess.Popen([self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
+                                      "--appendonly", "yes", "--appendfsync", self.fsync, "--save", "",
+                                      "--daemonize", "no", "--logfile", os.path.join(self.dir, "redis.log")],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        _wait_port(self.port, self.proc, "redis-server")
+        return self
+
+    def prepare_consume(self) -> None:
+        with socket.create_connection(("127.0.0.1", self.port), timeout=10) as s:
+            s.sendall(Redis._cmd(b"XGROUP", b"CREATE", b"bench", b"g", b"0"))
+            if not s.recv(100).startswith(b"+OK"):
+                raise RuntimeError("XGROUP CREATE failed")
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(60)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- main
+PAIRS = {"ASYNC_FLUSH": "everysec", "SYNC_FLUSH": "always"}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=5, help="measured seconds per row")
+    ap.add_argument("--warmup", type=float, default=1)
+    ap.add_argument("--procs", type=int, default=2, help="load generator processes")
+    ap.add_argument("--conns", type=int, default=4, help="connections per generator process")
+    ap.add_argument("--window", type=int, default=16, help="requests in flight per connection (single sends)")
+    ap.add_argument("--batch", type=int, default=32, help="messages per batch send")
+    ap.add_argument("--batch-window", type=int, default=4, help="batches in flight per connection")
+    ap.add_argument("--rate", type=float, default=20000, help="msgs/s of the paced latency row")
+    ap.add_argument("--body", type=int, default=1024)
+    ap.add_argument("--readers", type=int, default=2, help="rocketbox readerProcessNums")
+    ap.add_argument("--modes", default="ASYNC_FLUSH,SYNC_FLUSH")
+    ap.add_argument("--port", type=int, default=29100, help="rocketbox listenPort (readers above it); redis +100")
+    ap.add_argument("--redis-server", default=shutil.which("redis-server") or "/usr/bin/redis-server")
+    ap.add_argument("--dir", default=None, help="where both stores go (default: system temp dir)")
+    args = ap.parse_args()
+    if not os.path.exists(args.redis_server):
+        sys.exit("bench.e2e: redis-server not found (apt-get install redis-server, or --redis-server PATH)")
+    redis_version = subprocess.run([args.redis_server, "--version"], capture_output=True, text=True).stdout.strip()
+    print(f"# e2e benchmark: body={args.body}B seconds={args.seconds} warmup={args.warmup} procs={args.procs} "
+          f"conns/proc={args.conns} window={args.window} batch={args.batch}x{args.batch_window} rate={args.rate:.0f} "
+          f"readers={args.readers} cpus={os.cpu_count()} store={args.dir or tempfile.gettempdir()}")
+    print(f"# {redis_version}; appendonly yes; load generator and servers share this box")
+    print(f"{'row':<46} {'rocketbox':>10} {'redis':>10} {'ratio':>6}   latency ms p50/p99/p99.9 rocketbox | redis")
+    body = os.urandom(args.body)
+    for mode in args.modes.split(","):
+        fsync = PAIRS[mode]
+        rows = collections.defaultdict(dict)
+        for server in (RocketboxServer(mode, args.dir, args.port, args.readers),
+                       RedisServer(fsync, args.dir, args.port + 100, args.redis_server)):
+            server.start()
+            try:
+                proto = server.name
+                single = PROTOCOLS[proto].send_frames(body, 1)
+                batch = PROTOCOLS[proto].send_frames(body, args.batch)
+                rows["send single"][proto] = run_load(proto, server.port, single, args, args.window)
+                rows[f"send batch of {args.batch}"][proto] = run_load(proto, server.port, batch, args,
+                                                                      args.batch_window)
+                rows[f"send single at {args.rate:.0f}/s"][proto] = run_load(proto, server.port, single, args,
+                                                                          args.window, rate=args.rate)
+                server.prepare_consume()
+                rows["consume"][proto] = run_consume(server, args)
+            finally:
+                server.stop()
+        for row, r in rows.items():
+            rb, rd = r["rocketbox"], r["redis"]
+            lat = ""
+            if "p50" in rb:
+                lat = (f"{rb['p50']:.2f}/{rb['p99']:.2f}/{rb['p999']:.2f} | "
+                       f"{rd['p50']:.2f}/{rd['p99']:.2f}/{rd['p999']:.2f}")
+            errs = "".join(f"  errors {k}: {v['errors']}" for k, v in r.items() if v.get("errors"))
+            print(f"{mode + ' vs ' + fsync + ' ' + row:<46} {rb['msgs_per_s']:>10.0f} {rd['msgs_per_s']:>10.0f} "
+                  f"{rb['msgs_per_s'] / max(rd['msgs_per_s'], 1):>6.2f}   {lat}{errs}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
