@@ -1,0 +1,22 @@
+"""The end-to-end benchmark still runs: a short ASYNC_FLUSH pass against a real appliance and a
+real redis-server prints every row with figures for both and no errors."""
+import os
+import re
+import subprocess
+import sys
+
+from tests.integration.harness import ROOT
+
+
+def test_e2e_bench_prints_every_row_for_both_servers(tmp_path):
+    port = 29000 + (os.getpid() % 10) * 300     # its own ports: above the harness's, below the ephemeral range
+    r = subprocess.run([sys.executable, "-m", "bench.e2e", "--seconds", "0.5", "--warmup", "0.2",
+                        "--modes", "ASYNC_FLUSH", "--rate", "2000", "--port", str(port), "--dir", str(tmp_path)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=170)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "errors" not in r.stdout, r.stdout
+    rows = {m.group(1).strip(): (float(m.group(2)), float(m.group(3)))
+            for m in re.finditer(r"^ASYNC_FLUSH vs everysec (.+?)\s{2,}(\d+)\s+(\d+)\s+[\d.]+", r.stdout, re.M)}
+    assert set(rows) == {"send single", "send batch of 32", "send single at 2000/s", "consume"}, r.stdout
+    assert all(rb > 0 and rd > 0 for rb, rd in rows.values()), rows
+    assert "# e2e benchmark: body=1024B" in r.stdout          # it prints its configuration
