@@ -12,8 +12,8 @@ in order.  What differs is only the bytes:
 
   send single  rocketbox SEND_MESSAGE_V2, 1 message      Redis XADD bench * body <1 KiB>
   send batch   rocketbox SEND_BATCH_MESSAGE, --batch msgs Redis --batch XADDs written as one pipeline
-  consume      PULL_MESSAGE maxMsgNums=32, one pull in    XREADGROUP COUNT 32 NOACK, --window reads in
-               flight per queue (as a RocketMQ consumer)  flight per connection
+  consume      PULL_MESSAGE maxMsgNums=32, one pull in    XREADGROUP COUNT 32 NOACK, as many reads in
+               flight per queue (as a RocketMQ consumer)  flight (8) over --procs connections
   latency      single sends paced at --rate msgs/s over all connections (an open loop, not pipelined
                to the limit), p50/p99/p99.9 per message
 
@@ -122,6 +122,25 @@ PROTOCOLS = {"rocketbox": Rocketbox, "redis": Redis}
 
 
 # ---------------------------------------------------------------- load generator
+def _connect(port: int) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", port))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return s
+
+
+def _fan_out(target, per_process_args: list[tuple], timeout: float) -> list[dict]:
+    """Run ``target(*args, queue)`` in one forked process per args tuple; their reports."""
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    ps = [ctx.Process(target=target, args=(*a, q)) for a in per_process_args]
+    for p in ps:
+        p.start()
+    res = [q.get(timeout=timeout) for _ in ps]
+    for p in ps:
+        p.join()
+    return res
+
+
 def _send_load(proto_name: str, port: int, frames, conns: int, window: int, seconds: float, warmup: float,
                rate: float, out) -> None:
     """One generator process: ``conns`` connections, ``window`` requests in flight on each (or paced
@@ -130,8 +149,7 @@ def _send_load(proto_name: str, port: int, frames, conns: int, window: int, seco
     sel = selectors.DefaultSelector()
     state = []
     for c in range(conns):
-        s = socket.create_connection(("127.0.0.1", port))
-        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        s = _connect(port)
         st = {"sock": s, "buf": bytearray(), "sent": collections.deque(), "k": c}
         sel.register(s, selectors.EVENT_READ, st)
         state.append(st)
@@ -189,16 +207,9 @@ def _send_load(proto_name: str, port: int, frames, conns: int, window: int, seco
 
 
 def run_load(proto_name: str, port: int, frames, args, window: int, rate: float = 0.0) -> dict:
-    ctx = mp.get_context("fork")
-    q = ctx.Queue()
-    ps = [ctx.Process(target=_send_load, args=(proto_name, port, frames, args.conns, window, args.seconds,
-                                                args.warmup, rate / args.procs, q)) for _ in range(args.procs)]
-    for p in ps:
-        p.start()
-    res = [q.get(timeout=args.seconds + args.warmup + 120) for _ in ps]
-    for p in ps:
-        p.join()
-    lat = np.concatenate([r["lat"] for r in res]) * 1000 if res else np.array([])
+    res = _fan_out(_send_load, [(proto_name, port, frames, args.conns, window, args.seconds, args.warmup,
+                                 rate / args.procs)] * args.procs, timeout=args.seconds + args.warmup + 120)
+    lat = np.concatenate([r["lat"] for r in res]) * 1000
     errors = collections.Counter()
     for r in res:
         errors.update(r["errors"])
@@ -210,8 +221,7 @@ def run_load(proto_name: str, port: int, frames, args, window: int, rate: float 
 # ---------------------------------------------------------------- consume
 def _consume_rocketbox(port: int, queues: list[int], out) -> None:
     """One pull in flight per queue, each queue read from offset 0 until a pull finds nothing."""
-    s = socket.create_connection(("127.0.0.1", port))
-    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    s = _connect(port)
     dec = codec.Decoder()
 
     def pull(q: int, offset: int) -> bytes:
@@ -244,8 +254,7 @@ def _consume_rocketbox(port: int, queues: list[int], out) -> None:
 
 def _consume_redis(port: int, consumer: str, window: int, out) -> None:
     """``window`` reads in flight until one finds nothing new."""
-    s = socket.create_connection(("127.0.0.1", port))
-    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    s = _connect(port)
     req = Redis._cmd(b"XREADGROUP", b"GROUP", b"g", consumer.encode(), b"COUNT", b"32", b"NOACK",
                      b"STREAMS", b"bench", b">")
     buf, got, t0 = bytearray(), 0, time.perf_counter()
@@ -276,7 +285,7 @@ def _redis_read_reply(buf: bytearray) -> tuple[int, int] | None:
         return 0, 5
     head = b"*1\r\n*2\r\n$5\r\nbench\r\n*"
     eol = buf.find(b"\r\n", len(head))
-    if len(buf) < len(head) or eol < 0:
+    if eol < 0:
         return None
     entries, at = int(buf[len(head):eol]), eol + 2
     for _ in range(entries):
@@ -295,19 +304,14 @@ def _redis_read_reply(buf: bytearray) -> tuple[int, int] | None:
 
 
 def run_consume(target, args) -> dict:
-    ctx = mp.get_context("fork")
-    q = ctx.Queue()
+    """As many reads in flight for both: rocketbox one pull per queue (``QUEUES`` split over the
+    processes), Redis ``QUEUES / procs`` XREADGROUPs per process."""
     if target.name == "rocketbox":
-        per = [list(range(QUEUES))[i::args.procs] for i in range(args.procs)]
-        ps = [ctx.Process(target=_consume_rocketbox, args=(target.port, qs, q)) for qs in per]
+        res = _fan_out(_consume_rocketbox, [(target.port, list(range(QUEUES))[i::args.procs])
+                                            for i in range(args.procs)], timeout=600)
     else:
-        ps = [ctx.Process(target=_consume_redis, args=(target.port, f"c{i}", QUEUES // args.procs, q))
-              for i in range(args.procs)]
-    for p in ps:
-        p.start()
-    res = [q.get(timeout=600) for _ in ps]
-    for p in ps:
-        p.join()
+        res = _fan_out(_consume_redis, [(target.port, f"c{i}", QUEUES // args.procs) for i in range(args.procs)],
+                       timeout=600)
     return {"msgs": sum(r["msgs"] for r in res), "msgs_per_s": sum(r["msgs"] for r in res) /
             max(r["elapsed"] for r in res)}
 
@@ -339,9 +343,9 @@ class RocketboxServer:
                     f"readerProcessNums={readers}\n")
 
     def start(self) -> "RocketboxServer":
-        self.proc = subprocess.Popen([sys.executable, "-m", "appliance", "start", "-c", self.conf], cwd=ROOT,
-                                     stdout=open(os.path.join(self.dir, "appliance.log"), "wb"),
-                                     stderr=subprocess.STDOUT)
+        with open(os.path.join(self.dir, "appliance.log"), "wb") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "appliance", "start", "-c", self.conf], cwd=ROOT,
+                                         stdout=log, stderr=subprocess.STDOUT)
         cfg = config.load(self.conf)
         for i in range(cfg.readerProcessNums):
             _wait_port(cfg.reader_port(i), self.proc, f"reader {i}")

@@ -15,6 +15,7 @@ from remoting import headers
 from remoting.codes import RequestCode as R, ResponseCode as RC
 from shm.layout import T
 from store import message
+from store.errors import MessageRejected
 from writer import protocol as P
 from writer.client import PutRequest
 from writer.topics import PERM_INHERIT, PERM_WRITE, topic_config
@@ -23,12 +24,6 @@ FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 SYSTEM_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
                            "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT"})
 RETRY_PREFIX = "%RETRY%"
-
-
-class Refused(Exception):
-    def __init__(self, code: int, remark: str):
-        super().__init__(remark)
-        self.code, self.remark = code, remark
 
 
 class SendProcessor:
@@ -47,9 +42,7 @@ class SendProcessor:
     async def _send(self, cmd, conn, h):
         try:
             req = await self._request(cmd, conn, h)
-        except Refused as e:
-            return cmd.response(e.code, e.remark, ext=dict(self.region))
-        except message.MessageRejected as e:
+        except MessageRejected as e:          # a check here or in store.message refused it
             return cmd.response(e.code, e.remark, ext=dict(self.region))
         res = await self.link.put(req)
         if not res.ok:
@@ -66,19 +59,19 @@ class SendProcessor:
         topic = h["topic"]
         message.check_topic(topic)
         if topic in SYSTEM_TOPICS:
-            raise Refused(RC.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
+            raise MessageRejected(RC.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
         tidx = self.link.topics.lookup(topic)
         if tidx is None:
             tidx = await self._create_topic(topic, h)
         meta = self.link.topics.meta[tidx]
         write_nums = int(meta[T.WRITE_QUEUE_NUMS])
         if not int(meta[T.PERM]) & PERM_WRITE:
-            raise Refused(RC.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
+            raise MessageRejected(RC.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
         qid = h["queueId"]
         if qid < 0:
             qid = random.randrange(max(1, write_nums))
         if qid >= self.link.topics.queue_nums(tidx):
-            raise Refused(RC.SYSTEM_ERROR, f"request queueId[{qid}] is illegal, topic {topic} "
+            raise MessageRejected(RC.SYSTEM_ERROR, f"request queueId[{qid}] is illegal, topic {topic} "
                                            f"Producer: {conn.peer}")
         props = (h["properties"] or "").rstrip(message.PROPERTY_SEP)
         parsed = message.parse_properties(props) if props else {}
@@ -87,9 +80,9 @@ class SendProcessor:
         sys_flag = h["sysFlag"]
         if h["batch"] or cmd.code == R.SEND_BATCH_MESSAGE:
             if "DELAY" in parsed:
-                raise Refused(RC.MESSAGE_ILLEGAL, "batch message does not support delay message")
+                raise MessageRejected(RC.MESSAGE_ILLEGAL, "batch message does not support delay message")
             if sys_flag & message.TX_MASK:
-                raise Refused(RC.MESSAGE_ILLEGAL, "batch message does not support transaction message")
+                raise MessageRejected(RC.MESSAGE_ILLEGAL, "batch message does not support transaction message")
             inner = message.decode_client_batch(cmd.body)
             bodies = [b for _f, b, _p in inner]
             flags = [f for f, _b, _p in inner]
@@ -109,11 +102,11 @@ class SendProcessor:
             default = self.link.topics.lookup(h["defaultTopic"] or "")
             meta = self.link.topics.meta[default] if default is not None else None
             if meta is None or not int(meta[T.PERM]) & PERM_INHERIT or not self.cfg.autoCreateTopicEnable:
-                raise Refused(RC.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!{FAQ}")
+                raise MessageRejected(RC.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!{FAQ}")
             nums = max(1, min(h["defaultTopicQueueNums"], int(meta[T.WRITE_QUEUE_NUMS])))
             tc = topic_config(topic, nums, nums, int(meta[T.PERM]) & ~PERM_INHERIT)
         status = await self.link.create_topic(tc)
         tidx = self.link.topics.lookup(topic)
         if status != P.SUCCESS or tidx is None:
-            raise Refused(RC.SYSTEM_ERROR, f"create topic[{topic}] failed (writer status {status})")
+            raise MessageRejected(RC.SYSTEM_ERROR, f"create topic[{topic}] failed (writer status {status})")
         return tidx

@@ -166,7 +166,8 @@ def encode_client_batch(messages: list[tuple[int, bytes, str]]) -> bytes:
     out = []
     for flag, body, props in messages:
         p = props.encode()
-        out += [_BATCH_HEAD.pack(22 + len(body) + len(p), 0, 0, flag, len(body)), body, struct.pack(">h", len(p)), p]
+        out += [_BATCH_HEAD.pack(_BATCH_HEAD.size + 2 + len(body) + len(p), 0, 0, flag, len(body)), body,
+                struct.pack(">h", len(p)), p]
     return b"".join(out)
 
 

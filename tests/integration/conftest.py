@@ -3,6 +3,7 @@ import pytest
 from tests.integration.harness import Appliance
 
 LOG_TAIL = 6000        # characters of each appliance's log attached to a failed test's report
+APPLIANCES = pytest.StashKey[list]()     # the appliances a test made, for its report
 
 
 @pytest.fixture
@@ -17,9 +18,6 @@ def appliance_factory(tmp_path, request):
     yield make
     for app in made:
         app.cleanup()
-
-
-APPLIANCES = pytest.StashKey[list]()
 
 
 @pytest.hookimpl(wrapper=True)

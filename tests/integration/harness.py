@@ -136,6 +136,20 @@ class Appliance:
         self.log.close()
 
 
+async def read_topic(namesrv: str, topic: str) -> list:
+    """Every message of ``topic``, each queue read from offset 0 to its end with our pull consumer."""
+    from client.consumer import PullConsumer
+    pc = await PullConsumer("audit", namesrv).start()
+    out = []
+    for mq in await pc.queues(topic):
+        await pc.assign([mq])
+        pc.seek(mq, 0)
+        while (res := await pc.pull(mq, 32)).messages:
+            out += res.messages
+    await pc.shutdown()
+    return out
+
+
 def producer_cmd(app: Appliance, name: str, topic: str, count: int, queues: int, ack_file: str,
                  sync_wait: bool = False, batch: int = 1, delay_s: float = 0.0):
     args = {"conf": app.conf, "name": name, "topic": topic, "count": count, "queues": queues,

@@ -9,9 +9,10 @@ import os
 import signal
 import time
 
-from client.consumer import PullConsumer, PushConsumer
+from client.consumer import PushConsumer
 from client.message import Message
 from client.producer import Producer
+from tests.integration.harness import read_topic
 
 
 async def wait_for(cond, timeout: float = 15.0, step: float = 0.1) -> bool:
@@ -177,15 +178,9 @@ def test_a_reader_killed_with_kill9_loses_nothing_acknowledged(appliance_factory
             except Exception:
                 await asyncio.sleep(0.2)          # the readers are restarting; the client reconnects
         assert killed and len(acked) > 300
-        pc = await PullConsumer("audit", app.namesrv).start()
         ids = collections.defaultdict(list)       # body -> the message id of each stored copy
-        for mq in await pc.queues("Crash"):
-            await pc.assign([mq])
-            pc.seek(mq, 0)
-            while (res := await pc.pull(mq, 32)).messages:
-                for m in res.messages:
-                    ids[m.body].append(m.msg_id)
-        await pc.shutdown()
+        for m in await read_topic(app.namesrv, "Crash"):
+            ids[m.body].append(m.msg_id)
         await p.shutdown()
         return ids
 

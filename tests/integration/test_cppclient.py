@@ -11,10 +11,9 @@ import subprocess
 import sys
 import time
 
-from client.consumer import PullConsumer
 from client.message import Message
 from client.producer import Producer
-from tests.integration.harness import ROOT
+from tests.integration.harness import ROOT, read_topic
 
 DRIVER = os.path.join(ROOT, "tests", "integration", "cppclient.py")
 
@@ -26,19 +25,6 @@ def cpp(tmp_path, **args) -> dict:
                        env=env, cwd=ROOT)
     assert r.returncode == 0, f"C++ client {args['do']} failed ({r.returncode}): {r.stderr[-2000:]}"
     return json.loads(r.stdout.strip().splitlines()[-1])
-
-
-async def stored(app, topic: str) -> list:
-    """Every message of ``topic`` in the store, read with our pull consumer from offset 0."""
-    pc = await PullConsumer("audit", app.namesrv).start()
-    out = []
-    for mq in await pc.queues(topic):
-        await pc.assign([mq])
-        pc.seek(mq, 0)
-        while (res := await pc.pull(mq, 32)).messages:
-            out += res.messages
-    await pc.shutdown()
-    return out
 
 
 async def produce(app, topic: str, bodies: list[str]) -> None:
@@ -58,7 +44,7 @@ def test_cpp_producer_sync_oneway_and_batch_are_stored_once_each(appliance_facto
     msgs: list = []
     deadline = time.monotonic() + 10               # oneway sends are not acknowledged: wait for them
     while time.monotonic() < deadline:
-        msgs = asyncio.run(stored(app, "CppSend"))
+        msgs = asyncio.run(read_topic(app.namesrv, "CppSend"))
         if {m.body.decode() for m in msgs} >= want:
             break
         time.sleep(0.2)
