@@ -113,6 +113,7 @@ class RingClient:
         self.seq = 0
         self.in_flight: dict[int, tuple] = {}       # first req_id of a slab -> (ticket, first request, first record)
         self.topic_replies: dict[int, PutResult | None] = {}
+        self.awaiting: dict[int, int] = {}          # slab's first req_id or topic rid -> ring position past it
         self.store_ip, self.store_port, _v6 = message.pack_host((cfg.brokerIP1, cfg.listenPort))
         self.topics = TopicIndex(shared.views, shared.control)
 
@@ -232,16 +233,22 @@ class RingClient:
             into = (Ticket(arr, sizes, {}), 0, 0)
         arr["req_id"] = self._next_ids(len(arr))
         if len(arr):
-            self.in_flight[int(arr["req_id"][0])] = into
+            rid = int(arr["req_id"][0])
+            self.in_flight[rid] = into
             into[0].missing += 1
-        self._push(P.PUT, P.slab_parts(arr, sizes, records))
+        end = self._push(P.PUT, P.slab_parts(arr, sizes, records))
+        if len(arr):
+            self.awaiting[rid] = end
         return into[0]
 
-    def _push(self, kind: int, parts) -> None:
-        """One ring entry, waiting (and reading replies) while the ring is full; wakes the writer."""
+    def _push(self, kind: int, parts) -> int:
+        """One ring entry, waiting (and reading replies) while the ring is full; wakes the writer.
+        Returns the ring position just past the entry."""
         while not self.requests.try_push(kind, parts):
             self._wait_for_room()
+        end = self.requests.write_pos
         self.sh.writer_waker.post()
+        return end
 
     def _wait_for_room(self) -> None:
         self.sh.writer_waker.post()
@@ -250,13 +257,21 @@ class RingClient:
         self._check_writer()
 
     def _check_writer(self) -> None:
-        """A new writer epoch: replies to what was in flight are lost, so their outcome is unknown."""
-        if int(self.sh.control[C.WRITER_EPOCH]) != self.writer_epoch:
-            self.writer_epoch = int(self.sh.control[C.WRITER_EPOCH])
-            for t, _req, _rec in self.in_flight.values():
-                t.lose()
-            self.in_flight.clear()
-            for rid in [rid for rid, v in self.topic_replies.items() if v is None]:
+        """A new writer epoch.  An entry the old writer took from the ring without answering has an
+        unknown outcome (it may be stored); one still in the ring is the new writer's to answer, as
+        usual.  A writer pushes its replies before it releases their entries, so once the ring's
+        read position is past an entry its reply is readable, unless the writer died in between."""
+        epoch = int(self.sh.control[C.WRITER_EPOCH])
+        if epoch == self.writer_epoch:
+            return
+        self.writer_epoch = epoch
+        taken = self.requests.read_pos
+        self.poll()
+        for rid in [rid for rid, end in self.awaiting.items() if end <= taken]:
+            del self.awaiting[rid]
+            if rid in self.in_flight:
+                self.in_flight.pop(rid)[0].lose()
+            elif rid in self.topic_replies:
                 self.topic_replies[rid] = PutResult(P.SYSTEM_ERROR, remark="writer restarted; outcome unknown")
 
     def poll(self) -> int:
@@ -269,14 +284,18 @@ class RingClient:
                 at = P.RESULT_HEAD.itemsize
                 res = payload[at:at + nq * P.RESULT.itemsize].view(P.RESULT)
                 at += nq * P.RESULT.itemsize
-                into = self.in_flight.pop(int(res["req_id"][0]), None) if nq else None
+                rid = int(res["req_id"][0]) if nq else None
+                self.awaiting.pop(rid, None)
+                into = self.in_flight.pop(rid, None)
                 if into is not None:
                     into[0].fill(into[1], into[2], res, payload[at:at + nr * 8].view("<i8"))
                     got += 1
             elif kind == P.TOPIC_RESULT:
                 r = payload[:P.TOPIC_RES.itemsize].view(P.TOPIC_RES)[0]
-                if int(r["req_id"]) in self.topic_replies:
-                    self.topic_replies[int(r["req_id"])] = PutResult(int(r["status"]), queue_id=int(r["topic_idx"]))
+                rid = int(r["req_id"])
+                self.awaiting.pop(rid, None)
+                if rid in self.topic_replies:
+                    self.topic_replies[rid] = PutResult(int(r["status"]), queue_id=int(r["topic_idx"]))
                     got += 1
             self.responses.release(after)
         return got
@@ -325,7 +344,7 @@ class RingClient:
         head = np.zeros(1, P.TOPIC_REQ)
         head[0] = (rid,)
         self.topic_replies[rid] = None
-        self._push(P.TOPIC, [head, json.dumps(tc).encode()])
+        self.awaiting[rid] = self._push(P.TOPIC, [head, json.dumps(tc).encode()])
         return rid
 
     def create_topic(self, name: str, queue_nums: int, perm: int = 6, timeout: float = 10.0, **extra) -> int:
@@ -348,8 +367,7 @@ class RingClient:
     def push_offsets(self, rows: np.ndarray) -> int:
         """Commit consumer offsets (P.OFFSET_UPDATE rows); returns the ring position just past the
         entry: the writer has applied them once the ring's read position reaches it."""
-        self._push(P.OFFSET, [rows])
-        return self.requests.write_pos
+        return self._push(P.OFFSET, [rows])
 
     def push_group(self, sg: dict) -> None:
         self._push(P.GROUP, [json.dumps(sg).encode()])

@@ -141,17 +141,46 @@ def test_many_tiny_requests_are_split_so_every_reply_fits(tmp_path):
         assert sorted(r.queue_offset for r in res if r.queue_id == 0) == list(range(n // 4))
 
 
-def test_a_writer_restart_fails_what_was_in_flight_as_unknown(rig):
-    """Replies to slabs in flight when the writer restarts may never come: the ticket says so
-    instead of hanging, and the client goes on with the new writer."""
+def test_a_writer_restart_answers_what_the_old_writer_had_not_taken(rig):
+    """Slabs still in the ring when the writer restarts (or before it first opens) are the new
+    writer's to answer: acknowledged once, stored once, never reported as unknown (which would
+    make a client retry and store them twice)."""
     cfg, sh, w, d, c = rig
     ticket = c.submit([PutRequest("TBW102", 0, [b"a"], [{}]), PutRequest("TBW102", 1, [b"b", b"c"], [{}, {}])])
+    w.close()                                              # never took the slab
+    w2 = WriterService(cfg, sh).open()                     # a new writer epoch
+    c._check_writer()
+    assert not ticket.done
+    while w2.step():
+        pass
+    res = c.collect(ticket, 1)
+    assert [r.status for r in res] == [P.SUCCESS] * 2
+    assert put(w2, c, [PutRequest("TBW102", 0, [b"d"], [{}])])[0].ok
+    while d.step():
+        pass
+    assert check(cfg).records == 4
+    w2.close()
+
+
+def test_a_writer_restart_fails_what_the_old_writer_took_but_never_answered_as_unknown(rig):
+    """The old writer committed a slab and died before its reply and its ring release: the new
+    writer releases it (journal) without an answer, so the ticket says 'outcome unknown' instead
+    of hanging, and the client goes on with the new writer."""
+    cfg, sh, w, d, c = rig
+    ticket = c.submit([PutRequest("TBW102", 0, [b"a"], [{}]), PutRequest("TBW102", 1, [b"b", b"c"], [{}, {}])])
+    ring, replies = sh.request_rings[c.slot], sh.response_rings[c.slot]
+    ring.release, replies.try_push = (lambda upto: None), (lambda *a: True)    # the 'crash' after the commit
+    w.step()
+    del ring.release, replies.try_push
     while d.step():
         pass
     w.close()
-    w2 = WriterService(cfg, sh).open()                     # a new writer epoch
+    w2 = WriterService(cfg, sh).open()                     # a new writer epoch; releases the committed slab
     res = c.collect(ticket, 1)
     assert [r.status for r in res] == [P.SYSTEM_ERROR] * 2
     assert all("outcome unknown" in r.remark for r in res)
     assert put(w2, c, [PutRequest("TBW102", 0, [b"d"], [{}])])[0].ok
+    while d.step():
+        pass
+    assert check(cfg).records == 4                         # the unknown outcome was in fact stored
     w2.close()
