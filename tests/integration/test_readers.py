@@ -127,12 +127,14 @@ def test_long_poll_is_answered_when_the_queue_grows(appliance_factory):
     t0 = time.monotonic()
     r = pull(w, "Poll", 1, flag=0x2, suspend_ms=400)                     # nothing comes: held, then 19
     assert r.code == RC.PULL_NOT_FOUND and 0.35 < time.monotonic() - t0 < 3
-    threading.Timer(0.5, lambda: send_v2(w2, "Poll", b"second")).start()
+    sender = threading.Timer(0.5, lambda: send_v2(w2, "Poll", b"second"))
+    sender.start()
     t0 = time.monotonic()
     r = pull(w, "Poll", 1, flag=0x2, suspend_ms=8000)
     took = time.monotonic() - t0
     assert r.code == RC.SUCCESS and bodies(r) == [b"second"]
     assert 0.4 < took < 4, took
+    sender.join(10)                  # its reply may come after the pull's: w2 stays open until then
     w.close()
     w2.close()
 
