@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 
 from client.errors import MQClientError
-from client.instance import ClientInstance, MessageQueue
+from client.instance import ClientInstance, MessageQueue, stop_tasks
 from client.message import MessageExt, decode_messages
 from client.offsets import LocalOffsets, RemoteOffsets
 from client.rebalance import allocate_averagely
@@ -76,6 +76,7 @@ class PushConsumer:
         self.pullers: dict[MessageQueue, asyncio.Task] = {}
         self.tasks: list[asyncio.Task] = []
         self.wake = asyncio.Event()
+        self.rebalancing = asyncio.Lock()          # one rebalance at a time (Java's is synchronized too)
         self.offsets = (LocalOffsets(offset_dir or os.path.expanduser("~/.rocketmq_offsets"), self.instance.client_id, group)
                         if model == "BROADCASTING" else RemoteOffsets(self.instance, group))
 
@@ -115,9 +116,7 @@ class PushConsumer:
         return self
 
     async def shutdown(self) -> None:
-        for t in self.tasks + list(self.pullers.values()):
-            t.cancel()
-        await asyncio.gather(*self.tasks, *self.pullers.values(), return_exceptions=True)
+        await stop_tasks(self.tasks + list(self.pullers.values()))
         await self._commit_all()
         self.pullers.clear()
         self.instance.consumers.pop(self.group, None)
@@ -141,6 +140,10 @@ class PushConsumer:
             self.wake.clear()
 
     async def rebalance(self) -> None:
+        async with self.rebalancing:
+            await self._rebalance()
+
+    async def _rebalance(self) -> None:
         mine: set[MessageQueue] = set()
         for topic in self.subs:
             route = await self.instance.route(topic, refresh=True)
@@ -156,9 +159,7 @@ class PushConsumer:
             cids = [] if resp.code != RC.SUCCESS else json.loads(resp.body)["consumerIdList"]
             mine.update(allocate_averagely(self.instance.client_id, queues, cids))
         for mq in [q for q in self.pullers if q not in mine]:
-            task = self.pullers.pop(mq)
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            await stop_tasks([self.pullers.pop(mq)])
             await self._commit(mq)
             log.info("%s gave up %s", self.instance.client_id, mq)
         for mq in sorted(mine - set(self.pullers), key=MessageQueue.sort_key):

@@ -53,6 +53,16 @@ class TopicRoute:
                 self.read_queues += [MessageQueue(topic, name, i) for i in range(qd["readQueueNums"])]
 
 
+async def stop_tasks(tasks) -> None:
+    """Cancel ``tasks`` and wait until every one has ended.  Cancelled again while any runs on:
+    Python 3.11's ``asyncio.wait_for`` can swallow a cancellation that lands as its awaited
+    reply arrives (fixed in 3.12), and a loop around it then never stops."""
+    while tasks := [t for t in tasks if not t.done()]:
+        for t in tasks:
+            t.cancel()
+        await asyncio.wait(tasks, timeout=1.0)
+
+
 def _local_ip() -> str:
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
@@ -88,7 +98,7 @@ class ClientInstance:
         if self.users > 0:
             return
         if self.task is not None:
-            self.task.cancel()
+            await stop_tasks([self.task])
             self.task = None
         for conn in self.conns.values():
             conn.close()
