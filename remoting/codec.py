@@ -30,6 +30,7 @@ _BIN_FIXED = struct.Struct(">hBhiii")   # code i16, language u8, version i16, op
 assert _BIN_FIXED.size == 17
 _I16, _I32 = struct.Struct(">h"), struct.Struct(">i")
 _LANG_NAMES = {m.value: m.name for m in LanguageCode}
+_LANG_CODES = {m.name: m.value for m in LanguageCode}
 
 
 class FrameError(Exception):
@@ -103,8 +104,10 @@ def _json_header(raw: bytes) -> Command:
     ext = h.get("extFields") or {}
     if not isinstance(ext, dict):
         raise FrameError("extFields is not an object")
+    if not all(type(v) is str for v in ext.values()):     # Java's dialect is all strings: kept as is
+        ext = {str(k): _ext_value(v) for k, v in ext.items() if v is not None}
     remark = h.get("remark")
-    return Command(_int(h["code"], "code"), {str(k): _ext_value(v) for k, v in ext.items() if v is not None},
+    return Command(_int(h["code"], "code"), ext,
                    opaque=_int(h.get("opaque", 0), "opaque"), flag=_int(h.get("flag", 0), "flag"),
                    remark=remark if isinstance(remark, str) else None, language=_language(h.get("language", "JAVA")),
                    version=_int(h.get("version", 0), "version"), serialize_type=JSON)
@@ -200,11 +203,28 @@ def _json_bytes(cmd: Command) -> bytes:
     return json.dumps(h, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
+_KEY_PREFIX: dict[str, bytes] = {}      # our own extFields names: i16 length + UTF-8, encoded once
+
+
+def _key_prefix(k: str) -> bytes:
+    p = _KEY_PREFIX.get(k)
+    if p is None:
+        kb = k.encode("utf-8")
+        p = _I16.pack(len(kb)) + kb
+        if len(_KEY_PREFIX) < 1024:
+            _KEY_PREFIX[k] = p
+    return p
+
+
 def _binary_bytes(cmd: Command) -> bytes:
     remark = cmd.remark.encode("utf-8") if cmd.remark else b""
-    ext = b"".join(_I16.pack(len(k)) + k + _I32.pack(len(v)) + v
-                   for k, v in ((k.encode("utf-8"), str(v).encode("utf-8")) for k, v in cmd.ext.items() if v is not None))
-    lang = LanguageCode[cmd.language].value if cmd.language in LanguageCode.__members__ else LanguageCode.OTHER.value
+    parts = []
+    for k, v in cmd.ext.items():
+        if v is not None:
+            vb = (v if type(v) is str else str(v)).encode("utf-8")
+            parts += (_key_prefix(k), _I32.pack(len(vb)), vb)
+    ext = b"".join(parts)
+    lang = _LANG_CODES.get(cmd.language, LanguageCode.OTHER.value)
     return (_BIN_FIXED.pack(cmd.code, lang, cmd.version, cmd.opaque, cmd.flag, len(remark)) + remark
             + _I32.pack(len(ext)) + ext)
 

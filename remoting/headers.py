@@ -40,7 +40,6 @@ def _f(spec: str) -> tuple[Field, ...]:
 
 SEND = _f("producerGroup:S! topic:S! defaultTopic:S! defaultTopicQueueNums:I! queueId:I! sysFlag:I! "
           "bornTimestamp:L! flag:I! properties:S reconsumeTimes:I unitMode:B maxReconsumeTimes:I batch:B bname:S")
-SEND_V2_NAMES = dict(zip("abcdefghijklmn", (f.name for f in SEND)))
 
 SCHEMAS: dict[int, tuple[Field, ...]] = {
     R.SEND_MESSAGE: SEND,
@@ -83,6 +82,8 @@ def _value(field: Field, raw: str):
         return raw
     if field.kind == B:
         return raw.strip().lower() in ("true", "1")
+    if raw.isdecimal() and len(raw) < (10 if field.kind == I else 19):     # the common case: in range
+        return int(raw)
     if not _DECIMAL.fullmatch(raw.strip()):
         raise HeaderError(f"the custom field <{field.name}> value '{raw[:64]}' is not a number")
     n = int(raw)
@@ -92,20 +93,27 @@ def _value(field: Field, raw: str):
     return n
 
 
+_SHORT_NAMES = {f.name: short for short, f in zip("abcdefghijklmn", SEND)}
+_V2_CODES = (R.SEND_MESSAGE_V2, R.SEND_BATCH_MESSAGE, R.SEND_REPLY_MESSAGE_V2)
+# per code: (field, the name its value comes under first: V2's one letter, else its own name)
+_PLANS = {code: tuple((f, _SHORT_NAMES[f.name] if code in _V2_CODES else f.name) for f in fields)
+          for code, fields in SCHEMAS.items()}
+
+
 def decode(code: int, ext: dict[str, str]) -> dict:
-    """Typed fields of request ``code``'s header (absent optional fields are None)."""
-    fields = SCHEMAS[code]
-    if code in (R.SEND_MESSAGE_V2, R.SEND_BATCH_MESSAGE, R.SEND_REPLY_MESSAGE_V2):
-        ext = {SEND_V2_NAMES.get(k, k): v for k, v in ext.items()}
+    """Typed fields of request ``code``'s header (absent optional fields are None).  V2 codes
+    take the one-letter names and, failing that, the long ones."""
     out = {}
-    for f in fields:
-        raw = ext.get(f.name)
+    for f, key in _PLANS[code]:
+        raw = ext.get(key)
+        if raw is None and key is not f.name:
+            raw = ext.get(f.name)
         if raw is None or (raw == "" and f.kind != S):
             if f.required:
                 raise HeaderError(f"the custom field <{f.name}> is null")
             out[f.name] = None
         else:
-            out[f.name] = _value(f, raw)
+            out[f.name] = raw if f.kind == S else _value(f, raw)
     return out
 
 
