@@ -2,8 +2,9 @@
 processes listen with.
 
 One ``Decoder`` per connection.  Each request goes to the handler registered for its code; a
-handler returns the response ``Command`` (or None: nothing to say), or a coroutine for work that
-waits (long polls, the writer's reply).  Rules, FACTS §1.7 and STYLE "errors at the edges":
+handler returns the response ``Command`` (or None: nothing to say), a coroutine for work that
+waits (long polls, topic creation), or ``DEFERRED``: it has taken the request and will answer it
+itself through ``Connection.send_reply`` (sends: no task per message).  Rules, FACTS §1.7 and STYLE "errors at the edges":
 
 * bytes that are not a frame: one bounded log line, that connection closed, the server lives on;
 * no handler for the code: REQUEST_CODE_NOT_SUPPORTED, " request type N not supported";
@@ -26,6 +27,7 @@ from remoting.headers import HeaderError
 
 log = logging.getLogger("rocketbox.net")
 IDLE_S = 120.0
+DEFERRED = object()       # a handler's "I will answer this myself"
 
 
 class Connection(asyncio.Protocol):
@@ -70,6 +72,8 @@ class Connection(asyncio.Protocol):
             resp = handler(cmd, self)
         except Exception as e:
             resp = self._failed(cmd, e)
+        if resp is DEFERRED:
+            return
         if inspect.isawaitable(resp):
             asyncio.ensure_future(self._finish(cmd, resp))
         else:

@@ -4,13 +4,21 @@ creation and consumer-group updates, without ever blocking the event loop on the
 One thread blocks on the slot's semaphore (the writer posts it after answering, the flusher when a
 waited-for offset is on disk, the dispatcher when new messages are dispatched and ``dispatch_wait``
 is set) and hands each wake to the loop.  The loop then reads every reply in one go and settles
-what they complete.  Sends are batched per loop turn: every request that arrives on any connection
-before the loop comes round again goes to the writer as one ``submit`` (one ring entry).
+what they complete.
+
+Appends are batched per loop turn: every request that arrives on any connection before the loop
+comes round again goes into one slab (one ring entry; a new one when the entry or its reply would
+not fit).  No future or task per message: each request carries a ``waiter`` callable, called
+with its outcome when the slab's reply is read, and SYNC_FLUSH waits are a queue ordered by end
+offset (replies come in append order) with one timer for the oldest.
 """
 from __future__ import annotations
 
 import asyncio
+import collections
+import logging
 import threading
+import time
 
 import numpy as np
 
@@ -18,7 +26,9 @@ from readers.storeview import StoreView
 from shm.layout import C, S
 from shm.tables import OffsetIndex, TopicIndex
 from writer import protocol as P
-from writer.client import PutRequest, PutResult, RingClient
+from writer.client import LOST, RingClient
+
+log = logging.getLogger("rocketbox.reader")
 
 
 class WriterLink:
@@ -30,9 +40,11 @@ class WriterLink:
         self.offsets = OffsetIndex(shared.views, shared.control)
         self.row = shared.slots[self.ring.slot]
         self.loop = asyncio.get_running_loop()
-        self.batch: list[tuple[PutRequest, asyncio.Future]] = []
-        self.in_flight: list[tuple[object, list]] = []          # (ticket, futures in request order)
-        self.flush_waits: list[tuple[int, asyncio.Future]] = []
+        self.slab: _Slab | None = None                              # this loop turn's appends
+        self.slab_budget = self.ring.requests.max_entry - 256
+        self.slab_records = self.ring.responses.capacity // (4 * (P.RESULT.itemsize + 8))   # so its reply fits
+        self.flush_waits: collections.deque = collections.deque()  # (end offset, deadline, callback)
+        self.flush_timer: asyncio.TimerHandle | None = None
         self.polls: list[tuple[str, int, int, asyncio.Future]] = []   # long polls: topic, queue, offset
         self.topic_waits: dict[int, asyncio.Future] = {}
         self.offset_batch: list[tuple[bytes, int, int]] = []
@@ -69,18 +81,8 @@ class WriterLink:
 
     def _on_wake(self) -> None:
         self.wake_pending = False
-        self.ring.poll()
+        self.ring.poll()                    # calls each answered slab's _Slab.answered
         self.ring._check_writer()
-        if self.in_flight:
-            still = []
-            for ticket, futs in self.in_flight:
-                if ticket.done:
-                    for fut, res in zip(futs, ticket.put_results()):
-                        if not fut.done():
-                            fut.set_result(res)
-                else:
-                    still.append((ticket, futs))
-            self.in_flight = still
         for rid, fut in list(self.topic_waits.items()):
             res = self.ring.topic_replies.get(rid)
             if res is not None:
@@ -101,52 +103,81 @@ class WriterLink:
             self.apply_waits = [(e, f) for e, f in self.apply_waits if not f.done()]
 
     # ------------------------------------------------------------ appends
-    def put(self, req: PutRequest) -> asyncio.Future:
-        """Queue one request for this loop turn's slab; the future gets its PutResult."""
-        fut = self.loop.create_future()
-        if not self.batch:
+    @property
+    def busy(self) -> bool:
+        """Appends or flush waits not answered yet."""
+        return bool(self.slab or self.ring.in_flight or self.flush_waits)
+
+    def append(self, row: tuple, records: list[bytes], waiter) -> None:
+        """Queue one request (its P.REQUEST ``row`` and stored records) for this loop turn's slab.
+        ``waiter(status, queue_id, queue_offset, phys_offsets, end_offset, remark)`` gets its outcome."""
+        size = P.REQUEST.itemsize + sum(len(r) + 4 for r in records)
+        slab = self.slab
+        if slab is None:
+            slab = self.slab = _Slab()
             self.loop.call_soon(self._submit)
-        self.batch.append((req, fut))
-        return fut
+        elif slab.nbytes + size > self.slab_budget or len(slab.sizes) + len(records) > self.slab_records:
+            self._push(slab)
+            slab = self.slab = _Slab()
+        slab.rows.append(row)
+        slab.sizes += [len(r) for r in records]
+        slab.records += records
+        slab.waiters.append(waiter)
+        slab.nbytes += size
 
     def _submit(self) -> None:
-        batch, self.batch = self.batch, []
+        slab, self.slab = self.slab, None
+        if slab is not None:
+            self._push(slab)
+
+    def _push(self, slab: "_Slab") -> None:
         try:
-            ticket = self.ring.submit([r for r, _ in batch])
+            self.ring.push_slab(np.array(slab.rows, dtype=P.REQUEST), np.array(slab.sizes, dtype="<u4"),
+                                b"".join(slab.records), slab.answered)
         except Exception as e:              # e.g. a request larger than a ring entry
-            for _r, fut in batch:
-                if not fut.done():
-                    fut.set_result(PutResult(P.SYSTEM_ERROR, remark=str(e)))
-            return
-        self.in_flight.append((ticket, [f for _, f in batch]))
-        if ticket.done:                     # everything refused before reaching the writer
-            self._on_wake()
+            for waiter in slab.waiters:
+                waiter(P.SYSTEM_ERROR, -1, -1, [], -1, str(e))
 
     # ------------------------------------------------------------ SYNC_FLUSH
-    async def flushed(self, end_offset: int, timeout_s: float) -> bool:
+    def after_flush(self, end_offset: int, timeout_s: float, callback) -> None:
+        """``callback(True)`` once the CommitLog is flushed through ``end_offset``, or
+        ``callback(False)`` after ``timeout_s``.  Called with end offsets in append order."""
         if self.ctl[C.FLUSHED] >= end_offset:
-            return True
-        fut = self.loop.create_future()
-        self.flush_waits.append((end_offset, fut))
-        self._publish_flush_wait()
-        try:
-            return await asyncio.wait_for(fut, timeout_s)
-        except asyncio.TimeoutError:
-            return False
-        finally:
-            self.flush_waits = [(e, f) for e, f in self.flush_waits if f is not fut]
+            callback(True)
+            return
+        waits = self.flush_waits
+        waits.append((end_offset, time.monotonic() + timeout_s, callback))
+        if len(waits) == 1:
             self._publish_flush_wait()
+            self.flush_timer = self.loop.call_later(timeout_s, self._flush_timeouts)
 
     def _publish_flush_wait(self) -> None:
-        self.row[S.FLUSH_WAIT] = min((e for e, f in self.flush_waits), default=0)
+        self.row[S.FLUSH_WAIT] = self.flush_waits[0][0] if self.flush_waits else 0
         if self.flush_waits:
             self.sh.flusher_waker.post()
 
     def _settle_flushes(self) -> None:
-        flushed = int(self.ctl[C.FLUSHED])
-        for end, fut in self.flush_waits:
-            if end <= flushed and not fut.done():
-                fut.set_result(True)
+        flushed, waits = int(self.ctl[C.FLUSHED]), self.flush_waits
+        if waits[0][0] > flushed:
+            return
+        while waits and waits[0][0] <= flushed:
+            waits.popleft()[2](True)
+        self._rearm_flush_timer()
+
+    def _flush_timeouts(self) -> None:
+        now, waits = time.monotonic(), self.flush_waits
+        while waits and waits[0][1] <= now:
+            waits.popleft()[2](False)
+        self._rearm_flush_timer()
+
+    def _rearm_flush_timer(self) -> None:
+        if self.flush_timer is not None:
+            self.flush_timer.cancel()
+            self.flush_timer = None
+        self._publish_flush_wait()
+        if self.flush_waits:
+            self.flush_timer = self.loop.call_at(self.loop.time() + self.flush_waits[0][1] - time.monotonic(),
+                                                 self._flush_timeouts)
 
     # ------------------------------------------------------------ long polling
     async def grown(self, topic: str, queue_id: int, offset: int, timeout_s: float) -> bool:
@@ -224,3 +255,27 @@ class WriterLink:
 
     def push_group(self, sg: dict) -> None:
         self.ring.push_group(sg)
+
+
+class _Slab:
+    """The requests of one ring entry and who waits for each."""
+    __slots__ = ("rows", "sizes", "records", "waiters", "nbytes")
+
+    def __init__(self):
+        self.rows, self.sizes, self.records, self.waiters, self.nbytes = [], [], [], [], 0
+
+    def answered(self, res, phys) -> None:
+        """The writer's reply (``res`` None: lost with a restarted writer).  The arrays are views
+        of the response ring, valid only during this call."""
+        if res is None:
+            outcomes = [(P.SYSTEM_ERROR, -1, -1, [], -1, LOST)] * len(self.waiters)
+        else:
+            plist, i, outcomes = phys.tolist(), 0, []
+            for _rid, status, qid, qoff, _p0, end, _ts, count, _pad in res.tolist():
+                outcomes.append((status, qid, qoff, plist[i:i + count], end, ""))
+                i += count
+        for waiter, outcome in zip(self.waiters, outcomes):
+            try:
+                waiter(*outcome)
+            except Exception:       # one broken waiter must not cost the others their replies
+                log.exception("append waiter failed")

@@ -2,97 +2,132 @@
 (FACTS §3.1–3.2, broker:processor/SendMessageProcessor.java).
 
 The checks RocketMQ makes before a store sees the message (topic name, system topics, unknown
-topic and auto-create from ``defaultTopic``, queue id, batch rules) answer here with Java's codes;
-the message then goes through the reader's WriterLink as part of this loop turn's slab.  The reply
-comes after the append (ASYNC_FLUSH) or after the flush (SYNC_FLUSH, FLUSH_DISK_TIMEOUT after
-``syncFlushTimeout``), with msgId (offsetMsgId; comma-joined for a batch), queueId and queueOffset.
+topic and auto-create from ``defaultTopic``, queue id, batch rules) answer here with Java's codes.
+The stored records are built here and appended to this loop turn's slab (WriterLink.append); the
+handler returns ``DEFERRED`` and the reply goes out when the writer's answer is read: after the
+append (ASYNC_FLUSH) or after the flush (SYNC_FLUSH, FLUSH_DISK_TIMEOUT after ``syncFlushTimeout``),
+with msgId (offsetMsgId; comma-joined for a batch), queueId and queueOffset.  Only a send to an
+unknown topic takes a coroutine (it waits for the writer to create the topic first).
 """
 from __future__ import annotations
 
+import functools
 import random
+import time
 
+from net.server import DEFERRED
 from remoting import headers
 from remoting.codes import RequestCode as R, ResponseCode as RC
 from shm.layout import T
 from store import message
 from store.errors import MessageRejected
 from writer import protocol as P
-from writer.client import PutRequest
+from writer.client import RingClient
 from writer.topics import PERM_INHERIT, PERM_WRITE, topic_config
 
 FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 SYSTEM_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
                            "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT"})
 RETRY_PREFIX = "%RETRY%"
+_SEP = message.PROPERTY_SEP
 
 
 class SendProcessor:
     def __init__(self, broker):
         self.b, self.cfg, self.link = broker, broker.cfg, broker.link
-        self.store_ip, self.store_port = self.link.ring.store_ip, self.link.ring.store_port
-        self.cluster_prop = f"{message.PROPERTY_SEP}CLUSTER{message.NAME_VALUE_SEP}{self.cfg.brokerClusterName}"
+        self.ring = self.link.ring
+        self.store_ip, self.store_port = self.ring.store_ip, self.ring.store_port
+        self.cluster_prop = f"{_SEP}CLUSTER{message.NAME_VALUE_SEP}{self.cfg.brokerClusterName}"
         self.region = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+        self.sync_flush, self.flush_timeout_s = self.cfg.sync_flush, self.cfg.syncFlushTimeout / 1000
 
     def handlers(self) -> dict:
         return {R.SEND_MESSAGE: self.send, R.SEND_MESSAGE_V2: self.send, R.SEND_BATCH_MESSAGE: self.send}
 
     def send(self, cmd, conn):
-        return self._send(cmd, conn, headers.decode(cmd.code, cmd.ext))
-
-    async def _send(self, cmd, conn, h):
-        try:
-            req = await self._request(cmd, conn, h)
-        except MessageRejected as e:          # a check here or in store.message refused it
-            return cmd.response(e.code, e.remark, ext=dict(self.region))
-        res = await self.link.put(req)
-        if not res.ok:
-            return cmd.response(res.status, res.remark or f"put failed with status {res.status}", ext=dict(self.region))
-        code = RC.SUCCESS
-        if self.cfg.sync_flush and req.wait:
-            if not await self.link.flushed(res.end_offset, self.cfg.syncFlushTimeout / 1000):
-                code = RC.FLUSH_DISK_TIMEOUT
-        ids = ",".join(message.offset_msg_id(self.store_ip, self.store_port, p) for p in res.phys_offsets)
-        ext = {"msgId": ids, "queueId": str(res.queue_id), "queueOffset": str(res.queue_offset), **self.region}
-        return cmd.response(code, None if code == RC.SUCCESS else "FLUSH_DISK_TIMEOUT", ext=ext)
-
-    async def _request(self, cmd, conn, h) -> PutRequest:
+        h = headers.decode(cmd.code, cmd.ext)
         topic = h["topic"]
-        message.check_topic(topic)
-        if topic in SYSTEM_TOPICS:
-            raise MessageRejected(RC.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
+        try:
+            message.check_topic(topic)
+            if topic in SYSTEM_TOPICS:
+                raise MessageRejected(RC.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
+        except MessageRejected as e:
+            return self._refused(cmd, e)
         tidx = self.link.topics.lookup(topic)
         if tidx is None:
-            tidx = await self._create_topic(topic, h)
+            return self._create_then_append(cmd, conn, h)
+        return self._append(cmd, conn, h, tidx)
+
+    async def _create_then_append(self, cmd, conn, h):
+        try:
+            tidx = await self._create_topic(h["topic"], h)
+        except MessageRejected as e:
+            return self._refused(cmd, e)
+        resp = self._append(cmd, conn, h, tidx)
+        return None if resp is DEFERRED else resp
+
+    def _refused(self, cmd, e: MessageRejected):
+        return cmd.response(e.code, e.remark, ext=dict(self.region))
+
+    def _append(self, cmd, conn, h, tidx: int):
+        try:
+            row, records, wait = self._request(cmd, conn, h, tidx)
+        except MessageRejected as e:          # a check here or in store.message refused it
+            return self._refused(cmd, e)
+        self.link.append(row, records, functools.partial(self._stored, cmd, conn, wait))
+        return DEFERRED
+
+    def _stored(self, cmd, conn, wait: bool, status: int, qid: int, qoff: int, phys: list, end: int,
+                remark: str) -> None:
+        """The writer's answer (WriterLink waiter)."""
+        if status != P.SUCCESS:
+            conn.send_reply(cmd, cmd.response(status, remark or f"put failed with status {status}",
+                                              ext=dict(self.region)))
+        elif self.sync_flush and wait:
+            self.link.after_flush(end, self.flush_timeout_s, functools.partial(self._reply, cmd, conn, qid, qoff, phys))
+        else:
+            self._reply(cmd, conn, qid, qoff, phys, True)
+
+    def _reply(self, cmd, conn, qid: int, qoff: int, phys: list, flushed: bool) -> None:
+        ids = ",".join(message.offset_msg_id(self.store_ip, self.store_port, p) for p in phys)
+        ext = {"msgId": ids, "queueId": str(qid), "queueOffset": str(qoff), **self.region}
+        if flushed:
+            conn.send_reply(cmd, cmd.response(RC.SUCCESS, None, ext=ext))
+        else:
+            conn.send_reply(cmd, cmd.response(RC.FLUSH_DISK_TIMEOUT, "FLUSH_DISK_TIMEOUT", ext=ext))
+
+    def _request(self, cmd, conn, h, tidx: int) -> tuple[tuple, list[bytes], bool]:
+        """-> (the P.REQUEST row, the stored records, whether the producer waits for the flush)."""
+        topic = h["topic"]
         meta = self.link.topics.meta[tidx]
-        write_nums = int(meta[T.WRITE_QUEUE_NUMS])
         if not int(meta[T.PERM]) & PERM_WRITE:
             raise MessageRejected(RC.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
         qid = h["queueId"]
         if qid < 0:
-            qid = random.randrange(max(1, write_nums))
+            qid = random.randrange(max(1, int(meta[T.WRITE_QUEUE_NUMS])))
         if qid >= self.link.topics.queue_nums(tidx):
             raise MessageRejected(RC.SYSTEM_ERROR, f"request queueId[{qid}] is illegal, topic {topic} "
-                                           f"Producer: {conn.peer}")
-        props = (h["properties"] or "").rstrip(message.PROPERTY_SEP)
-        parsed = message.parse_properties(props) if props else {}
-        wait = parsed.get("WAIT", "true") != "false"
-        batch_props = props + self.cluster_prop if props else self.cluster_prop[1:]
+                                                   f"Producer: {conn.peer}")
+        props = (h["properties"] or "").rstrip(_SEP)
+        pbytes = (props + self.cluster_prop if props else self.cluster_prop[1:]).encode()
+        wait = message.property_value(pbytes, b"WAIT") != b"false"
         sys_flag = h["sysFlag"]
         if h["batch"] or cmd.code == R.SEND_BATCH_MESSAGE:
-            if "DELAY" in parsed:
+            if message.property_value(pbytes, b"DELAY") is not None:
                 raise MessageRejected(RC.MESSAGE_ILLEGAL, "batch message does not support delay message")
             if sys_flag & message.TX_MASK:
                 raise MessageRejected(RC.MESSAGE_ILLEGAL, "batch message does not support transaction message")
             inner = message.decode_client_batch(cmd.body)
             bodies = [b for _f, b, _p in inner]
             flags = [f for f, _b, _p in inner]
-            properties = [(p.rstrip(message.PROPERTY_SEP) + message.PROPERTY_SEP if p else "") + batch_props
-                          for _f, _b, p in inner]
+            properties = [(p.rstrip(_SEP) + _SEP).encode() + pbytes if p else pbytes for _f, _b, p in inner]
         else:
-            bodies, flags, properties = [cmd.body], h["flag"], [batch_props]
-        return PutRequest(topic, qid, bodies, properties, flag=flags, sys_flag=sys_flag,
-                          born_ts=h["bornTimestamp"], born_host=conn.peer_addr,
-                          reconsume_times=h["reconsumeTimes"] or 0, wait=wait)
+            bodies, flags, properties = [cmd.body], [h["flag"]], [pbytes]
+        born_host = conn.peer_addr
+        records = self.ring.records(topic.encode(), qid, sys_flag, bodies, properties, flags,
+                                    h["bornTimestamp"] or int(time.time() * 1000), born_host,
+                                    h["reconsumeTimes"] or 0)
+        return RingClient.row(tidx, qid, sys_flag, born_host, len(records), wait), records, wait
 
     async def _create_topic(self, topic: str, h) -> int:
         """Auto-create an unknown topic as RocketMQ does (FACTS §3.1); its table index."""

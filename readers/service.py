@@ -101,7 +101,7 @@ class ReaderService:
 
     async def _drain(self) -> None:
         deadline = time.monotonic() + DRAIN_S
-        while (self.link.in_flight or self.link.batch) and time.monotonic() < deadline:
+        while self.link.busy and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
 
     # ------------------------------------------------------------ shared lookups

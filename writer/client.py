@@ -13,6 +13,7 @@ Single-threaded by design: one RingClient per process (or per event loop).
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import os
 import time
@@ -26,6 +27,7 @@ from store import message
 from writer import protocol as P
 
 EPOCH_SHIFT = 40
+LOST = "writer restarted; outcome unknown"
 
 
 class NoFreeSlot(Exception):
@@ -80,15 +82,15 @@ class Ticket:
     def done(self) -> bool:
         return self.missing == 0
 
-    def fill(self, req0: int, rec0: int, res: np.ndarray, phys: np.ndarray) -> None:
-        self.results[req0:req0 + len(res)] = res
-        self.phys[rec0:rec0 + len(phys)] = phys
+    def fill(self, req0: int, rec0: int, n_requests: int, res: np.ndarray | None, phys: np.ndarray | None) -> None:
+        """One slab's reply (``res`` None: lost, the writer restarted before answering it)."""
+        if res is None:
+            self.results["status"][req0:req0 + n_requests] = P.SYSTEM_ERROR
+            self.remark = LOST
+        else:
+            self.results[req0:req0 + len(res)] = res
+            self.phys[rec0:rec0 + len(phys)] = phys
         self.missing -= 1
-
-    def lose(self) -> None:
-        """The writer restarted before answering: whatever is unanswered has an unknown outcome."""
-        self.results["status"][self.results["status"] == -1] = P.SYSTEM_ERROR
-        self.remark, self.missing = "writer restarted; outcome unknown", 0
 
     def put_results(self) -> list[PutResult]:
         """One PutResult per submitted request, refusals at their positions."""
@@ -111,7 +113,7 @@ class RingClient:
         self.slot = -1
         self.lock_fd = -1
         self.seq = 0
-        self.in_flight: dict[int, tuple] = {}       # first req_id of a slab -> (ticket, first request, first record)
+        self.in_flight: dict[int, object] = {}      # first req_id of a slab -> its callback(results, phys)
         self.topic_replies: dict[int, PutResult | None] = {}
         self.awaiting: dict[int, int] = {}          # slab's first req_id or topic rid -> ring position past it
         self.store_ip, self.store_port, _v6 = message.pack_host((cfg.brokerIP1, cfg.listenPort))
@@ -160,7 +162,6 @@ class RingClient:
     def encode(self, reqs: list[PutRequest]):
         """-> (request array, record sizes, record bytes, {position: PutResult} for refusals)."""
         rows, sizes, chunks, refused = [], [], [], {}
-        max_body = self.cfg.maxMessageSize
         for pos, r in enumerate(reqs):
             try:
                 message.check_topic(r.topic)
@@ -169,33 +170,48 @@ class RingClient:
                     raise message.MessageRejected(P.TOPIC_NOT_EXIST, f"topic[{r.topic}] not exist, apply first please!")
                 if not 0 <= r.queue_id < self.topics.queue_nums(tidx):
                     raise message.MessageRejected(P.SYSTEM_ERROR, f"queueId[{r.queue_id}] is illegal, topic {r.topic}")
-                if len(r.bodies) > 1 and sum(len(b) for b in r.bodies) > max_body:
-                    raise message.MessageRejected(P.MESSAGE_ILLEGAL, f"batch body size exceeded maxMessageSize {max_body}")
-                born_ip, born_port, _ = message.pack_host(r.born_host)
-                topic = r.topic.encode()
-                recs = []
                 flags = r.flag if isinstance(r.flag, list) else [r.flag] * len(r.bodies)
-                for body, props, flag in zip(r.bodies, r.properties, flags, strict=True):
-                    pbytes = (props if isinstance(props, str) else message.encode_properties(props)).encode()
-                    message.check_sizes(len(body), len(pbytes), max_body)
-                    recs.append(message.encode_record(
-                        topic=topic, queue_id=r.queue_id, body=body, properties=pbytes, flag=flag,
-                        sys_flag=r.sys_flag, born_ts=r.born_ts or int(time.time() * 1000), born_ip=born_ip,
-                        born_port=born_port, store_ip=self.store_ip, store_port=self.store_port,
-                        reconsume_times=r.reconsume_times, prepared_offset=r.prepared_offset))
-                if not recs:
-                    raise message.MessageRejected(P.MESSAGE_ILLEGAL, "request without messages")
-                if sum(len(x) + 4 for x in recs) + 256 > self.requests.max_entry:
-                    raise message.MessageRejected(P.MESSAGE_ILLEGAL, "batch too large for one append")
+                props = [(p if isinstance(p, str) else message.encode_properties(p)).encode() for p in r.properties]
+                recs = self.records(r.topic.encode(), r.queue_id, r.sys_flag, r.bodies, props, flags,
+                                    r.born_ts or int(time.time() * 1000), r.born_host, r.reconsume_times,
+                                    r.prepared_offset)
             except message.MessageRejected as e:
                 refused[pos] = PutResult(e.code, remark=e.remark)
                 continue
-            sys_flag = r.sys_flag | (message.BORNHOST_V6 if len(born_ip) == 16 else 0)
-            rows.append((0, tidx, r.queue_id, sys_flag, len(recs), P.FLAG_WAIT if r.wait else 0, 0))
+            rows.append(self.row(tidx, r.queue_id, r.sys_flag, r.born_host, len(recs), r.wait))
             sizes += [len(x) for x in recs]
             chunks += recs
         arr = np.array(rows, dtype=P.REQUEST) if rows else np.zeros(0, P.REQUEST)
         return arr, np.array(sizes, dtype="<u4"), b"".join(chunks), refused
+
+    def records(self, topic: bytes, queue_id: int, sys_flag: int, bodies: list, properties: list[bytes],
+                flags: list[int], born_ts: int, born_host: tuple, reconsume_times: int = 0,
+                prepared_offset: int = 0) -> list[bytes]:
+        """One request's stored records (store/message.py), placeholders for what the writer
+        assigns; MessageRejected (MESSAGE_ILLEGAL) for sizes RocketMQ refuses."""
+        max_body = self.cfg.maxMessageSize
+        if len(bodies) > 1 and sum(len(b) for b in bodies) > max_body:
+            raise message.MessageRejected(P.MESSAGE_ILLEGAL, f"batch body size exceeded maxMessageSize {max_body}")
+        if not bodies:
+            raise message.MessageRejected(P.MESSAGE_ILLEGAL, "request without messages")
+        born_ip, born_port, _ = message.pack_host(born_host)
+        recs = []
+        for body, pbytes, flag in zip(bodies, properties, flags, strict=True):
+            message.check_sizes(len(body), len(pbytes), max_body)
+            recs.append(message.encode_record(
+                topic=topic, queue_id=queue_id, body=body, properties=pbytes, flag=flag, sys_flag=sys_flag,
+                born_ts=born_ts, born_ip=born_ip, born_port=born_port, store_ip=self.store_ip,
+                store_port=self.store_port, reconsume_times=reconsume_times, prepared_offset=prepared_offset))
+        if sum(len(x) + 4 for x in recs) + 256 > self.requests.max_entry:
+            raise message.MessageRejected(P.MESSAGE_ILLEGAL, "batch too large for one append")
+        return recs
+
+    @staticmethod
+    def row(tidx: int, queue_id: int, sys_flag: int, born_host: tuple, count: int, wait: bool) -> tuple:
+        """The request's P.REQUEST row (req_id filled in when its slab is pushed)."""
+        if message.pack_host(born_host)[2]:
+            sys_flag |= message.BORNHOST_V6
+        return (0, tidx, queue_id, sys_flag, count, P.FLAG_WAIT if wait else 0, 0)
 
     # ------------------------------------------------------------ submit / collect
     def submit(self, reqs: list[PutRequest]) -> "Ticket":
@@ -221,25 +237,30 @@ class RingClient:
                 raise ValueError(f"request of {int(req_bytes_end[lo_req] - base)} bytes does not fit one ring entry")
             hi_rec = int(req_last[hi_req - 1]) + 1
             hi_byte = int(rec_end[hi_rec - 1])
-            self.push_slab(arr[lo_req:hi_req], sizes[lo_rec:hi_rec], memoryview(records)[lo_byte:hi_byte], (t, lo_req, lo_rec))
+            t.missing += 1
+            self.push_slab(arr[lo_req:hi_req], sizes[lo_rec:hi_rec], memoryview(records)[lo_byte:hi_byte],
+                           functools.partial(t.fill, lo_req, lo_rec, hi_req - lo_req))
             base = int(req_bytes_end[hi_req - 1])
             lo_req, lo_rec, lo_byte = hi_req, hi_rec, hi_byte
         return t
 
-    def push_slab(self, arr: np.ndarray, sizes: np.ndarray, records, into=None) -> "Ticket":
+    def push_slab(self, arr: np.ndarray, sizes: np.ndarray, records, answered=None) -> "Ticket | None":
         """One slab as one ring entry, as it is (a broken producer's slab too: tests use this).
-        Its reply goes to ``into`` = (ticket, first request, first record), or a new ticket."""
-        if into is None:
-            into = (Ticket(arr, sizes, {}), 0, 0)
+        Its reply goes to ``answered(results, phys)`` (both None if the writer restarted without
+        answering), or to a new ticket, returned."""
+        ticket = None
+        if answered is None:
+            ticket = Ticket(arr, sizes, {})
+            ticket.missing = 1 if len(arr) else 0
+            answered = functools.partial(ticket.fill, 0, 0, len(arr))
         arr["req_id"] = self._next_ids(len(arr))
         if len(arr):
             rid = int(arr["req_id"][0])
-            self.in_flight[rid] = into
-            into[0].missing += 1
+            self.in_flight[rid] = answered
         end = self._push(P.PUT, P.slab_parts(arr, sizes, records))
         if len(arr):
             self.awaiting[rid] = end
-        return into[0]
+        return ticket
 
     def _push(self, kind: int, parts) -> int:
         """One ring entry, waiting (and reading replies) while the ring is full; wakes the writer.
@@ -270,7 +291,7 @@ class RingClient:
         for rid in [rid for rid, end in self.awaiting.items() if end <= taken]:
             del self.awaiting[rid]
             if rid in self.in_flight:
-                self.in_flight.pop(rid)[0].lose()
+                self.in_flight.pop(rid)(None, None)
             elif rid in self.topic_replies:
                 self.topic_replies[rid] = PutResult(P.SYSTEM_ERROR, remark="writer restarted; outcome unknown")
 
@@ -286,9 +307,9 @@ class RingClient:
                 at += nq * P.RESULT.itemsize
                 rid = int(res["req_id"][0]) if nq else None
                 self.awaiting.pop(rid, None)
-                into = self.in_flight.pop(rid, None)
-                if into is not None:
-                    into[0].fill(into[1], into[2], res, payload[at:at + nr * 8].view("<i8"))
+                answered = self.in_flight.pop(rid, None)
+                if answered is not None:
+                    answered(res, payload[at:at + nr * 8].view("<i8"))
                     got += 1
             elif kind == P.TOPIC_RESULT:
                 r = payload[:P.TOPIC_RES.itemsize].view(P.TOPIC_RES)[0]

@@ -3,6 +3,8 @@ and tag filters, offsets and group membership shared across readers, bad input."
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 import time
 
@@ -13,11 +15,13 @@ from store import message
 from tests.integration.wire import Wire
 
 
+def send_ext(topic: str, props: str = "", queue: int = 0, **kw) -> dict:
+    return {"a": "pg", "b": topic, "c": "TBW102", "d": "4", "e": str(queue), "f": "0",
+            "g": str(int(time.time() * 1000)), "h": "0", "i": props, "j": "0", "k": "false", **kw}
+
+
 def send_v2(w: Wire, topic: str, body: bytes, props: str = "", queue: int = 0, **kw):
-    ext = {"a": "pg", "b": topic, "c": "TBW102", "d": "4", "e": str(queue), "f": "0",
-           "g": str(int(time.time() * 1000)), "h": "0", "i": props, "j": "0", "k": "false"}
-    ext.update(kw)
-    return w.call(R.SEND_MESSAGE_V2, ext, body)
+    return w.call(R.SEND_MESSAGE_V2, send_ext(topic, props, queue, **kw), body)
 
 
 def pull(w: Wire, topic: str, offset: int, queue: int = 0, flag: int = 0, suspend_ms: int = 0, sub: str = "*",
@@ -211,4 +215,30 @@ def test_sync_flush_replies_after_the_flush(appliance_factory):
             assert sh.control[C.FLUSHED] > phys          # on disk before the reply
     finally:
         sh.close()
+        w.close()
+
+
+def test_sync_flush_times_out_while_the_flusher_is_frozen_and_recovers(appliance_factory):
+    """The flusher stopped (SIGSTOP): each pipelined send gets FLUSH_DISK_TIMEOUT after
+    syncFlushTimeout, stored all the same; once it runs again sends succeed."""
+    app = appliance_factory(flushDiskType="SYNC_FLUSH", syncFlushTimeout="700").start()
+    w = Wire("127.0.0.1", app.cfg.listenPort)
+    flusher = app.role_pid("flusher")
+    try:
+        assert send_v2(w, "Durable", b"first").code == RC.SUCCESS
+        os.kill(flusher, signal.SIGSTOP)
+        t0 = time.monotonic()
+        opaques = [w.send(R.SEND_MESSAGE_V2, send_ext("Durable", queue=i % 4), f"frozen-{i}".encode())
+                   for i in range(6)]
+        replies = {r.opaque: r for r in (w.read_response() for _ in opaques)}
+        waited = time.monotonic() - t0
+        assert [replies[o].code for o in opaques] == [RC.FLUSH_DISK_TIMEOUT] * 6
+        assert all(replies[o].remark == "FLUSH_DISK_TIMEOUT" and replies[o].ext["msgId"] for o in opaques)
+        assert 0.6 < waited < 5, waited
+        os.kill(flusher, signal.SIGCONT)
+        assert send_v2(w, "Durable", b"after").code == RC.SUCCESS
+        got = sum((pull_n(w, "Durable", n, queue=q) for q, n in ((0, 4), (1, 2), (2, 1), (3, 1))), [])
+        assert sorted(got) == sorted([b"first", b"after"] + [f"frozen-{i}".encode() for i in range(6)])
+    finally:
+        os.kill(flusher, signal.SIGCONT)
         w.close()

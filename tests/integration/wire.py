@@ -17,8 +17,14 @@ class Wire:
         self.responses: list[Command] = []
 
     def call(self, code: int, ext: dict | None = None, body: bytes = b"", **kw) -> Command:
+        self.send(code, ext, body, **kw)
+        return self.read_response()
+
+    def send(self, code: int, ext: dict | None = None, body: bytes = b"", **kw) -> int:
+        """Send a request without reading its reply (pipelining); its opaque."""
         self.opaque += 1
-        return self.call_raw(codec.encode(Command(code, ext, body, opaque=self.opaque, **kw)))
+        self.sock.sendall(codec.encode(Command(code, ext, body, opaque=self.opaque, **kw)))
+        return self.opaque
 
     def call_raw(self, raw: bytes) -> Command:
         self.sock.sendall(raw)
