@@ -45,6 +45,7 @@ class WriterLink:
         self.slab_records = self.ring.responses.capacity // (4 * (P.RESULT.itemsize + 8))   # so its reply fits
         self.flush_waits: collections.deque = collections.deque()  # (end offset, deadline, callback)
         self.flush_timer: asyncio.TimerHandle | None = None
+        self.pushed_end = 0                                         # ring position past our last slab
         self.polls: list[tuple[str, int, int, asyncio.Future]] = []   # long polls: topic, queue, offset
         self.topic_waits: dict[int, asyncio.Future] = {}
         self.offset_batch: list[tuple[bytes, int, int]] = []
@@ -83,6 +84,8 @@ class WriterLink:
         self.wake_pending = False
         self.ring.poll()                    # calls each answered slab's _Slab.answered
         self.ring._check_writer()
+        if self.slab is not None and not self.slab.scheduled:
+            self._submit()                  # a held slab: the writer may be done with the last one
         for rid, fut in list(self.topic_waits.items()):
             res = self.ring.topic_replies.get(rid)
             if res is not None:
@@ -113,12 +116,14 @@ class WriterLink:
         ``waiter(status, queue_id, queue_offset, phys_offsets, end_offset, remark)`` gets its outcome."""
         size = P.REQUEST.itemsize + sum(len(r) + 4 for r in records)
         slab = self.slab
+        if slab is not None and (slab.nbytes + size > self.slab_budget
+                                 or len(slab.sizes) + len(records) > self.slab_records):
+            self.slab = None
+            self._push(slab)
+            slab = None
         if slab is None:
             slab = self.slab = _Slab()
             self.loop.call_soon(self._submit)
-        elif slab.nbytes + size > self.slab_budget or len(slab.sizes) + len(records) > self.slab_records:
-            self._push(slab)
-            slab = self.slab = _Slab()
         slab.rows.append(row)
         slab.sizes += [len(r) for r in records]
         slab.records += records
@@ -126,14 +131,24 @@ class WriterLink:
         slab.nbytes += size
 
     def _submit(self) -> None:
-        slab, self.slab = self.slab, None
-        if slab is not None:
-            self._push(slab)
+        """End of a loop turn: push the slab, unless the writer has not finished with the last
+        one yet.  Then the slab is held and grows until the writer's answer wakes us: under load
+        each writer pass gets one slab per reader instead of one per loop turn (each slab costs
+        the writer and this loop a fixed amount), and an idle writer gets it at once."""
+        slab = self.slab
+        if slab is None:
+            return
+        slab.scheduled = False
+        if self.ring.requests.read_pos < self.pushed_end:
+            return
+        self.slab = None
+        self._push(slab)
 
     def _push(self, slab: "_Slab") -> None:
         try:
             self.ring.push_slab(np.array(slab.rows, dtype=P.REQUEST), np.array(slab.sizes, dtype="<u4"),
                                 b"".join(slab.records), slab.answered)
+            self.pushed_end = self.ring.requests.write_pos
         except Exception as e:              # e.g. a request larger than a ring entry
             for waiter in slab.waiters:
                 waiter(P.SYSTEM_ERROR, -1, -1, [], -1, str(e))
@@ -259,10 +274,11 @@ class WriterLink:
 
 class _Slab:
     """The requests of one ring entry and who waits for each."""
-    __slots__ = ("rows", "sizes", "records", "waiters", "nbytes")
+    __slots__ = ("rows", "sizes", "records", "waiters", "nbytes", "scheduled")
 
     def __init__(self):
         self.rows, self.sizes, self.records, self.waiters, self.nbytes = [], [], [], [], 0
+        self.scheduled = True           # a _submit is due at the end of this loop turn
 
     def answered(self, res, phys) -> None:
         """The writer's reply (``res`` None: lost with a restarted writer).  The arrays are views
