@@ -2,6 +2,8 @@
 records (store/message.py's parser and Java's hash one string at a time): queue slots, tag codes,
 delivery times of delayed messages, transaction records left out, and every index key."""
 
+import time
+
 from readers.storeview import StoreView
 from shm.layout import C
 from store import indexfile, message
@@ -80,3 +82,23 @@ def test_dispatch_matches_a_per_record_reading(tmp_path):
             assert phys in idx.lookup(index_key_hash(key), 0, 1 << 62, 64)
         idx.mf.close()
         view.close()
+
+
+def test_pace_pauses_only_when_no_long_poll_waits_and_the_pass_caught_up(tmp_path):
+    from shm.layout import S
+    cfg = small_config(tmp_path / "store", "pace")
+    with running_store(cfg) as (sh, w, d, c):
+        c.submit([PutRequest("TBW102", 0, [b"x"], [{}])])
+        w.step()
+        assert d.step() and not d.short
+
+        def paused(**state) -> float:
+            d.short = state.get("short", False)
+            sh.slots[0, S.DISPATCH_WAIT] = state.get("waiting", 0)
+            t0 = time.monotonic()
+            d._pace(t0 + 0.3)
+            return time.monotonic() - t0
+
+        assert paused() >= 0.25                      # under load: let writes gather
+        assert paused(waiting=1) < 0.1               # a parked long poll wants the next write now
+        assert paused(short=True) < 0.1              # catching up with a backlog: no pause
