@@ -1,10 +1,10 @@
 """A reader's asyncio face of its ring slot: appends, flush waits, long-poll waits, topic
 creation and consumer-group updates, without ever blocking the event loop on the writer.
 
-One thread blocks on the slot's semaphore (the writer posts it after answering, the flusher when a
-waited-for offset is on disk, the dispatcher when new messages are dispatched and ``dispatch_wait``
-is set) and hands each wake to the loop.  The loop then reads every reply in one go and settles
-what they complete.
+The slot's waker is a named pipe in the loop's epoll (the writer posts it after answering, the
+flusher when a waited-for offset is on disk, the dispatcher when new messages are dispatched and
+``dispatch_wait`` is set).  On a wake the loop reads every reply in one go and settles what they
+complete; the reader's 1 s tick does the same, so nothing hangs on a lost wake.
 
 Appends are batched per loop turn: every request that arrives on any connection before the loop
 comes round again goes into one slab (one ring entry; a new one when the entry or its reply would
@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import threading
 import time
 
 import numpy as np
@@ -52,36 +51,25 @@ class WriterLink:
         self.offsets_end = 0                                        # ring position past the last OFFSET entry
         self.apply_waits: list[tuple[int, asyncio.Future]] = []
         self.unapplied: dict[tuple[bytes, int], tuple[int, int]] = {}  # committed here, not yet in shm
-        self.wake_pending = False
-        self.stopping = False
         self.on_topic_change = None                # called after a topic this reader created or changed
-        self.thread = threading.Thread(target=self._wait_thread, name="slot-waker", daemon=True)
-        self.thread.start()
+        self.loop.add_reader(self.ring.waker.fileno(), self._on_post)
 
     @property
     def slot(self) -> int:
         return self.ring.slot
 
     def close(self) -> None:
-        self.stopping = True
-        self.ring.waker.post()
-        self.thread.join(2.0)
+        self.loop.remove_reader(self.ring.waker.fileno())
         self.view.close()
         self.ring.close()
 
     # ------------------------------------------------------------ wakes
-    def _wait_thread(self) -> None:
-        waker = self.ring.waker
-        while not self.stopping:
-            posted = waker.wait(1.0)
-            if self.stopping:
-                return
-            if posted and not self.wake_pending:
-                self.wake_pending = True
-                self.loop.call_soon_threadsafe(self._on_wake)
+    def _on_post(self) -> None:
+        self.ring.waker.drain()
+        self.on_wake()
 
-    def _on_wake(self) -> None:
-        self.wake_pending = False
+    def on_wake(self) -> None:
+        """Read every reply and settle what is done (on a post, and on the reader's tick)."""
         self.ring.poll()                    # calls each answered slab's _Slab.answered
         self.ring._check_writer()
         if self.slab is not None and not self.slab.scheduled:

@@ -98,6 +98,7 @@ class ReaderService:
             except asyncio.TimeoutError:
                 pass
             self.clients.tick(int(time.time() * 1000))
+            self.link.on_wake()
 
     async def _drain(self) -> None:
         deadline = time.monotonic() + DRAIN_S

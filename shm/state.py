@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from shm import layout
 from shm.ring import Ring, ring_size
 from shm.segment import Segment
-from shm.wake import Waker
+from shm.wake import PipeWaker, Waker
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class SharedState:
         self.writer_waker = Waker(g.prefix + ".wake.writer")
         self.dispatcher_waker = Waker(g.prefix + ".wake.dispatcher")
         self.flusher_waker = Waker(g.prefix + ".wake.flusher")
-        self.slot_wakers = [Waker(f"{g.prefix}.wake.slot{i}") for i in range(g.max_slots)]
+        self.slot_wakers = [PipeWaker(f"{g.prefix}.wake.slot{i}") for i in range(g.max_slots)]
         self.views: dict = {}
 
     def _all_wakers(self):

@@ -1,11 +1,19 @@
-"""Blocking wake-ups between processes: named POSIX semaphores.
+"""Blocking wake-ups between processes: named POSIX semaphores, and named pipes for event loops.
 
 A process with nothing to do blocks in ``wait`` and uses no CPU.  ``post`` is cheap and may be
 called more often than needed; ``wait`` swallows the surplus so a burst of posts costs one wake.
 Created and unlinked by the supervisor; roles open by name.  SIGTERM handlers post the role's own
 semaphore so a stop request wakes it at once.
+
+``Waker`` (a semaphore) serves the blocking roles: writer, dispatcher, flusher.  ``PipeWaker`` (a
+FIFO in /dev/shm) serves the producer slots, whose owners are mostly event loops: its descriptor
+goes straight into the loop's epoll (``fileno``/``drain``), so a wake costs no thread, no GIL
+hand-over and no second wake-up of the loop; ``wait`` still blocks for tools and tests.
 """
 from __future__ import annotations
+
+import os
+import select
 
 import posix_ipc
 
@@ -52,4 +60,59 @@ class Waker:
         try:
             posix_ipc.unlink_semaphore(self.name)
         except posix_ipc.ExistentialError:
+            pass
+
+
+class PipeWaker:
+    """The same contract as ``Waker`` over a named pipe: ``post`` writes a byte (a full pipe is
+    already a pending wake), ``wait``/``drain`` read everything pending.  Every party opens the
+    FIFO read-write and non-blocking, which on Linux never blocks and keeps it usable whoever
+    comes and goes."""
+
+    def __init__(self, name: str):
+        self.name, self.path = name, "/dev/shm/" + name.lstrip("/")
+        self.fd = -1
+
+    def create(self) -> "PipeWaker":
+        self.unlink()
+        os.mkfifo(self.path, 0o600)
+        return self.attach()
+
+    def attach(self) -> "PipeWaker":
+        self.fd = os.open(self.path, os.O_RDWR | os.O_NONBLOCK)
+        return self
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def post(self) -> None:
+        try:
+            os.write(self.fd, b"\0")
+        except BlockingIOError:
+            pass
+
+    def drain(self) -> bool:
+        """Read every pending post; True if there was one."""
+        got = False
+        try:
+            while os.read(self.fd, 4096):
+                got = True
+        except BlockingIOError:
+            pass
+        return got
+
+    def wait(self, timeout: float | None) -> bool:
+        """Block until posted or ``timeout`` seconds pass; True when posted."""
+        ready, _, _ = select.select([self.fd], [], [], timeout)
+        return bool(ready) and self.drain()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def unlink(self) -> None:
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
             pass
