@@ -184,3 +184,51 @@ def test_a_writer_restart_fails_what_the_old_writer_took_but_never_answered_as_u
         pass
     assert check(cfg).records == 4                         # the unknown outcome was in fact stored
     w2.close()
+
+
+def test_the_few_requests_path_writes_what_the_vector_path_writes(tmp_path, monkeypatch, put_path):
+    """The same passes through both paths: identical CommitLog bytes (store timestamps aside),
+    offsets and replies, across batches, transaction records, refusals and a file roll."""
+    from writer import service
+    if put_path == "few":
+        pytest.skip("compares both paths itself")
+
+    def passes():
+        out = []
+        for i in range(120):
+            tx = (0, message.TX_PREPARED, message.TX_ROLLBACK, message.TX_COMMIT)[i % 4] if i % 3 == 0 else 0
+            reqs = [PutRequest("TBW102", i % 3, [b"m%d-%d" % (i, k) * 150 for k in range(1 + i % 4)],
+                               [{"UNIQ_KEY": f"U{i}-{k}"} for k in range(1 + i % 4)], sys_flag=tx, born_ts=1000 + i)]
+            if i % 7 == 0:
+                reqs += [PutRequest("TBW102", 99, [b"x"], [{}]), PutRequest("NoSuchTopic", 0, [b"x"], [{}])]
+            out.append(reqs)
+        return out
+
+    stores = []
+    for name, few in (("v", 0), ("f", 10**6)):
+        monkeypatch.setattr(service, "FEW_REQUESTS", few)
+        cfg = small_config(tmp_path / name, "eq" + name)
+        with running_store(cfg) as (sh, w, d, c):
+            replies = []
+            for reqs in passes():
+                replies += [(r.status, r.queue_id, r.queue_offset, r.phys_offsets, r.end_offset) for r in put(w, c, reqs)]
+            written = int(sh.control[C.WRITTEN])
+            log = bytearray()
+            for start in range(0, written, cfg.mappedFileSizeCommitLog):
+                mf = w.commitlog.file_for(start)
+                log += bytes(mf.mm[:min(cfg.mappedFileSizeCommitLog, written - start)])
+        pos = 0
+        while pos < len(log):                   # store timestamps differ between the runs
+            size, magic = struct.unpack_from(">ii", log, pos)
+            if magic == message.BLANK_MAGIC:
+                pos += size
+                continue
+            sys_flag = struct.unpack_from(">i", log, pos + message.SYSFLAG_AT)[0]
+            at = pos + message.store_ts_at(sys_flag)
+            log[at:at + 8] = bytes(8)
+            pos += size
+        stores.append((replies, bytes(log), written))
+    (rv, lv, wv), (rf, lf, wf) = stores
+    assert wv == wf > 128 * 1024                  # past the first file: a roll happened
+    assert rv == rf and sum(r[0] == P.SUCCESS for r in rv) == 120
+    assert lv == lf
