@@ -194,14 +194,13 @@ class RingClient:
             raise message.MessageRejected(P.MESSAGE_ILLEGAL, f"batch body size exceeded maxMessageSize {max_body}")
         if not bodies:
             raise message.MessageRejected(P.MESSAGE_ILLEGAL, "request without messages")
-        born_ip, born_port, _ = message.pack_host(born_host)
-        recs = []
-        for body, pbytes, flag in zip(bodies, properties, flags, strict=True):
+        for body, pbytes in zip(bodies, properties):
             message.check_sizes(len(body), len(pbytes), max_body)
-            recs.append(message.encode_record(
-                topic=topic, queue_id=queue_id, body=body, properties=pbytes, flag=flag, sys_flag=sys_flag,
-                born_ts=born_ts, born_ip=born_ip, born_port=born_port, store_ip=self.store_ip,
-                store_port=self.store_port, reconsume_times=reconsume_times, prepared_offset=prepared_offset))
+        born_ip, born_port, _ = message.pack_host(born_host)
+        recs = message.encode_records(topic, queue_id, bodies, properties, flags, sys_flag=sys_flag, born_ts=born_ts,
+                                      born_ip=born_ip, born_port=born_port, store_ip=self.store_ip,
+                                      store_port=self.store_port, reconsume_times=reconsume_times,
+                                      prepared_offset=prepared_offset)
         if sum(len(x) + 4 for x in recs) + 256 > self.requests.max_entry:
             raise message.MessageRejected(P.MESSAGE_ILLEGAL, "batch too large for one append")
         return recs

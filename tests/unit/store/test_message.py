@@ -98,3 +98,18 @@ def test_validation_codes():
     with pytest.raises(MessageRejected) as e:
         m.check_sizes(1025, 10, 1024)
     assert e.value.code == 13
+
+
+def test_encode_records_matches_encode_record_one_by_one():
+    bodies = [b"", b"a", "ü".encode() * 300, bytes(range(256))]
+    props = [b"", b"TAGS\x01A", b"KEYS\x01k1 k2\x02UNIQ_KEY\x01X", b"x" * 1000]
+    flags = [0, 7, -1, 2**31 - 1]
+    for born_ip, store_ip, sys_flag in ((b"\x0a\0\0\x01", b"\x7f\0\0\x01", 0),
+                                        (bytes(range(16)), b"\x7f\0\0\x01", m.TX_PREPARED),
+                                        (b"\x0a\0\0\x01", bytes(16), m.COMPRESSED)):
+        common = dict(sys_flag=sys_flag, born_ts=1234567890123, born_ip=born_ip, born_port=5555,
+                      store_ip=store_ip, store_port=10911, reconsume_times=3, prepared_offset=99)
+        got = m.encode_records(b"TopicX", 5, bodies, props, flags, **common)
+        want = [m.encode_record(topic=b"TopicX", queue_id=5, body=b, properties=p, flag=f, **common)
+                for b, p, f in zip(bodies, props, flags)]
+        assert got == want
