@@ -346,16 +346,20 @@ class RocketboxServer:
         with open(os.path.join(self.dir, "appliance.log"), "wb") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "appliance", "start", "-c", self.conf], cwd=ROOT,
                                          stdout=log, stderr=subprocess.STDOUT)
-        cfg = config.load(self.conf)
-        for i in range(cfg.readerProcessNums):
-            _wait_port(cfg.reader_port(i), self.proc, f"reader {i}")
-        _wait_port(self.port, self.proc, "HAProxy")
-        time.sleep(2.5)     # HAProxy checks each reader every 1 s: let every reader be marked up first
-        resp = _call(self.port, Command(R.UPDATE_AND_CREATE_TOPIC, {
-            "topic": TOPIC, "defaultTopic": "TBW102", "readQueueNums": str(QUEUES), "writeQueueNums": str(QUEUES),
-            "perm": "6", "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"}))
-        if resp.code != 0:
-            raise RuntimeError(f"creating {TOPIC} failed: {resp.code} {resp.remark}")
+        try:
+            cfg = config.load(self.conf)
+            for i in range(cfg.readerProcessNums):
+                _wait_port(cfg.reader_port(i), self.proc, f"reader {i}")
+            _wait_port(self.port, self.proc, "HAProxy")
+            time.sleep(2.5)     # HAProxy checks each reader every 1 s: let every reader be marked up first
+            resp = _call(self.port, Command(R.UPDATE_AND_CREATE_TOPIC, {
+                "topic": TOPIC, "defaultTopic": "TBW102", "readQueueNums": str(QUEUES), "writeQueueNums": str(QUEUES),
+                "perm": "6", "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"}))
+            if resp.code != 0:
+                raise RuntimeError(f"creating {TOPIC} failed: {resp.code} {resp.remark}")
+        except BaseException:
+            self.stop()           # a start that failed halfway must not leave the appliance running
+            raise
         return self
 
     def prepare_consume(self) -> None:

@@ -29,11 +29,15 @@ def binary(cfg) -> str:
     return found
 
 
+MAX_PIPES = 256          # kernel pipes for splicing large replies (two descriptors each)
+
+
 def max_connections() -> int:
-    """Client connections HAProxy can hold: two descriptors each, within this box's hard limit."""
+    """Client connections HAProxy can hold: two descriptors each, within this box's hard limit
+    once the splice pipes have theirs."""
     import resource
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    return max(256, min(20000, ((hard if hard != resource.RLIM_INFINITY else 1 << 20) - 64) // 2))
+    return max(256, min(20000, ((hard if hard != resource.RLIM_INFINITY else 1 << 20) - 64 - 2 * MAX_PIPES) // 2))
 
 
 def render(cfg) -> str:
@@ -42,6 +46,7 @@ def render(cfg) -> str:
     return f"""# generated from {cfg.source} by rocketbox; edits are overwritten at the next start
 global
     maxconn {max_connections()}
+    maxpipes {MAX_PIPES}
     hard-stop-after 5s
 
 defaults
@@ -51,6 +56,8 @@ defaults
     timeout server {TIMEOUT_CLIENT_S}s
     retries 3
     option redispatch
+    option splice-request
+    option splice-response
 
 frontend clients
     bind 0.0.0.0:{cfg.listenPort}

@@ -79,7 +79,7 @@ class PullProcessor:
         p = self.view.pull(topic, qid, offset, count, codes, self.cfg.maxTransferBytesOnMessageInMemory)
         body = b""
         if p.status == SV.FOUND:
-            code, status, body = RC.SUCCESS, "FOUND", b"".join(p.records)
+            code, status, body = RC.SUCCESS, "FOUND", p.body()
         elif p.status == SV.NO_MATCHED:
             code, status = RC.PULL_RETRY_IMMEDIATELY, "NO_MATCHED_MESSAGE"
         elif p.status == SV.NO_NEW:

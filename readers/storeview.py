@@ -29,7 +29,20 @@ class Pulled:
     next_offset: int
     min_offset: int
     max_offset: int
-    records: list            # uint8 views of whole stored records, in queue order
+    parts: list              # uint8 views of the CommitLog: whole records in queue order, each run of
+                             # records adjacent in the CommitLog as one view
+    count: int = 0           # records in ``parts``
+
+    def body(self) -> bytes:
+        return b"".join(self.parts)
+
+    def records(self) -> list[message.Record]:
+        """The records decoded (tests, tools)."""
+        buf, out, at = self.body(), [], 0
+        while at < len(buf):
+            out.append(message.decode_record(buf, at))
+            at += out[-1].total_size
+        return out
 
 
 class StoreView:
@@ -82,18 +95,10 @@ class StoreView:
 
     def record(self, phys: int, size: int | None = None) -> np.ndarray:
         """The stored record at ``phys`` as a read-only uint8 view of the mmap."""
-        if phys >= self.ctl[C.WRITTEN]:
-            raise ValueError(f"offset {phys} is past the committed CommitLog end")
-        mf = self.commitlog.file_for(phys)
-        if mf is None:
-            self.commitlog.refresh()
-            mf = self.commitlog.file_for(phys)
-            if mf is None:
-                raise ValueError(f"no CommitLog file holds offset {phys} (deleted by retention?)")
-        at = phys - mf.start
         if size is None:
-            size = struct.unpack_from(">i", mf.mm, at)[0]
-        return mf.view[at:at + size]
+            head = self.span(phys, phys + 4)
+            size = struct.unpack_from(">i", head, 0)[0]
+        return self.span(phys, phys + size)
 
     def pull(self, topic: str, queue_id: int, queue_offset: int, max_count: int,
              tag_codes: list[int] | None = None, max_bytes: int = 256 * 1024) -> Pulled:
@@ -113,18 +118,43 @@ class StoreView:
             idx = np.flatnonzero(np.isin(e["tags"].astype(np.int64), np.asarray(tag_codes, np.int64)))
         else:
             idx = np.arange(len(e))
-        records, total = [], 0
-        for i in idx[:max_count].tolist():
-            size = int(e["size"][i])
-            if records and total + size > max_bytes:
-                scanned = i
-                break
-            records.append(self.record(int(e["phys"][i]), size))
-            total += size
-        else:
-            if len(idx) >= max_count and records:
-                scanned = int(idx[max_count - 1]) + 1
-        return Pulled(FOUND if records else NO_MATCHED, queue_offset + scanned, lo, hi, records)
+        take = idx[:max_count]
+        if not len(take):
+            return Pulled(NO_MATCHED, queue_offset + scanned, lo, hi, [])
+        sizes = e["size"][take].astype(np.int64)
+        n = max(1, int(np.searchsorted(np.cumsum(sizes), max_bytes, side="right")))    # the first always
+        if n < len(take):
+            scanned = int(take[n])                   # the byte cap stopped it here
+        elif len(idx) >= max_count:
+            scanned = int(take[-1]) + 1
+        parts = self._spans(e["phys"][take[:n]].astype(np.int64).tolist(), sizes[:n].tolist())
+        return Pulled(FOUND, queue_offset + scanned, lo, hi, parts, n)
+
+    def _spans(self, phys: list[int], sizes: list[int]) -> list[np.ndarray]:
+        """Views of the records at ``phys``, one per run adjacent in the CommitLog (a run never
+        crosses a file: every file ends in a BLANK filler of at least 8 bytes)."""
+        out, start, end = [], phys[0], phys[0] + sizes[0]
+        for p, z in zip(phys[1:], sizes[1:]):
+            if p != end:
+                out.append(self.span(start, end))
+                start, end = p, p
+            end += z
+        out.append(self.span(start, end))
+        return out
+
+    def span(self, start: int, end: int) -> np.ndarray:
+        """CommitLog bytes [start, end) within one file, as a read-only uint8 view of the mmap."""
+        if end > self.ctl[C.WRITTEN]:
+            raise ValueError(f"offset {end} is past the committed CommitLog end")
+        mf = self.commitlog.file_for(start)
+        if mf is None:
+            self.commitlog.refresh()
+            mf = self.commitlog.file_for(start)
+            if mf is None:
+                raise ValueError(f"no CommitLog file holds offset {start} (deleted by retention?)")
+        if end > mf.end:
+            raise ValueError(f"CommitLog range [{start}, {end}) crosses the end of {mf.path}")
+        return mf.view[start - mf.start:end - mf.start]
 
     # ------------------------------------------------------------ long polling
     def wait_new(self, seen_dispatched: int, waker, timeout_s: float) -> bool:
@@ -142,6 +172,3 @@ class StoreView:
         finally:
             row[S.DISPATCH_WAIT] = 0
 
-
-def decode(view: np.ndarray) -> message.Record:
-    return message.decode_record(view.tobytes())

@@ -4,7 +4,7 @@ import threading
 import time
 
 from shm.layout import C
-from readers.storeview import FOUND, NO_NEW, OFFSET_MOVED, StoreView, decode
+from readers.storeview import FOUND, NO_NEW, OFFSET_MOVED, StoreView
 from store.javahash import string_hash
 from writer.client import PutRequest, RingClient
 
@@ -23,12 +23,18 @@ def test_pull_filter_and_long_poll(appliance_factory):
             assert time.monotonic() < deadline
             time.sleep(0.01)
         got = view.pull("TBW102", 0, 0, 32)
-        assert got.status == FOUND and got.next_offset == 32 and len(got.records) == 32
-        r0 = decode(got.records[0])
-        assert r0.body == b"m0" and r0.queue_offset == 0 and r0.topic == "TBW102"
+        assert got.status == FOUND and got.next_offset == 32 and got.count == 32
+        assert len(got.parts) == 1                       # adjacent in the CommitLog: one view
+        recs = got.records()
+        assert [r.body for r in recs] == [f"m{i}".encode() for i in range(32)]
+        assert recs[0].queue_offset == 0 and recs[0].topic == "TBW102"
         got = view.pull("TBW102", 0, 0, 10, tag_codes=[string_hash("TagA")])
-        assert [decode(v).body for v in got.records] == [f"m{i}".encode() for i in range(1, 20, 2)]
-        assert got.next_offset == 20
+        assert [r.body for r in got.records()] == [f"m{i}".encode() for i in range(1, 20, 2)]
+        assert got.next_offset == 20 and len(got.parts) == 10
+        size = recs[0].total_size
+        got = view.pull("TBW102", 0, 5, 32, max_bytes=3 * size + 1)       # the byte cap
+        assert [r.body for r in got.records()] == [b"m5", b"m6", b"m7"] and got.next_offset == 8
+        assert view.pull("TBW102", 0, 5, 32, max_bytes=1).count == 1      # the first record always
         assert view.pull("TBW102", 0, 50, 32).status == NO_NEW
         assert view.pull("TBW102", 0, 51, 32).status == OFFSET_MOVED
         while sh.control[C.DISPATCHED] < sh.control[C.WRITTEN]:
@@ -51,7 +57,7 @@ def test_pull_filter_and_long_poll(appliance_factory):
         while view.offsets("TBW102", 0)[1] != 51:
             assert time.monotonic() < deadline
             time.sleep(0.01)
-        assert decode(view.pull("TBW102", 0, 50, 1).records[0]).body == b"late"
+        assert view.pull("TBW102", 0, 50, 1).records()[0].body == b"late"
         assert not view.wait_new(int(sh.control[C.DISPATCHED]), client.waker, 0.2)
     finally:
         view.close()
