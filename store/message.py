@@ -244,6 +244,9 @@ def encode_records(topic: bytes, queue_id: int, bodies: list, properties: list, 
     """``encode_record`` for messages of one topic and queue that share every other field (a
     request, a batch): the shared middle of the header is packed once, so a record costs one
     small pack, a CRC and a join."""
+    if len(bodies) == 1:
+        return [encode_record(topic=topic, queue_id=queue_id, body=bodies[0], properties=properties[0],
+                              flag=flags[0], **common)]
     first = encode_record(topic=topic, queue_id=queue_id, body=b"", properties=b"", **common)
     hsize = len(first) - 3 - len(topic)
     middle, tail = first[_LEAD.size:hsize - 4], bytes((len(topic),)) + topic
