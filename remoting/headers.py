@@ -82,8 +82,6 @@ def _value(field: Field, raw: str):
         return raw
     if field.kind == B:
         return raw.strip().lower() in ("true", "1")
-    if raw.isdecimal() and len(raw) < (10 if field.kind == I else 19):     # the common case: in range
-        return int(raw)
     if not _DECIMAL.fullmatch(raw.strip()):
         raise HeaderError(f"the custom field <{field.name}> value '{raw[:64]}' is not a number")
     n = int(raw)
@@ -95,26 +93,42 @@ def _value(field: Field, raw: str):
 
 _SHORT_NAMES = {f.name: short for short, f in zip("abcdefghijklmn", SEND)}
 _V2_CODES = (R.SEND_MESSAGE_V2, R.SEND_BATCH_MESSAGE, R.SEND_REPLY_MESSAGE_V2)
-# per code: (field, the name its value comes under first: V2's one letter, else its own name)
-_PLANS = {code: tuple((f, _SHORT_NAMES[f.name] if code in _V2_CODES else f.name) for f in fields)
-          for code, fields in SCHEMAS.items()}
+_MAX_DIGITS = {I: 9, L: 18}         # a decimal this long is always in range: int() it directly
+
+
+def _compile(code: int, fields: tuple[Field, ...]):
+    """One straight-line decoder per schema (the loop over fields, its lookups and calls cost
+    more than the work on a send's 14 fields).  Same rules as ``_value``, which the generated
+    code calls for anything but the common case."""
+    env, lines = {"HeaderError": HeaderError, "_value": _value}, ["def decode(ext):", "    g = ext.get", "    out = {}"]
+    for i, f in enumerate(fields):
+        env[f"F{i}"] = f
+        short = _SHORT_NAMES[f.name] if code in _V2_CODES else None
+        lines.append(f"    raw = g({short!r})" if short else f"    raw = g({f.name!r})")
+        if short:
+            lines.append(f"    if raw is None: raw = g({f.name!r})")
+        missing = "raw is None" if f.kind == S else 'raw is None or raw == ""'
+        absent = (f"raise HeaderError('the custom field <{f.name}> is null')" if f.required
+                  else f"out[{f.name!r}] = None")
+        if f.kind == S:
+            value = "raw"
+        elif f.kind == B:
+            value = "raw.strip().lower() in ('true', '1')"
+        else:
+            value = f"int(raw) if raw.isdecimal() and len(raw) <= {_MAX_DIGITS[f.kind]} else _value(F{i}, raw)"
+        lines += [f"    if {missing}: {absent}", f"    else: out[{f.name!r}] = {value}"]
+    lines.append("    return out")
+    exec("\n".join(lines), env)          # noqa: S102 - generated from the schema table above only
+    return env["decode"]
+
+
+_DECODERS = {code: _compile(code, fields) for code, fields in SCHEMAS.items()}
 
 
 def decode(code: int, ext: dict[str, str]) -> dict:
     """Typed fields of request ``code``'s header (absent optional fields are None).  V2 codes
     take the one-letter names and, failing that, the long ones."""
-    out = {}
-    for f, key in _PLANS[code]:
-        raw = ext.get(key)
-        if raw is None and key is not f.name:
-            raw = ext.get(f.name)
-        if raw is None or (raw == "" and f.kind != S):
-            if f.required:
-                raise HeaderError(f"the custom field <{f.name}> is null")
-            out[f.name] = None
-        else:
-            out[f.name] = raw if f.kind == S else _value(f, raw)
-    return out
+    return _DECODERS[code](ext)
 
 
 def encode(values: dict) -> dict[str, str]:

@@ -5,6 +5,7 @@ import os
 import pytest
 
 from remoting import headers
+from remoting.codes import RequestCode as R
 from remoting.codec import Decoder
 from remoting.headers import HeaderError
 
@@ -57,3 +58,21 @@ def test_missing_and_bad_fields_name_the_field():
 
 def test_encode_is_java_to_string():
     assert headers.encode({"offset": 5, "flag": True, "x": None, "s": "v"}) == {"offset": "5", "flag": "true", "s": "v"}
+
+
+def test_generated_decoders_keep_the_edge_cases():
+    v2 = {"a": "pg", "b": "T", "c": "TBW102", "d": "4", "e": "-1", "f": "0", "g": "1700000000000", "h": "0",
+          "k": "TRUE", "m": "1", "queueId": "3"}
+    h = headers.decode(310, v2)
+    assert h["queueId"] == -1 and h["unitMode"] is True and h["batch"] is True and h["properties"] is None
+    del v2["e"]
+    assert headers.decode(310, v2)["queueId"] == 3                    # the long name when the letter is absent
+    assert headers.decode(30, {"topic": "T", "queueId": "٣"})["queueId"] == 3    # Unicode digits, as Java
+    assert headers.decode(30, {"topic": "", "queueId": " 7"}) == {"topic": "", "queueId": 7}
+    with pytest.raises(HeaderError, match=r"<queueId> value '1_000' is not a number"):
+        headers.decode(30, {"topic": "T", "queueId": "1_000"})
+    with pytest.raises(HeaderError, match=r"<queueId> is null"):
+        headers.decode(30, {"topic": "T", "queueId": ""})
+    with pytest.raises(HeaderError, match=r"<commitOffset> value 9223372036854775808 is out of range"):
+        headers.decode(R.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "g", "topic": "T", "queueId": "0",
+                                                  "commitOffset": "9223372036854775808"})
