@@ -99,11 +99,12 @@ class Producer:
         topic = msgs[0].topic
         if any(m.topic != topic for m in msgs) or any(m.delay_level for m in msgs):
             raise ValueError("a batch needs one topic and no delayed messages")
-        body = codec.encode_client_batch([(m.flag, m.body, codec.encode_properties(m.wire_properties()))
-                                          for m in msgs])
-        return await self._send(topic, {}, body, 0, True, queue, oneway=False)
+        props = [m.wire_properties() for m in msgs]
+        body = codec.encode_client_batch([(m.flag, m.body, codec.encode_properties(p)) for m, p in zip(msgs, props)])
+        ids = ",".join(p["UNIQ_KEY"] for p in props)
+        return await self._send(topic, {}, body, 0, True, queue, oneway=False, ids=ids)
 
-    async def _send(self, topic, props, body, flag, batch, queue, oneway):
+    async def _send(self, topic, props, body, flag, batch, queue, oneway, ids=None):
         route, via_default = await self._route(topic)
         avoid, last = None, None
         tries = 1 if (queue is not None or oneway) else 1 + self.retries
@@ -132,10 +133,5 @@ class Producer:
                 continue
             if via_default:
                 self.instance.routes.pop(topic, None)      # the broker has the topic now: re-read its route
-            if batch:
-                ids = ",".join(codec.parse_properties(p).get("UNIQ_KEY", "")
-                               for _f, _b, p in codec.decode_client_batch(body))
-            else:
-                ids = props.get("UNIQ_KEY", "")
-            return SendResult(STATUS[resp.code], ids, resp.ext.get("msgId", ""), mq, int(resp.ext.get("queueOffset", -1)))
+            return SendResult(STATUS[resp.code], props.get("UNIQ_KEY", "") if ids is None else ids, resp.ext.get("msgId", ""), mq, int(resp.ext.get("queueOffset", -1)))
         raise last

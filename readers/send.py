@@ -112,21 +112,17 @@ class SendProcessor:
         pbytes = (props + self.cluster_prop if props else self.cluster_prop[1:]).encode()
         wait = message.property_value(pbytes, b"WAIT") != b"false"
         sys_flag = h["sysFlag"]
+        born_host, born_ts = conn.peer_addr, h["bornTimestamp"] or int(time.time() * 1000)
         if h["batch"] or cmd.code == R.SEND_BATCH_MESSAGE:
             if message.property_value(pbytes, b"DELAY") is not None:
                 raise MessageRejected(RC.MESSAGE_ILLEGAL, "batch message does not support delay message")
             if sys_flag & message.TX_MASK:
                 raise MessageRejected(RC.MESSAGE_ILLEGAL, "batch message does not support transaction message")
-            inner = message.decode_client_batch(cmd.body)
-            bodies = [b for _f, b, _p in inner]
-            flags = [f for f, _b, _p in inner]
-            properties = [(p.rstrip(_SEP) + _SEP).encode() + pbytes if p else pbytes for _f, _b, p in inner]
+            records = self.ring.batch_records(topic.encode(), qid, sys_flag, cmd.body, pbytes, born_ts, born_host,
+                                              h["reconsumeTimes"] or 0)
         else:
-            bodies, flags, properties = [cmd.body], [h["flag"]], [pbytes]
-        born_host = conn.peer_addr
-        records = self.ring.records(topic.encode(), qid, sys_flag, bodies, properties, flags,
-                                    h["bornTimestamp"] or int(time.time() * 1000), born_host,
-                                    h["reconsumeTimes"] or 0)
+            records = self.ring.records(topic.encode(), qid, sys_flag, [cmd.body], [pbytes], [h["flag"]], born_ts,
+                                        born_host, h["reconsumeTimes"] or 0)
         return RingClient.row(tidx, qid, sys_flag, born_host, len(records), wait), records, wait
 
     async def _create_topic(self, topic: str, h) -> int:
