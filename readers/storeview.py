@@ -113,34 +113,41 @@ class StoreView:
         if queue_offset == hi:
             return Pulled(NO_NEW, queue_offset, lo, hi, [])
         e = self.entries(topic, queue_id, queue_offset, max(max_count, 1) * 4 if tag_codes else max_count)
-        scanned = len(e)
         if tag_codes is not None:
             idx = np.flatnonzero(np.isin(e["tags"].astype(np.int64), np.asarray(tag_codes, np.int64)))
+            take, rows = idx[:max_count].tolist(), e[idx[:max_count]].tolist()
+            matched = len(idx)
+        else:                                        # no filter: the first entries, no index arrays
+            rows = e[:max_count].tolist()
+            take, matched = range(len(rows)), len(e)
+        if not rows:
+            return Pulled(NO_MATCHED, queue_offset + len(e), lo, hi, [])
+        parts, n = self._spans(rows, max_bytes)
+        if n < len(rows):
+            scanned = take[n]                        # the byte cap stopped it here
+        elif matched >= max_count:
+            scanned = take[-1] + 1
         else:
-            idx = np.arange(len(e))
-        take = idx[:max_count]
-        if not len(take):
-            return Pulled(NO_MATCHED, queue_offset + scanned, lo, hi, [])
-        sizes = e["size"][take].astype(np.int64)
-        n = max(1, int(np.searchsorted(np.cumsum(sizes), max_bytes, side="right")))    # the first always
-        if n < len(take):
-            scanned = int(take[n])                   # the byte cap stopped it here
-        elif len(idx) >= max_count:
-            scanned = int(take[-1]) + 1
-        parts = self._spans(e["phys"][take[:n]].astype(np.int64).tolist(), sizes[:n].tolist())
+            scanned = len(e)
         return Pulled(FOUND, queue_offset + scanned, lo, hi, parts, n)
 
-    def _spans(self, phys: list[int], sizes: list[int]) -> list[np.ndarray]:
-        """Views of the records at ``phys``, one per run adjacent in the CommitLog (a run never
-        crosses a file: every file ends in a BLANK filler of at least 8 bytes)."""
-        out, start, end = [], phys[0], phys[0] + sizes[0]
-        for p, z in zip(phys[1:], sizes[1:]):
-            if p != end:
+    def _spans(self, rows: list[tuple], max_bytes: int) -> tuple[list[np.ndarray], int]:
+        """Views of the records of CQ ``rows`` (phys, size, tags) within ``max_bytes`` (the first
+        always), one per run adjacent in the CommitLog (a run never crosses a file: every file
+        ends in a BLANK filler of at least 8 bytes); and how many records they hold."""
+        out, total, n = [], 0, 0
+        start = end = rows[0][0]
+        for phys, size, _tags in rows:
+            if n and total + size > max_bytes:
+                break
+            if phys != end:
                 out.append(self.span(start, end))
-                start, end = p, p
-            end += z
+                start = end = phys
+            end += size
+            total += size
+            n += 1
         out.append(self.span(start, end))
-        return out
+        return out, n
 
     def span(self, start: int, end: int) -> np.ndarray:
         """CommitLog bytes [start, end) within one file, as a read-only uint8 view of the mmap."""
