@@ -172,8 +172,7 @@ class WriterService:
         ctl[C.JOURNAL_WRITTEN] = self.write_pos
         ctl[C.WRITTEN_TS] = ts
         ctl[C.WRITTEN] = self.write_pos                  # the commit point
-        sh.dispatcher_waker.post()
-        if self.cfg.sync_flush:
+        if self.cfg.sync_flush:                          # SYNC_FLUSH replies wait for it: first
             sh.flusher_waker.post()
         for (i, _kind, _payload), reply in zip(taken, replies):
             if reply is not None and not sh.response_rings[i].try_push(reply[0], reply[1]):
@@ -181,6 +180,7 @@ class WriterService:
         for i, end in drained:
             sh.request_rings[i].release(end)
             sh.slot_wakers[i].post()
+        sh.dispatcher_waker.post()                       # last: no reply waits for it
 
     # ------------------------------------------------------------ topics
     def _topic(self, payload: np.ndarray):
