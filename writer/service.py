@@ -37,8 +37,9 @@ from writer.topics import TopicTable
 
 log = logging.getLogger("rocketbox.writer")
 _TS_PATCH = np.arange(8)
-_HEAD, _Q = struct.Struct(">ii"), struct.Struct(">q")
-FEW_REQUESTS = 16            # passes of at most this many requests take _put_few
+_HEAD, _Q, _QQ = struct.Struct(">ii"), struct.Struct(">q"), struct.Struct(">qq")   # QQ: queue then phys offset
+assert message.PHYS_OFFSET_AT == message.QUEUE_OFFSET_AT + 8
+FEW_REQUESTS = 32            # passes of at most this many requests take _put_few
 
 
 def _be64(values: np.ndarray) -> np.ndarray:
@@ -264,19 +265,24 @@ class WriterService:
         meta, max_size = self.sh.views["topic_meta"], self.cfg.max_record_size
         stopping, n_topics = bool(self.ctl[C.STOPPING]), self.sh.topic_count()
         plan = []               # per slab: (j, requests, sizes, records, [[status, tidx, qid, count, sys_flag, starts, sizes]])
-        total = 0
+        total, topics = 0, {}   # topics: index -> (live, queue count), read once per pass
         for j, requests, sizes, recs in slabs:
+            recs = memoryview(recs)                  # struct and slicing on it skip numpy's overhead
             size_l, at, rows = sizes.tolist(), 0, []
             rec_start = list(itertools.accumulate(size_l, initial=0))
             for (_rid, tidx, qid, sys_flag, count, _fl, _pad) in requests.tolist():
                 starts, rsizes = rec_start[at:at + count], size_l[at:at + count]
                 at += count
                 total += sum(rsizes)
+                topic = topics.get(tidx)
+                if topic is None and 0 <= tidx < n_topics:
+                    row = meta[tidx].tolist()
+                    topic = topics[tidx] = (row[T.LIVE] == 1, max(row[T.READ_QUEUE_NUMS], row[T.WRITE_QUEUE_NUMS]))
                 if stopping:
                     status = P.SERVICE_NOT_AVAILABLE
-                elif not (0 <= tidx < n_topics and meta[tidx, T.LIVE] == 1):
+                elif topic is None or not topic[0]:
                     status = P.TOPIC_NOT_EXIST
-                elif not 0 <= qid < max(int(meta[tidx, T.READ_QUEUE_NUMS]), int(meta[tidx, T.WRITE_QUEUE_NUMS])):
+                elif not 0 <= qid < topic[1]:
                     status = P.SYSTEM_ERROR
                 elif any(not 91 <= z <= max_size or _HEAD.unpack_from(recs, st) != (z, message.MAGIC)
                          for st, z in zip(starts, rsizes)):
@@ -311,11 +317,10 @@ class WriterService:
                 first = None
                 for k, (st, z) in enumerate(zip(starts, rsizes)):
                     phys = self._place_one(z)
-                    _Q.pack_into(recs, st + message.QUEUE_OFFSET_AT, qoff0 + k if queued else 0)
-                    _Q.pack_into(recs, st + message.PHYS_OFFSET_AT, phys)
+                    _QQ.pack_into(recs, st + message.QUEUE_OFFSET_AT, qoff0 + k if queued else 0, phys)
                     _Q.pack_into(recs, st + ts_at, ts)
                     mf = self.commitlog.file_for_write(phys)
-                    mf.view[phys - mf.start:phys - mf.start + z] = recs[st:st + z]
+                    mf.mm[phys - mf.start:phys - mf.start + z] = recs[st:st + z]
                     phys_out.append(phys)
                     first = phys if first is None else first
                 results.append((req_id, status, qid, qoff0, first, phys + z, ts, count, 0))
