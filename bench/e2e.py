@@ -155,26 +155,26 @@ def _send_load(proto_name: str, port: int, frames, conns: int, window: int, seco
         state.append(st)
     t0 = time.perf_counter()
     m0, t_end = t0 + warmup, t0 + warmup + seconds
-    acked, errors, lat, issued = 0, collections.Counter(), [], 0
+    acked, errors, lat, issued, rr = 0, collections.Counter(), [], 0, 0
     while True:
         now = time.perf_counter()
         if now < t_end:
-            budget = None if rate <= 0 else int(rate * (now - t0)) - issued
-            for st in state:
-                room = window - len(st["sent"])
-                if budget is not None:
-                    room = min(room, budget)
-                if room <= 0:
-                    continue
-                chunk = []
-                for _ in range(room):
-                    frame, n, replies = frames[st["k"] % len(frames)]
-                    st["k"] += 1
-                    chunk.append(frame)
-                    st["sent"].append([now, n, replies, 0])      # sent at, msgs, replies to come, errors
-                    issued += n
-                    if budget is not None:
-                        budget -= n
+            chunks = {}
+            if rate <= 0:                            # pipelined: fill every connection's window
+                for st in state:
+                    for _ in range(window - len(st["sent"])):
+                        issued += _queue(st, frames, now, chunks)
+            else:                                    # paced: what is due, round-robin over connections
+                budget = int(rate * (now - t0)) - issued
+                for _ in range(len(state) * window):
+                    if budget <= 0:
+                        break
+                    st = state[rr % len(state)]
+                    rr += 1
+                    if len(st["sent"]) < window:
+                        n = _queue(st, frames, now, chunks)
+                        issued, budget = issued + n, budget - n
+            for st, chunk in chunks.values():
                 st["sock"].sendall(b"".join(chunk))
         elif not any(st["sent"] for st in state):
             break
@@ -204,6 +204,15 @@ def _send_load(proto_name: str, port: int, frames, conns: int, window: int, seco
     for st in state:
         st["sock"].close()
     out.put({"acked": acked, "errors": dict(errors), "lat": np.array(lat, dtype=np.float64)})
+
+
+def _queue(st: dict, frames, now: float, chunks: dict) -> int:
+    """Queue the connection's next request for this round's write; the messages it carries."""
+    frame, n, replies = frames[st["k"] % len(frames)]
+    st["k"] += 1
+    chunks.setdefault(id(st), (st, []))[1].append(frame)
+    st["sent"].append([now, n, replies, 0])      # sent at, msgs, replies to come, errors
+    return n
 
 
 def run_load(proto_name: str, port: int, frames, args, window: int, rate: float = 0.0) -> dict:

@@ -134,8 +134,7 @@ class WriterLink:
 
     def _push(self, slab: "_Slab") -> None:
         try:
-            self.ring.push_slab(np.array(slab.rows, dtype=P.REQUEST), np.array(slab.sizes, dtype="<u4"),
-                                b"".join(slab.records), slab.answered)
+            self.ring.push_rows(slab.rows, slab.sizes, b"".join(slab.records), slab.answered)
             self.pushed_end = self.ring.requests.write_pos
         except Exception as e:              # e.g. a request larger than a ring entry
             for waiter in slab.waiters:

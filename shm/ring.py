@@ -15,10 +15,13 @@ ARM port needs fences here.)
 """
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 
 HEADER_SIZE = 128
 ENTRY_HEADER = np.dtype([("length", "<u4"), ("kind", "<u4")])
+_ENTRY = struct.Struct("<II")             # ENTRY_HEADER
 WRAP = 0xFFFFFFFF
 
 
@@ -39,6 +42,7 @@ class Ring:
         """``buf``: uint8 view of this ring's region (header + data) inside a segment."""
         self.pos = buf[:16 * 8].view("<u8")       # [0] write_pos, [8] read_pos
         self.data = buf[HEADER_SIZE:]
+        self.mv = memoryview(self.data)          # copies and headers through it skip numpy's per-call cost
         self.capacity = len(self.data)
         assert self.capacity % 8 == 0
         self.max_entry = self.capacity // 2
@@ -57,9 +61,8 @@ class Ring:
     # ------------------------------------------------------------ producer side
     def try_push(self, kind: int, parts) -> bool:
         """Append one entry made of ``parts`` (bytes-likes or numpy arrays); False if no room now."""
-        parts = [p.view(np.uint8).reshape(-1) if isinstance(p, np.ndarray) else np.frombuffer(p, dtype=np.uint8)
-                 for p in parts]
-        length = 8 + sum(len(p) for p in parts)
+        parts = [memoryview(p).cast("B") for p in parts]
+        length = 8 + sum(p.nbytes for p in parts)
         padded = align8(length)
         if padded > self.max_entry:
             raise ValueError(f"ring entry of {length} bytes exceeds the ring's limit of {self.max_entry}")
@@ -70,14 +73,14 @@ class Ring:
         if need > self.capacity - (w - r):
             return False
         if padded > tail:
-            self.data[at:at + 8].view(ENTRY_HEADER)[0] = (tail, WRAP)
+            _ENTRY.pack_into(self.mv, at, tail, WRAP)
             w += tail
             at = 0
-        self.data[at:at + 8].view(ENTRY_HEADER)[0] = (length, kind)
+        _ENTRY.pack_into(self.mv, at, length, kind)
         i = at + 8
         for p in parts:
-            n = len(p)
-            self.data[i:i + n] = p
+            n = p.nbytes
+            self.mv[i:i + n] = p
             i += n
         self.pos[0] = w + padded
         return True
@@ -91,7 +94,7 @@ class Ring:
         taken = 0
         while r < w:
             at = r % self.capacity
-            length, kind = self.data[at:at + 8].view(ENTRY_HEADER)[0].tolist()
+            length, kind = _ENTRY.unpack_from(self.mv, at)
             if kind != WRAP and (length < 8 or at + length > self.capacity):
                 raise RingCorrupt(f"entry at {r} claims {length} bytes")
             if kind == WRAP:

@@ -273,6 +273,15 @@ class RingClient:
             self.awaiting[rid] = end
         return ticket
 
+    def push_rows(self, rows: list[tuple], sizes: list[int], records: bytes, answered) -> None:
+        """``push_slab`` from Python rows (P.REQUEST tuples, req_id 0) and record sizes: the same
+        ring entry built with ``struct``, cheaper than numpy for the few requests of a loop turn."""
+        rid = (self.epoch << EPOCH_SHIFT) + self.seq + 1
+        self.seq += len(rows)
+        rows = [(rid + i, *r[1:]) for i, r in enumerate(rows)]
+        self.in_flight[rid] = answered
+        self.awaiting[rid] = self._push(P.PUT, P.slab_bytes(rows, sizes, records))
+
     def _push(self, kind: int, parts) -> int:
         """One ring entry, waiting (and reading replies) while the ring is full; wakes the writer.
         Returns the ring position just past the entry."""

@@ -17,6 +17,8 @@ GROUP (request ring, no reply): a SubscriptionGroupConfig JSON (writer/groups.py
 """
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 
 from shm.layout import OFFSET_KEY_BYTES
@@ -52,6 +54,18 @@ OFFSET_UPDATE = np.dtype([("key", f"S{OFFSET_KEY_BYTES}"), ("queue_id", "<i4"), 
 
 SUCCESS, SYSTEM_ERROR, MESSAGE_ILLEGAL, SERVICE_NOT_AVAILABLE, TOPIC_NOT_EXIST = 0, 1, 13, 14, 17
 
+_CODES = {"<u8": "Q", "<i8": "q", "<u4": "I", "<i4": "i"}
+
+
+def struct_of(dtype: np.dtype) -> struct.Struct:
+    """The same layout as a ``struct`` (for a few rows, packing them costs less than numpy's calls)."""
+    st = struct.Struct("<" + "".join(_CODES[dtype.fields[name][0].str] for name in dtype.names))
+    assert st.size == dtype.itemsize, dtype
+    return st
+
+
+SLAB_HEAD_S, REQUEST_S, RESULT_HEAD_S, RESULT_S = (struct_of(d) for d in (SLAB_HEAD, REQUEST, RESULT_HEAD, RESULT))
+
 
 def align8(n: int) -> int:
     return (n + 7) & ~7
@@ -63,6 +77,19 @@ def slab_parts(requests: np.ndarray, sizes: np.ndarray, records: bytes) -> list:
     sizes = np.ascontiguousarray(sizes, dtype="<u4")
     lead = SLAB_HEAD.itemsize + requests.nbytes + sizes.nbytes
     return [head, requests, sizes, b"\0" * (align8(lead) - lead), records]
+
+
+def slab_bytes(rows: list[tuple], sizes: list[int], records: bytes) -> list:
+    """``slab_parts`` from Python rows (P.REQUEST tuples, req_id filled in): the same bytes."""
+    lead = SLAB_HEAD.itemsize + len(rows) * REQUEST.itemsize + 4 * len(sizes)
+    return [SLAB_HEAD_S.pack(len(rows), len(sizes), len(records)), b"".join(REQUEST_S.pack(*r) for r in rows),
+            struct.pack(f"<{len(sizes)}I", *sizes), b"\0" * (align8(lead) - lead), records]
+
+
+def result_bytes(results: list[tuple], phys: list[int]) -> list:
+    """A PUT_RESULT entry from Python rows (P.RESULT tuples) and physical offsets."""
+    return [RESULT_HEAD_S.pack(len(results), len(phys)), b"".join(RESULT_S.pack(*r) for r in results),
+            struct.pack(f"<{len(phys)}q", *phys)]
 
 
 def parse_slab(payload: np.ndarray):

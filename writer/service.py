@@ -324,10 +324,7 @@ class WriterService:
                     phys_out.append(phys)
                     first = phys if first is None else first
                 results.append((req_id, status, qid, qoff0, first, phys + z, ts, count, 0))
-            res = np.array(results, dtype=P.RESULT)
-            head = np.zeros(1, P.RESULT_HEAD)
-            head[0] = (len(res), len(phys_out))
-            out.append((j, (P.PUT_RESULT, [head, res, np.array(phys_out, dtype=np.int64)])))
+            out.append((j, (P.PUT_RESULT, P.result_bytes(results, phys_out))))
         return out
 
     def _place_one(self, size: int) -> int:

@@ -2,6 +2,7 @@
 queue offsets, physical offsets, file roll with a BLANK filler, refusal codes, journal replay."""
 import struct
 
+import numpy as np
 import pytest
 
 from appliance.check import check
@@ -232,3 +233,16 @@ def test_the_few_requests_path_writes_what_the_vector_path_writes(tmp_path, monk
     assert wv == wf > 128 * 1024                  # past the first file: a roll happened
     assert rv == rf and sum(r[0] == P.SUCCESS for r in rv) == 120
     assert lv == lf
+
+
+def test_struct_built_slabs_and_results_are_the_numpy_bytes(put_path):
+    rows = [(11, 0, 3, 0, 1, 1, 0), (12, 2, 1, 0x10, 3, 0, 0)]
+    sizes, records = [100, 120, 130, 140], bytes(range(256)) * 2
+    arr = np.array(rows, dtype=P.REQUEST)
+    assert b"".join(P.slab_bytes(rows, sizes, records)) == b"".join(
+        bytes(memoryview(p).cast("B")) for p in P.slab_parts(arr, np.array(sizes, dtype="<u4"), records))
+    results = [(11, 0, 3, 7, 1000, 1100, 123456789, 1, 0), (12, 13, 1, 0, 0, 0, 0, 3, 0)]
+    head = np.zeros(1, P.RESULT_HEAD)
+    head[0] = (2, 4)
+    assert b"".join(P.result_bytes(results, [1000, -1, -1, -1])) == (
+        head.tobytes() + np.array(results, dtype=P.RESULT).tobytes() + np.array([1000, -1, -1, -1], "<i8").tobytes())
