@@ -8,7 +8,8 @@ complete; the reader's 1 s tick does the same, so nothing hangs on a lost wake.
 
 Appends are batched per loop turn: every request that arrives on any connection before the loop
 comes round again goes into one slab (one ring entry; a new one when the entry or its reply would
-not fit).  No future or task per message: each request carries a ``waiter`` callable, called
+not fit), held and growing while the writer still works on this reader's last slab.  No future or
+task per message: each request carries a ``waiter`` callable, called
 with its outcome when the slab's reply is read, and SYNC_FLUSH waits are a queue ordered by end
 offset (replies come in append order) with one timer for the oldest.
 """
