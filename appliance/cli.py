@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import psutil
@@ -30,6 +31,14 @@ def _status(cfg) -> int:
 
 
 def main(argv=None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:     # e.g. `appliance status | head`: whoever read our output has gone
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # so the exit flush stays quiet
+        return 1
+
+
+def _main(argv) -> int:
     ap = argparse.ArgumentParser(prog="appliance", description="rocketbox appliance")
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name, text in (("start", "run every role in the foreground until SIGTERM/SIGINT"),
