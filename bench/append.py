@@ -16,20 +16,15 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import time
 
 import psutil
 
 from appliance import config
+from bench.appliance import BenchAppliance
 from shm.layout import C
 from shm.state import SharedState
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def producer(conf: str, seconds: float, slab: int, window: int, body_size: int, sync: bool, out) -> None:
@@ -88,20 +83,13 @@ READERS = 2      # the appliance runs as it ships (readers idle here); no name s
 
 
 def run_mode(mode: str, args) -> dict:
-    d = tempfile.mkdtemp(prefix="rbx-bench-", dir=args.dir)
-    conf = os.path.join(d, "broker.conf")
-    with open(conf, "w") as f:
-        f.write(f"storePathRootDir={d}/store\nflushDiskType={mode}\nlistenPort=29911\nbrokerName=bench\n"
-                f"brokerIP1=127.0.0.1\nshmPrefix=/rbx-bench\nnamesrvAddr=\nreaderProcessNums={READERS}\n"
-                f"ringSlots={args.producers + READERS + 1}\n")   # the readers hold a ring slot each
-    sup = subprocess.Popen([sys.executable, "-m", "appliance", "start", "-c", conf], cwd=ROOT,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    app = BenchAppliance("rbx-bench-", args.dir, {
+        "flushDiskType": mode, "listenPort": 29911, "brokerName": "bench", "brokerIP1": "127.0.0.1",
+        "shmPrefix": "/rbx-bench", "namesrvAddr": "", "readerProcessNums": READERS,
+        "ringSlots": args.producers + READERS + 1})   # the readers hold a ring slot each
+    conf = app.conf
+    sup = app.start().proc
     try:
-        for _ in range(100):
-            if subprocess.run([sys.executable, "-m", "appliance", "status", "-c", conf], cwd=ROOT,
-                              capture_output=True).returncode == 0:
-                break
-            time.sleep(0.2)
         ctx = mp.get_context("spawn")
         q = ctx.Queue()
         roles0 = role_cpu(sup.pid)
@@ -127,9 +115,7 @@ def run_mode(mode: str, args) -> dict:
         time.sleep(args.idle_seconds)
         idle_pct = (appliance_cpu(sup.pid) - idle0) / (time.perf_counter() - t_idle) * 100
     finally:
-        sup.send_signal(signal.SIGTERM)
-        sup.wait(120)
-        shutil.rmtree(d, ignore_errors=True)
+        app.stop()
     msgs = sum(r["msgs"] for r in results)
     elapsed = max(r["elapsed"] for r in results)
     return {"mode": mode, "msgs": msgs, "msgs_per_s": msgs / elapsed,

@@ -41,12 +41,12 @@ import time
 import numpy as np
 
 from appliance import config
+from bench.appliance import BenchAppliance
 from remoting import codec
 from remoting.codec import Command
 from remoting.codes import RequestCode as R
 from store.message import encode_client_batch, encode_properties
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOPIC, QUEUES, GROUP = "BenchE2E", 8, "bench-consumers"
 _LEN = struct.Struct(">i")
 _REDIS_ENTRY_TAIL = b"*2\r\n$4\r\nbody\r\n"
@@ -343,41 +343,34 @@ class RocketboxServer:
     name = "rocketbox"
 
     def __init__(self, mode: str, base: str, port: int, readers: int):
-        self.dir = tempfile.mkdtemp(prefix=f"rbx-e2e-{mode}-", dir=base)
         self.port, self.mode = port, mode
-        self.conf = os.path.join(self.dir, "broker.conf")
-        with open(self.conf, "w") as f:
-            f.write(f"storePathRootDir={self.dir}/store\nflushDiskType={mode}\nlistenPort={port}\n"
-                    f"brokerName=bench\nbrokerIP1=127.0.0.1\nshmPrefix=/rbx-e2e\nnamesrvAddr=\n"
-                    f"readerProcessNums={readers}\n")
+        self.app = BenchAppliance(f"rbx-e2e-{mode}-", base, {
+            "flushDiskType": mode, "listenPort": port, "brokerName": "bench", "brokerIP1": "127.0.0.1",
+            "shmPrefix": "/rbx-e2e", "namesrvAddr": "", "readerProcessNums": readers})
+        self.dir, self.conf = self.app.dir, self.app.conf
 
     def start(self) -> "RocketboxServer":
-        with open(os.path.join(self.dir, "appliance.log"), "wb") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "appliance", "start", "-c", self.conf], cwd=ROOT,
-                                         stdout=log, stderr=subprocess.STDOUT)
-        try:
-            cfg = config.load(self.conf)
-            for i in range(cfg.readerProcessNums):
-                _wait_port(cfg.reader_port(i), self.proc, f"reader {i}")
-            _wait_port(self.port, self.proc, "HAProxy")
-            time.sleep(2.5)     # HAProxy checks each reader every 1 s: let every reader be marked up first
-            resp = _call(self.port, Command(R.UPDATE_AND_CREATE_TOPIC, {
-                "topic": TOPIC, "defaultTopic": "TBW102", "readQueueNums": str(QUEUES), "writeQueueNums": str(QUEUES),
-                "perm": "6", "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"}))
-            if resp.code != 0:
-                raise RuntimeError(f"creating {TOPIC} failed: {resp.code} {resp.remark}")
-        except BaseException:
-            self.stop()           # a start that failed halfway must not leave the appliance running
-            raise
+        self.app.start(ready=self._ready)
+        self.proc = self.app.proc
         return self
+
+    def _ready(self) -> None:
+        cfg = config.load(self.conf)
+        for i in range(cfg.readerProcessNums):
+            _wait_port(cfg.reader_port(i), self.app.proc, f"reader {i}")
+        _wait_port(self.port, self.app.proc, "HAProxy")
+        time.sleep(2.5)     # HAProxy checks each reader every 1 s: let every reader be marked up first
+        resp = _call(self.port, Command(R.UPDATE_AND_CREATE_TOPIC, {
+            "topic": TOPIC, "defaultTopic": "TBW102", "readQueueNums": str(QUEUES), "writeQueueNums": str(QUEUES),
+            "perm": "6", "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"}))
+        if resp.code != 0:
+            raise RuntimeError(f"creating {TOPIC} failed: {resp.code} {resp.remark}")
 
     def prepare_consume(self) -> None:
         pass
 
     def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(120)
-        shutil.rmtree(self.dir, ignore_errors=True)
+        self.app.stop()
 
 
 def _call(port: int, cmd: Command) -> Command:

@@ -1,5 +1,6 @@
 """The end-to-end benchmark still runs: a short ASYNC_FLUSH pass against a real appliance and a
 real redis-server prints every row with figures for both and no errors."""
+import json
 import os
 import re
 import subprocess
@@ -20,3 +21,14 @@ def test_e2e_bench_prints_every_row_for_both_servers(tmp_path):
     assert set(rows) == {"send single", "send batch of 32", "send single at 2000/s", "consume"}, r.stdout
     assert all(rb > 0 and rd > 0 for rb, rd in rows.values()), rows
     assert "# e2e benchmark: body=1024B" in r.stdout          # it prints its configuration
+
+
+def test_append_bench_prints_its_row_and_figures(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "bench.append", "--seconds", "1", "--idle-seconds", "0.5",
+                        "--modes", "ASYNC_FLUSH", "--dir", str(tmp_path)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=170)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(next(line[2:] for line in r.stdout.splitlines() if line.startswith("# {")))
+    assert res["mode"] == "ASYNC_FLUSH" and res["msgs"] > 0 and res["appliance_cpu_us_per_msg"] > 0, res
+    assert set(res["role_cpu_us_per_msg"]) >= {"writer", "dispatcher", "flusher"}, res
+    assert os.listdir(tmp_path) == []                 # the appliance's temp dir is gone

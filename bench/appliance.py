@@ -1,0 +1,51 @@
+"""The appliance a benchmark runs against: its broker.conf in a fresh temp dir, ``appliance
+start`` as a child process (log in the temp dir), up when ``appliance status`` says every role is,
+and stopped with SIGTERM (the temp dir removed).  A start that fails halfway stops what it began."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class BenchAppliance:
+    def __init__(self, prefix: str, base: str | None, settings: dict):
+        self.dir = tempfile.mkdtemp(prefix=prefix, dir=base)
+        self.conf = os.path.join(self.dir, "broker.conf")
+        self.log_path = os.path.join(self.dir, "appliance.log")
+        with open(self.conf, "w") as f:
+            f.writelines(f"{k}={v}\n" for k, v in {"storePathRootDir": f"{self.dir}/store", **settings}.items())
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, ready=None, timeout: float = 30) -> "BenchAppliance":
+        """Start and wait until every role is up, then for ``ready()`` if given (e.g. ports)."""
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "appliance", "start", "-c", self.conf], cwd=ROOT,
+                                         stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + timeout
+            while subprocess.run([sys.executable, "-m", "appliance", "status", "-c", self.conf], cwd=ROOT,
+                                 capture_output=True).returncode != 0:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"the appliance exited with {self.proc.returncode} (log: {self.log_path})")
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the appliance is not up after {timeout} s (log: {self.log_path})")
+                time.sleep(0.2)
+            if ready is not None:
+                ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(120)
+        shutil.rmtree(self.dir, ignore_errors=True)
