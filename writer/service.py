@@ -209,13 +209,18 @@ class WriterService:
     # ------------------------------------------------------------ puts
     def _put(self, payloads: list, ts: int) -> list:
         """Append the records of several PUT slabs as one batch; -> the reply to each slab."""
-        slabs, replies = [], [None] * len(payloads)
+        parsed, replies = [], [None] * len(payloads)
         for j, payload in enumerate(payloads):
             try:
-                requests, sizes, recs, _at = P.parse_slab(payload)
+                parsed.append((j, *P.parse_slab(payload)[:3]))
             except ValueError as e:
                 log.error("malformed slab dropped: %s", e)
-                continue
+        if sum(len(r) for _, r, _, _ in parsed) <= FEW_REQUESTS:
+            for j, reply in self._put_few(parsed, ts):
+                replies[j] = reply
+            return replies
+        slabs = []
+        for j, requests, sizes, recs in parsed:
             counts = requests["count"].astype(np.int64)
             if counts.sum() != len(sizes) or (counts <= 0).any() or int(sizes.astype(np.int64).sum()) != len(recs):
                 log.error("slab whose request counts and record sizes disagree: refused whole")
@@ -224,10 +229,6 @@ class WriterService:
             else:
                 slabs.append((j, requests, sizes, recs))
         if not slabs:
-            return replies
-        if sum(len(r) for _, r, _, _ in slabs) <= FEW_REQUESTS:
-            for j, reply in self._put_few(slabs, ts):
-                replies[j] = reply
             return replies
         requests = np.concatenate([r for _, r, _, _ in slabs])
         sizes = np.concatenate([z for _, _, z, _ in slabs]).astype(np.int64)
@@ -264,13 +265,20 @@ class WriterService:
         Same checks, offsets, bytes and replies as the vector path; the writer tests run both."""
         meta, max_size = self.sh.views["topic_meta"], self.cfg.max_record_size
         stopping, n_topics = bool(self.ctl[C.STOPPING]), self.sh.topic_count()
-        plan = []               # per slab: (j, requests, sizes, records, [[status, tidx, qid, count, sys_flag, starts, sizes]])
+        plan = []               # per slab: (j, request rows, records, [[status, tidx, qid, count, sys_flag, starts, sizes]])
         total, topics = 0, {}   # topics: index -> (live, queue count), read once per pass
+        out = []
         for j, requests, sizes, recs in slabs:
             recs = memoryview(recs)                  # struct and slicing on it skip numpy's overhead
-            size_l, at, rows = sizes.tolist(), 0, []
+            req_l, size_l, at, rows = requests.tolist(), sizes.tolist(), 0, []
+            counts = [r[4] for r in req_l]
+            if sum(counts) != len(size_l) or min(counts, default=1) <= 0 or sum(size_l) != len(recs):
+                log.error("slab whose request counts and record sizes disagree: refused whole")
+                out.append((j, (P.PUT_RESULT, P.result_bytes([(r[0], P.SYSTEM_ERROR, r[2], 0, 0, 0, 0, 0, 0)
+                                                               for r in req_l], [-1] * len(size_l)))))
+                continue
             rec_start = list(itertools.accumulate(size_l, initial=0))
-            for (_rid, tidx, qid, sys_flag, count, _fl, _pad) in requests.tolist():
+            for (_rid, tidx, qid, sys_flag, count, _fl, _pad) in req_l:
                 starts, rsizes = rec_start[at:at + count], size_l[at:at + count]
                 at += count
                 total += sum(rsizes)
@@ -290,16 +298,16 @@ class WriterService:
                 else:
                     status = P.SUCCESS
                 rows.append([status, tidx, qid, count, sys_flag, starts, rsizes])
-            plan.append((j, requests, sizes, recs, rows))
+            plan.append((j, req_l, recs, rows))
         if any(r[0] == P.SUCCESS for *_, rows in plan for r in rows) and not self._ensure_files(total):
             for *_, rows in plan:
                 for r in rows:
                     if r[0] == P.SUCCESS:
                         r[0] = P.SERVICE_NOT_AVAILABLE
-        out, next_qoff = [], self.next_qoff
-        for j, requests, sizes, recs, rows in plan:
+        next_qoff = self.next_qoff
+        for j, req_l, recs, rows in plan:
             results, phys_out = [], []
-            for (req_id, *_), (status, tidx, qid, count, sys_flag, starts, rsizes) in zip(requests.tolist(), rows):
+            for (req_id, *_), (status, tidx, qid, count, sys_flag, starts, rsizes) in zip(req_l, rows):
                 if status != P.SUCCESS:
                     results.append((req_id, status, qid, 0, 0, 0, 0, count, 0))
                     phys_out += [-1] * count
