@@ -1,0 +1,46 @@
+"""WriterLink against an in-process writer: a slab pushed at the end of a loop turn, the next one
+held (and growing) while the writer works on it, pushed as one ring entry when the writer's answer
+wakes the loop through the slot's pipe; every waiter answered once, in order."""
+import asyncio
+
+from readers.link import WriterLink
+from tests.unit.writer.rig import running_store, small_config
+from writer.client import RingClient
+
+
+def test_a_slab_waits_while_the_writer_works_on_the_last_one(tmp_path):
+    cfg = small_config(tmp_path / "store", "link")
+    with running_store(cfg) as (sh, w, _d, _c):
+        async def main():
+            link = WriterLink(cfg, sh)
+            got = []
+            tidx = link.topics.lookup("TBW102")
+            host = ("127.0.0.1", 5555)
+
+            def send(i):
+                recs = link.ring.records(b"TBW102", 0, 0, [b"m%d" % i], [b""], [0], 1, host)
+                link.append(RingClient.row(tidx, 0, 0, host, 1, False), recs,
+                            lambda status, qid, qoff, phys, end, remark: got.append((i, status, qoff)))
+
+            def in_ring():
+                return len(link.ring.requests.entries())
+
+            try:
+                send(0)
+                await asyncio.sleep(0)            # end of the loop turn: the idle writer gets it
+                assert in_ring() == 1 and link.slab is None
+                send(1)
+                await asyncio.sleep(0)
+                send(2)
+                await asyncio.sleep(0)            # the writer has not taken slab 0: these wait
+                assert in_ring() == 1 and len(link.slab.rows) == 2
+                assert w.step()                   # answers slab 0 and posts the slot's pipe
+                await asyncio.sleep(0.05)
+                assert got == [(0, 0, 0)]
+                assert in_ring() == 1 and link.slab is None    # the held two went as one entry
+                assert w.step()
+                await asyncio.sleep(0.05)
+                assert got == [(0, 0, 0), (1, 0, 1), (2, 0, 2)] and not link.busy
+            finally:
+                link.close()
+        asyncio.run(main())
