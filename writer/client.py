@@ -16,6 +16,7 @@ import fcntl
 import functools
 import json
 import os
+import struct
 import time
 from dataclasses import dataclass, field
 
@@ -27,6 +28,7 @@ from store import message
 from writer import protocol as P
 
 EPOCH_SHIFT = 40
+_RID = struct.Struct("<Q")          # a RESULT row's leading req_id
 LOST = "writer restarted; outcome unknown"
 
 
@@ -320,12 +322,11 @@ class RingClient:
         got = 0
         for kind, payload, after in self.responses.entries():
             if kind == P.PUT_RESULT:
-                head = payload[:P.RESULT_HEAD.itemsize].view(P.RESULT_HEAD)[0]
-                nq, nr = int(head["n_requests"]), int(head["n_records"])
+                nq, nr = P.RESULT_HEAD_S.unpack_from(payload, 0)
                 at = P.RESULT_HEAD.itemsize
                 res = payload[at:at + nq * P.RESULT.itemsize].view(P.RESULT)
+                rid = _RID.unpack_from(payload, at)[0] if nq else None
                 at += nq * P.RESULT.itemsize
-                rid = int(res["req_id"][0]) if nq else None
                 self.awaiting.pop(rid, None)
                 answered = self.in_flight.pop(rid, None)
                 if answered is not None:

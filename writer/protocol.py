@@ -94,8 +94,9 @@ def result_bytes(results: list[tuple], phys: list[int]) -> list:
 
 def parse_slab(payload: np.ndarray):
     """-> (requests, sizes, records uint8 view, byte offset of records inside ``payload``)."""
-    head = payload[:SLAB_HEAD.itemsize].view(SLAB_HEAD)[0]
-    nq, nr, nb = int(head["n_requests"]), int(head["n_records"]), int(head["records_bytes"])
+    if len(payload) < SLAB_HEAD.itemsize:
+        raise ValueError(f"slab of {len(payload)} bytes has no head")
+    nq, nr, nb = SLAB_HEAD_S.unpack_from(payload, 0)
     at = SLAB_HEAD.itemsize
     requests = payload[at:at + nq * REQUEST.itemsize].view(REQUEST)
     at += nq * REQUEST.itemsize

@@ -137,8 +137,8 @@ class WriterService:
 
     def _response_size(self, kind: int, payload: np.ndarray) -> int:
         if kind == P.PUT and len(payload) >= P.SLAB_HEAD.itemsize:
-            head = payload[:P.SLAB_HEAD.itemsize].view(P.SLAB_HEAD)[0]
-            n = P.RESULT_HEAD.itemsize + int(head["n_requests"]) * P.RESULT.itemsize + int(head["n_records"]) * 8
+            n_requests, n_records, _bytes = P.SLAB_HEAD_S.unpack_from(payload, 0)
+            n = P.RESULT_HEAD.itemsize + n_requests * P.RESULT.itemsize + n_records * 8
         elif kind in (P.OFFSET, P.GROUP):
             return 0
         else:
