@@ -321,7 +321,7 @@ class WriterService:
                 qoff0 = int(next_qoff[slot]) if queued else 0
                 if queued:
                     next_qoff[slot] = qoff0 + count
-                ts_at = 68 if sys_flag & message.BORNHOST_V6 else 56
+                ts_at = message.store_ts_at(sys_flag)
                 first = None
                 for k, (st, z) in enumerate(zip(starts, rsizes)):
                     phys = self._place_one(z)
