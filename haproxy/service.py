@@ -41,8 +41,8 @@ def max_connections() -> int:
 
 
 def render(cfg) -> str:
-    servers = "\n".join(f"    server reader-{i} 127.0.0.1:{cfg.reader_port(i)} check inter 1s fall 1 rise 1"
-                        for i in range(cfg.readerProcessNums))
+    servers = "\n".join(f"    server reader-{i} 127.0.0.1:{cfg.reader_port(i)} check inter 1s fall 1 rise 1 "
+                        f"send-proxy-v2 check-send-proxy" for i in range(cfg.readerProcessNums))
     return f"""# generated from {cfg.source} by rocketbox; edits are overwritten at the next start
 global
     maxconn {max_connections()}

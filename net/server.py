@@ -11,7 +11,8 @@ itself through ``Connection.send_reply`` (sends: no task per message).  Rules, F
 * ``HeaderError`` (a field missing or of the wrong type): SYSTEM_ERROR with its text as remark;
 * any other exception in a handler: logged, SYSTEM_ERROR with the exception's text;
 * oneway requests are never answered; responses from clients (to requests we sent) are dropped;
-* a connection idle for ``idle_s`` (no read, no write) is closed, as Netty's 120 s.
+* a connection idle for ``idle_s`` (no read, no write) is closed, as Netty's 120 s;
+* a PROXY v2 header in front of the first frame (HAProxy's, net/proxy.py) gives the peer address.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import inspect
 import logging
 import time
 
+from net import proxy
 from remoting import codec
 from remoting.codec import Command, Decoder, FrameError
 from remoting.codes import ResponseCode
@@ -37,6 +39,7 @@ class Connection(asyncio.Protocol):
         self.peer, self.peer_addr = "?", ("127.0.0.1", 0)    # "host:port" for logs; (host, port)
         self.last_io = time.monotonic()
         self.out: list[bytes] = []        # replies of this loop turn, written as one
+        self.head = b""                   # the first bytes, until we know whether a PROXY header leads
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -52,6 +55,10 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_io = time.monotonic()
+        if self.head is not None:
+            data = self._proxy_header(data)
+            if not data:
+                return
         try:
             commands = self.decoder.feed(data)
         except FrameError as e:
@@ -61,6 +68,24 @@ class Connection(asyncio.Protocol):
         for cmd in commands:
             if not cmd.is_response:
                 self._dispatch(cmd)
+
+    def _proxy_header(self, data: bytes) -> bytes:
+        """Strip a PROXY v2 header (net/proxy.py) and take the client address from it; what
+        follows it, b"" while more bytes are needed."""
+        self.head += data
+        try:
+            got = proxy.parse(self.head)
+        except proxy.ProxyError as e:
+            log.warning("%s: closing connection from %s: %s", self.server.name, self.peer, e)
+            self.transport.close()
+            return b""
+        if got is None:
+            return b""
+        used, addr = got
+        data, self.head = self.head[used:], None
+        if addr is not None:
+            self.peer_addr, self.peer = addr, f"{addr[0]}:{addr[1]}"
+        return data
 
     def _dispatch(self, cmd: Command) -> None:
         handler = self.server.handlers.get(cmd.code)

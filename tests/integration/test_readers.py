@@ -242,3 +242,28 @@ def test_sync_flush_times_out_while_the_flusher_is_frozen_and_recovers(appliance
     finally:
         os.kill(flusher, signal.SIGCONT)
         w.close()
+
+
+def test_born_host_is_the_client_behind_haproxy_and_readers_take_plain_connections(appliance_factory):
+    """HAProxy sends PROXY v2 headers to the readers: a record's born host is the producer's own
+    address, not HAProxy's; a tool connecting straight to a reader (no header) is served too."""
+    app = appliance_factory().start()
+    w = Wire("127.0.0.1", app.cfg.listenPort)
+    direct = Wire("127.0.0.1", app.cfg.reader_port(0))
+    try:
+        assert send_v2(w, "Born", b"via-haproxy").code == RC.SUCCESS
+        assert send_v2(direct, "Born", b"direct").code == RC.SUCCESS
+        deadline, recs = time.monotonic() + 5, {}
+        while len(recs) < 2 and time.monotonic() < deadline:      # a reply comes before dispatch
+            body, at = pull(w, "Born", 0).body, 0
+            while at < len(body):
+                r = message.decode_record(body, at)
+                recs[r.body] = r
+                at += r.total_size
+            time.sleep(0.02)
+        assert recs[b"via-haproxy"].born_port == w.sock.getsockname()[1]
+        assert recs[b"direct"].born_port == direct.sock.getsockname()[1]
+        assert recs[b"via-haproxy"].born_ip == b"\x7f\x00\x00\x01"
+    finally:
+        direct.close()
+        w.close()
