@@ -218,15 +218,20 @@ class DispatcherService:
         if keep.size == 0:
             return
         order = keep[np.argsort(slots[keep], kind="stable")]
-        cut = np.flatnonzero(np.diff(slots[order])) + 1
+        s_sorted, qoffs = slots[order], b.queue_offset[order]
+        phys, size, tag = b.phys[order], b.size[order], tags[order]       # each queue's run is a slice now
+        same = s_sorted[1:] == s_sorted[:-1]
+        gap = np.flatnonzero(same & (qoffs[1:] - qoffs[:-1] != 1))
+        if gap.size:
+            i = int(gap[0])
+            raise CorruptData("commitlog", int(phys[i]), f"queue offsets of {self.slot_key[int(s_sorted[i])]} "
+                                                         "are not dense in one pass")
+        bounds = [0, *(np.flatnonzero(~same) + 1).tolist(), len(order)]
         qmax, qmin = self.sh.views["queue_max"], self.sh.views["queue_min"]
-        for rows in np.split(order, cut):
-            slot = int(slots[rows[0]])
-            qoffs = b.queue_offset[rows]
-            if len(rows) > 1 and not (np.diff(qoffs) == 1).all():
-                raise CorruptData("commitlog", int(b.phys[rows[0]]), f"queue offsets of {self.slot_key[slot]} are not dense in one pass")
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            slot = int(s_sorted[lo])
             cq = self._cq(self.slot_key[slot])
-            cq.put(int(qoffs[0]), b.phys[rows], b.size[rows], tags[rows])
+            cq.put(int(qoffs[lo]), phys[lo:hi], size[lo:hi], tag[lo:hi])
             qmin[slot] = cq.min_offset
             qmax[slot] = cq.max_offset
 

@@ -89,9 +89,8 @@ class ConsumeQueue:
     def put(self, queue_offset: int, phys: np.ndarray, size: np.ndarray, tags: np.ndarray) -> int:
         """Write entries for consecutive queue offsets from ``queue_offset``.  Entries already
         present (phys+size <= max_phys) are skipped; returns how many were written."""
-        keep = (phys + size) > self.max_phys
-        if not keep.all():
-            first = int(np.argmax(keep)) if keep.any() else len(keep)
+        if len(phys) and int(phys[0]) + int(size[0]) <= self.max_phys:    # a re-dispatch: skip what is there
+            first = int(np.searchsorted(phys + size, self.max_phys, side="right"))  # phys only grows in a queue
             queue_offset += first
             phys, size, tags = phys[first:], size[first:], tags[first:]
         if len(phys) == 0:

@@ -4,9 +4,12 @@ delivery times of delayed messages, transaction records left out, and every inde
 
 import time
 
+import pytest
+
 from readers.storeview import StoreView
 from shm.layout import C
 from store import indexfile, message
+from store.errors import CorruptData
 from store.javahash import index_key_hash, string_hash
 from tests.unit.writer.rig import running_store, small_config
 from writer.client import PutRequest
@@ -102,3 +105,16 @@ def test_pace_pauses_only_when_no_long_poll_waits_and_the_pass_caught_up(tmp_pat
         assert paused() >= 0.25                      # under load: let writes gather
         assert paused(waiting=1) < 0.1               # a parked long poll wants the next write now
         assert paused(short=True) < 0.1              # catching up with a backlog: no pause
+
+
+def test_queue_offsets_with_a_gap_in_one_pass_are_corruption(tmp_path):
+    cfg = small_config(tmp_path / "store", "gap")
+    with running_store(cfg) as (sh, w, d, c):
+        t = c.submit([PutRequest("TBW102", 1, [b"m%d" % i], [{}]) for i in range(3)])
+        w.step()
+        second = c.collect(t, 1)[1].phys_offsets[0]
+        mf = w.commitlog.file_for(second)
+        at = second - mf.start + message.QUEUE_OFFSET_AT
+        mf.mm[at:at + 8] = (7).to_bytes(8, "big")        # a record claiming queue offset 7 after 0
+        with pytest.raises(CorruptData, match="not dense"):
+            d.step()

@@ -30,9 +30,13 @@ def test_roll_reopen_and_idempotent_put(tmp_path):
     assert sorted(os.listdir(tmp_path / "consumequeue/T/1")) == [
         "00000000000000000000", "00000000000000000100", "00000000000000000200"]
     assert cq.put(5, phys[5:], np.full(7, 100), np.arange(5, 12)) == 0   # re-dispatch skipped
+    more = np.arange(10, 14, dtype=np.int64) * 100                        # half present, half new
+    assert cq.put(10, more, np.full(4, 100), np.arange(10, 14)) == 2
+    assert cq.max_offset == 14 and cq.max_phys == 1400
     cq.close()
     cq = ConsumeQueue(str(tmp_path), "T", 1, size, False).load()
-    assert cq.max_offset == 12 and cq.max_phys == 1200
+    assert cq.max_offset == 14 and cq.max_phys == 1400
+    assert cq.entries(11, 3)["phys"].tolist() == [1100, 1200, 1300]
     e = cq.entries(5, 3)
     assert e["phys"].tolist() == [500, 600, 700] and e["tags"].tolist() == [5, 6, 7]
     cq.close()
