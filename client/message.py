@@ -78,15 +78,11 @@ class MessageExt:
 
 
 def decode_messages(body: bytes, broker_name: str = "") -> list[MessageExt]:
-    out, at = [], 0
-    while at < len(body):
-        r = codec.decode_record(body, at, "pull body")
-        payload = r.body
-        if r.sys_flag & codec.COMPRESSED:
-            payload = zlib.decompress(payload)
+    out = []
+    for r in codec.decode_records(body, "pull body"):
+        payload = zlib.decompress(r.body) if r.sys_flag & codec.COMPRESSED else r.body
         out.append(MessageExt(r.topic, payload, r.properties, r.queue_id, r.queue_offset, r.phys_offset, r.msg_id,
                               r.born_ts, r.store_ts, r.reconsume_times, r.flag, broker_name))
-        at += r.total_size
     return out
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 import time
 
 import numpy as np
@@ -29,7 +28,6 @@ from store.mappedfile import MappedFileQueue
 
 log = logging.getLogger("rocketbox.dispatcher")
 SCHEDULE_TOPIC = b"SCHEDULE_TOPIC_XXXX"
-_HEAD = struct.Struct(">ii")
 _NAMES = (b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY")     # the properties the dispatcher reads
 
 
@@ -129,7 +127,7 @@ class DispatcherService:
         mm, base = mf.mm, mf.start
         at, limit = pos - base, min(written - base, fsize, pos - base + self.max_pass_bytes)
         starts, sizes = [], []
-        unpack = _HEAD.unpack_from
+        unpack = message.HEAD.unpack_from
         while at < limit:                        # the only per-record loop: where records start
             total, magic = unpack(mm, at)
             if magic != message.MAGIC:

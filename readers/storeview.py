@@ -38,11 +38,7 @@ class Pulled:
 
     def records(self) -> list[message.Record]:
         """The records decoded (tests, tools)."""
-        buf, out, at = self.body(), [], 0
-        while at < len(buf):
-            out.append(message.decode_record(buf, at))
-            at += out[-1].total_size
-        return out
+        return message.decode_records(self.body())
 
 
 class StoreView:

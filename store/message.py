@@ -43,7 +43,8 @@ MAGIC = -626843481          # 0xDAA320A7, MESSAGE_MAGIC_CODE (v1)
 MAGIC_V2 = -626843477       # 0xDAA320AB, 5.x two-byte topic length; recognised, never written
 BLANK_MAGIC = -875286124    # 0xCBD43194, end-of-file filler
 END_FILE_MIN_BLANK = 8      # [i32 remaining][i32 BLANK_MAGIC]
-BLANK = struct.Struct(">ii")
+HEAD = struct.Struct(">ii")  # a record's TOTALSIZE and MAGIC; a BLANK filler's remaining bytes and BLANK_MAGIC
+BLANK = HEAD
 
 # MessageSysFlag (FACTS §4.4)
 COMPRESSED = 0x1
@@ -140,7 +141,8 @@ _BATCH_HEAD = struct.Struct(">iiiii")        # totalSize, magic (0), bodyCRC (0)
 
 
 def encode_client_batch(messages: list[tuple[int, bytes, str]]) -> bytes:
-    """The client side of ``decode_client_batch``: [(flag, body, properties string)] -> batch body."""
+    """A SEND_BATCH_MESSAGE body (FACTS §4.2), the client side of ``encode_batch_records``:
+    [(flag, body, properties string)] -> batch body."""
     out = []
     for flag, body, props in messages:
         p = props.encode()
@@ -230,8 +232,7 @@ class _Template:
         self.fixed = hsize + len(self.tail) + 2
 
     def record(self, body, props: bytes, flag: int) -> bytes:
-        return b"".join((_LEAD.pack(self.fixed + len(body) + len(props), MAGIC, zlib.crc32(body) & 0x7FFFFFFF,
-                                    self.queue_id, flag), self.middle, _I32.pack(len(body)), body, self.tail,
+        return b"".join((_LEAD.pack(self.fixed + len(body) + len(props), MAGIC, body_crc(body), self.queue_id, flag), self.middle, _I32.pack(len(body)), body, self.tail,
                          _I16.pack(len(props)), props))
 
 
@@ -347,6 +348,15 @@ def decode_record(buf, pos: int = 0, where: str = "record") -> Record:
     h, body, topic, props = _fields(buf, pos, where)
     return Record(h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9], h[10], h[11], h[12],
                   h[13], h[14], h[15], body, topic.decode(), parse_properties(props.decode()))
+
+
+def decode_records(buf, where: str = "records") -> list[Record]:
+    """Every record of ``buf``, whole records back to back (a pull body)."""
+    out, at = [], 0
+    while at < len(buf):
+        out.append(decode_record(buf, at, where))
+        at += out[-1].total_size
+    return out
 
 
 def check_record(buf, pos: int, check_crc: bool = True, where: str = "commitlog"):

@@ -37,7 +37,7 @@ from writer.topics import TopicTable
 
 log = logging.getLogger("rocketbox.writer")
 _TS_PATCH = np.arange(8)
-_HEAD, _Q, _QQ = struct.Struct(">ii"), struct.Struct(">q"), struct.Struct(">qq")   # QQ: queue then phys offset
+_Q, _QQ = struct.Struct(">q"), struct.Struct(">qq")   # QQ: queue then phys offset
 assert message.PHYS_OFFSET_AT == message.QUEUE_OFFSET_AT + 8
 FEW_REQUESTS = 32            # passes of at most this many requests take _put_few
 
@@ -292,7 +292,7 @@ class WriterService:
                     status = P.TOPIC_NOT_EXIST
                 elif not 0 <= qid < topic[1]:
                     status = P.SYSTEM_ERROR
-                elif any(not 91 <= z <= max_size or _HEAD.unpack_from(recs, st) != (z, message.MAGIC)
+                elif any(not 91 <= z <= max_size or message.HEAD.unpack_from(recs, st) != (z, message.MAGIC)
                          for st, z in zip(starts, rsizes)):
                     status = P.MESSAGE_ILLEGAL
                 else:
@@ -340,10 +340,7 @@ class WriterService:
         pos, fsize = self.write_pos, self.file_size
         file_end = (pos // fsize + 1) * fsize
         if pos + size + message.END_FILE_MIN_BLANK > file_end:
-            mf = self.commitlog.file_for_write(pos)
-            mf.view[pos - mf.start:pos - mf.start + 8] = np.frombuffer(
-                message.BLANK.pack(file_end - pos, message.BLANK_MAGIC), np.uint8)
-            pos = file_end
+            pos = self._blank_to(pos, file_end)
         self.write_pos = pos + size
         return pos
 
@@ -473,12 +470,15 @@ class WriterService:
                 pos = int(ends[k - 1])
             i += k
             if i < n:
-                mf = self.commitlog.file_for_write(pos)
-                at = pos - mf.start
-                mf.view[at:at + 8] = np.frombuffer(message.BLANK.pack(file_end - pos, message.BLANK_MAGIC), np.uint8)
-                pos = file_end
+                pos = self._blank_to(pos, file_end)
         self.write_pos = pos
         return phys
+
+    def _blank_to(self, pos: int, file_end: int) -> int:
+        """The rest of a full file from ``pos`` is a BLANK filler; the next file starts at its end."""
+        mf = self.commitlog.file_for_write(pos)
+        message.BLANK.pack_into(mf.mm, pos - mf.start, file_end - pos, message.BLANK_MAGIC)
+        return file_end
 
     def _patch(self, recs, src, qoff, phys, ts: int, sys_flags) -> None:
         """Queue offset, physical offset and store timestamp, written into the records in the ring."""

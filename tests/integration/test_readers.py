@@ -33,12 +33,7 @@ def pull(w: Wire, topic: str, offset: int, queue: int = 0, flag: int = 0, suspen
 
 
 def bodies(resp) -> list[bytes]:
-    out, at = [], 0
-    while at < len(resp.body):
-        r = message.decode_record(resp.body, at)
-        out.append(r.body)
-        at += r.total_size
-    return out
+    return [r.body for r in message.decode_records(resp.body)]
 
 
 def pull_n(w: Wire, topic: str, n: int, **kw) -> list[bytes]:
@@ -79,10 +74,7 @@ def test_sends_in_every_dialect_and_pulls_back(appliance_factory):
     assert pull_n(w, "Orders", 4) == [b"one", b"two", b"three", b"four"]
     p = pull(w, "Orders", 0)
     assert p.ext["nextBeginOffset"] == "4" and p.ext["maxOffset"] == "4" and p.remark == "FOUND"
-    recs, at = [], 0
-    while at < len(p.body):
-        recs.append(message.decode_record(p.body, at))
-        at += recs[-1].total_size
+    recs = message.decode_records(p.body)
     assert [x.flag for x in recs[1:3]] == [7, 8]
     assert recs[2].properties["TAGS"] == "TagB" and recs[2].properties["WAIT"] == "true"
     assert recs[0].properties["CLUSTER"] == "DefaultCluster"
@@ -255,11 +247,7 @@ def test_born_host_is_the_client_behind_haproxy_and_readers_take_plain_connectio
         assert send_v2(direct, "Born", b"direct").code == RC.SUCCESS
         deadline, recs = time.monotonic() + 5, {}
         while len(recs) < 2 and time.monotonic() < deadline:      # a reply comes before dispatch
-            body, at = pull(w, "Born", 0).body, 0
-            while at < len(body):
-                r = message.decode_record(body, at)
-                recs[r.body] = r
-                at += r.total_size
+            recs = {r.body: r for r in message.decode_records(pull(w, "Born", 0).body)}
             time.sleep(0.02)
         assert recs[b"via-haproxy"].born_port == w.sock.getsockname()[1]
         assert recs[b"direct"].born_port == direct.sock.getsockname()[1]
