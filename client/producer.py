@@ -105,6 +105,8 @@ class Producer:
         return await self._send(topic, {}, body, 0, True, queue, oneway=False, ids=ids)
 
     async def _send(self, topic, props, body, flag, batch, queue, oneway, ids=None):
+        """``ids``: the SendResult's msgId (a batch's, comma-joined); default the UNIQ_KEY in ``props``."""
+        ids = props.get("UNIQ_KEY", "") if ids is None else ids
         route, via_default = await self._route(topic)
         avoid, last = None, None
         tries = 1 if (queue is not None or oneway) else 1 + self.retries
@@ -133,5 +135,5 @@ class Producer:
                 continue
             if via_default:
                 self.instance.routes.pop(topic, None)      # the broker has the topic now: re-read its route
-            return SendResult(STATUS[resp.code], props.get("UNIQ_KEY", "") if ids is None else ids, resp.ext.get("msgId", ""), mq, int(resp.ext.get("queueOffset", -1)))
+            return SendResult(STATUS[resp.code], ids, resp.ext.get("msgId", ""), mq, int(resp.ext.get("queueOffset", -1)))
         raise last

@@ -4,7 +4,8 @@ processes listen with.
 One ``Decoder`` per connection.  Each request goes to the handler registered for its code; a
 handler returns the response ``Command`` (or None: nothing to say), a coroutine for work that
 waits (long polls, topic creation), or ``DEFERRED``: it has taken the request and will answer it
-itself through ``Connection.send_reply`` (sends: no task per message).  Rules, FACTS §1.7 and STYLE "errors at the edges":
+itself through ``Connection.send_reply`` (sends: no task per message).
+Rules, FACTS §1.7 and STYLE "errors at the edges":
 
 * bytes that are not a frame: one bounded log line, that connection closed, the server lives on;
 * no handler for the code: REQUEST_CODE_NOT_SUPPORTED, " request type N not supported";

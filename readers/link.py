@@ -9,16 +9,15 @@ complete; the reader's 1 s tick does the same, so nothing hangs on a lost wake.
 Appends are batched per loop turn: every request that arrives on any connection before the loop
 comes round again goes into one slab (one ring entry; a new one when the entry or its reply would
 not fit), held and growing while the writer still works on this reader's last slab.  No future or
-task per message: each request carries a ``waiter`` callable, called
-with its outcome when the slab's reply is read, and SYNC_FLUSH waits are a queue ordered by end
-offset (replies come in append order) with one timer for the oldest.
+task per message: each request carries a ``waiter`` callable, called with its outcome when the
+slab's reply is read, and SYNC_FLUSH waits are a queue ordered by end offset (replies come in
+append order) with one timer for the oldest.
 """
 from __future__ import annotations
 
 import asyncio
 import collections
 import logging
-import time
 
 import numpy as np
 
@@ -43,7 +42,7 @@ class WriterLink:
         self.slab: _Slab | None = None                              # this loop turn's appends
         self.slab_budget = self.ring.requests.max_entry - 256
         self.slab_records = self.ring.responses.capacity // (4 * (P.RESULT.itemsize + 8))   # so its reply fits
-        self.flush_waits: collections.deque = collections.deque()  # (end offset, deadline, callback)
+        self.flush_waits: collections.deque = collections.deque()  # (end offset, loop-time deadline, callback)
         self.flush_timer: asyncio.TimerHandle | None = None
         self.pushed_end = 0                                         # ring position past our last slab
         self.polls: list[tuple[str, int, int, asyncio.Future]] = []   # long polls: topic, queue, offset
@@ -149,10 +148,10 @@ class WriterLink:
             callback(True)
             return
         waits = self.flush_waits
-        waits.append((end_offset, time.monotonic() + timeout_s, callback))
+        waits.append((end_offset, self.loop.time() + timeout_s, callback))
         if len(waits) == 1:
             self._publish_flush_wait()
-            self.flush_timer = self.loop.call_later(timeout_s, self._flush_timeouts)
+            self.flush_timer = self.loop.call_at(waits[0][1], self._flush_timeouts)
 
     def _publish_flush_wait(self) -> None:
         self.row[S.FLUSH_WAIT] = self.flush_waits[0][0] if self.flush_waits else 0
@@ -168,7 +167,7 @@ class WriterLink:
         self._rearm_flush_timer()
 
     def _flush_timeouts(self) -> None:
-        now, waits = time.monotonic(), self.flush_waits
+        now, waits = self.loop.time(), self.flush_waits
         while waits and waits[0][1] <= now:
             waits.popleft()[2](False)
         self._rearm_flush_timer()
@@ -179,8 +178,7 @@ class WriterLink:
             self.flush_timer = None
         self._publish_flush_wait()
         if self.flush_waits:
-            self.flush_timer = self.loop.call_at(self.loop.time() + self.flush_waits[0][1] - time.monotonic(),
-                                                 self._flush_timeouts)
+            self.flush_timer = self.loop.call_at(self.flush_waits[0][1], self._flush_timeouts)
 
     # ------------------------------------------------------------ long polling
     async def grown(self, topic: str, queue_id: int, offset: int, timeout_s: float) -> bool:

@@ -20,8 +20,7 @@ import struct
 import numpy as np
 
 HEADER_SIZE = 128
-ENTRY_HEADER = np.dtype([("length", "<u4"), ("kind", "<u4")])
-_ENTRY = struct.Struct("<II")             # ENTRY_HEADER
+ENTRY_HEADER = struct.Struct("<II")       # length (header + payload, unpadded), kind
 WRAP = 0xFFFFFFFF
 
 
@@ -73,10 +72,10 @@ class Ring:
         if need > self.capacity - (w - r):
             return False
         if padded > tail:
-            _ENTRY.pack_into(self.mv, at, tail, WRAP)
+            ENTRY_HEADER.pack_into(self.mv, at, tail, WRAP)
             w += tail
             at = 0
-        _ENTRY.pack_into(self.mv, at, length, kind)
+        ENTRY_HEADER.pack_into(self.mv, at, length, kind)
         i = at + 8
         for p in parts:
             n = p.nbytes
@@ -94,7 +93,7 @@ class Ring:
         taken = 0
         while r < w:
             at = r % self.capacity
-            length, kind = _ENTRY.unpack_from(self.mv, at)
+            length, kind = ENTRY_HEADER.unpack_from(self.mv, at)
             if kind != WRAP and (length < 8 or at + length > self.capacity):
                 raise RingCorrupt(f"entry at {r} claims {length} bytes")
             if kind == WRAP:

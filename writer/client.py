@@ -155,10 +155,14 @@ class RingClient:
             os.close(self.lock_fd)
             self.lock_fd = -1
 
-    def _next_ids(self, n: int) -> np.ndarray:
-        ids = (self.epoch << EPOCH_SHIFT) + self.seq + 1 + np.arange(n, dtype=np.uint64)
+    def _reserve_ids(self, n: int) -> int:
+        """The first of ``n`` new request ids: (claim epoch << 40) | sequence."""
+        first = (self.epoch << EPOCH_SHIFT) + self.seq + 1
         self.seq += n
-        return ids
+        return first
+
+    def _next_ids(self, n: int) -> np.ndarray:
+        return self._reserve_ids(n) + np.arange(n, dtype=np.uint64)
 
     # ------------------------------------------------------------ encode
     def encode(self, reqs: list[PutRequest]):
@@ -278,8 +282,7 @@ class RingClient:
     def push_rows(self, rows: list[tuple], sizes: list[int], records: bytes, answered) -> None:
         """``push_slab`` from Python rows (P.REQUEST tuples, req_id 0) and record sizes: the same
         ring entry built with ``struct``, cheaper than numpy for the few requests of a loop turn."""
-        rid = (self.epoch << EPOCH_SHIFT) + self.seq + 1
-        self.seq += len(rows)
+        rid = self._reserve_ids(len(rows))
         rows = [(rid + i, *r[1:]) for i, r in enumerate(rows)]
         self.in_flight[rid] = answered
         self.awaiting[rid] = self._push(P.PUT, P.slab_bytes(rows, sizes, records))
@@ -315,7 +318,7 @@ class RingClient:
             if rid in self.in_flight:
                 self.in_flight.pop(rid)(None, None)
             elif rid in self.topic_replies:
-                self.topic_replies[rid] = PutResult(P.SYSTEM_ERROR, remark="writer restarted; outcome unknown")
+                self.topic_replies[rid] = PutResult(P.SYSTEM_ERROR, remark=LOST)
 
     def poll(self) -> int:
         """Read every reply that has arrived; returns how many ring entries were answered."""
@@ -382,7 +385,7 @@ class RingClient:
 
     def push_topic(self, tc: dict) -> int:
         """Send a TopicConfig to the writer; its reply lands in ``topic_replies[rid]``."""
-        rid = int(self._next_ids(1)[0])
+        rid = self._reserve_ids(1)
         head = np.zeros(1, P.TOPIC_REQ)
         head[0] = (rid,)
         self.topic_replies[rid] = None
