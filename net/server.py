@@ -122,11 +122,14 @@ class Connection(asyncio.Protocol):
             self.send(resp)
 
     def send(self, cmd: Command) -> None:
-        """Queue ``cmd``; everything queued in this loop turn goes out in one write (one syscall
-        and, through HAProxy, one packet for a pipelining client's whole burst)."""
+        self.write(codec.encode(cmd))
+
+    def write(self, frame: bytes) -> None:
+        """Queue an encoded frame; everything queued in this loop turn goes out in one write (one
+        syscall and, through HAProxy, one packet for a pipelining client's whole burst)."""
         if not self.out:
             asyncio.get_running_loop().call_soon(self._write_out)
-        self.out.append(codec.encode(cmd))
+        self.out.append(frame)
 
     def _write_out(self) -> None:
         out, self.out = self.out, []

@@ -24,6 +24,7 @@ import numpy as np
 from readers.storeview import StoreView
 from shm.layout import C, S
 from shm.tables import OffsetIndex, TopicIndex
+from store.message import Records
 from writer import protocol as P
 from writer.client import LOST, RingClient
 
@@ -99,13 +100,14 @@ class WriterLink:
         """Appends or flush waits not answered yet."""
         return bool(self.slab or self.ring.in_flight or self.flush_waits)
 
-    def append(self, row: tuple, records: list[bytes], waiter) -> None:
+    def append(self, row: tuple, records: Records, waiter) -> None:
         """Queue one request (its P.REQUEST ``row`` and stored records) for this loop turn's slab.
         ``waiter(status, queue_id, queue_offset, phys_offsets, end_offset, remark)`` gets its outcome."""
-        size = P.REQUEST.itemsize + sum(len(r) + 4 for r in records)
+        sizes = records.sizes
+        size = P.REQUEST.itemsize + sum(sizes) + 4 * len(sizes)
         slab = self.slab
         if slab is not None and (slab.nbytes + size > self.slab_budget
-                                 or len(slab.sizes) + len(records) > self.slab_records):
+                                 or len(slab.sizes) + len(sizes) > self.slab_records):
             self.slab = None
             self._push(slab)
             slab = None
@@ -113,8 +115,8 @@ class WriterLink:
             slab = self.slab = _Slab()
             self.loop.call_soon(self._submit)
         slab.rows.append(row)
-        slab.sizes += [len(r) for r in records]
-        slab.records += records
+        slab.sizes += sizes
+        slab.records += records.parts
         slab.waiters.append(waiter)
         slab.nbytes += size
 

@@ -44,10 +44,10 @@ class PullProcessor:
         tidx = self.link.topics.lookup(topic)
         if tidx is None:
             return cmd.response(RC.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
-        meta = self.link.topics.meta[tidx]
-        if not int(meta[T.PERM]) & PERM_READ:
+        meta = self.link.topics.row(tidx)
+        if not meta[T.PERM] & PERM_READ:
             return cmd.response(RC.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden")
-        read_nums = int(meta[T.READ_QUEUE_NUMS])
+        read_nums = meta[T.READ_QUEUE_NUMS]
         if not 0 <= qid < read_nums:
             return cmd.response(RC.SYSTEM_ERROR, f"queueId[{qid}] is illegal, topic:[{topic}] "
                                                  f"topicConfig.readQueueNums:[{read_nums}] consumer:[{conn.peer}]")

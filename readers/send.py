@@ -16,7 +16,7 @@ import random
 import time
 
 from net.server import DEFERRED
-from remoting import headers
+from remoting import codec, headers
 from remoting.codes import RequestCode as R, ResponseCode as RC
 from shm.layout import T
 from store import message
@@ -36,9 +36,10 @@ class SendProcessor:
     def __init__(self, broker):
         self.b, self.cfg, self.link = broker, broker.cfg, broker.link
         self.ring = self.link.ring
-        self.store_ip, self.store_port = self.ring.store_ip, self.ring.store_port
         self.cluster_prop = f"{_SEP}CLUSTER{message.NAME_VALUE_SEP}{self.cfg.brokerClusterName}"
         self.region = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+        self.stored_reply = codec.ResponseTemplate(("msgId", "queueId", "queueOffset"), self.region)
+        self.msg_id = message.MsgIds(self.ring.store_ip, self.ring.store_port)
         self.sync_flush, self.flush_timeout_s = self.cfg.sync_flush, self.cfg.syncFlushTimeout / 1000
 
     def handlers(self) -> dict:
@@ -89,23 +90,25 @@ class SendProcessor:
             self._reply(cmd, conn, qid, qoff, phys, True)
 
     def _reply(self, cmd, conn, qid: int, qoff: int, phys: list, flushed: bool) -> None:
-        ids = ",".join(message.offset_msg_id(self.store_ip, self.store_port, p) for p in phys)
-        ext = {"msgId": ids, "queueId": str(qid), "queueOffset": str(qoff), **self.region}
+        if cmd.is_oneway:
+            return
+        ids = self.msg_id(phys[0]) if len(phys) == 1 else ",".join(map(self.msg_id, phys))
+        values = (ids, str(qid), str(qoff))
         if flushed:
-            conn.send_reply(cmd, cmd.response(RC.SUCCESS, None, ext=ext))
+            conn.write(self.stored_reply.encode(cmd, RC.SUCCESS, None, values))
         else:
-            conn.send_reply(cmd, cmd.response(RC.FLUSH_DISK_TIMEOUT, "FLUSH_DISK_TIMEOUT", ext=ext))
+            conn.write(self.stored_reply.encode(cmd, RC.FLUSH_DISK_TIMEOUT, "FLUSH_DISK_TIMEOUT", values))
 
     def _request(self, cmd, conn, h, tidx: int) -> tuple[tuple, list[bytes], bool]:
         """-> (the P.REQUEST row, the stored records, whether the producer waits for the flush)."""
         topic = h["topic"]
-        meta = self.link.topics.meta[tidx]
-        if not int(meta[T.PERM]) & PERM_WRITE:
+        meta = self.link.topics.row(tidx)
+        if not meta[T.PERM] & PERM_WRITE:
             raise MessageRejected(RC.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
         qid = h["queueId"]
         if qid < 0:
-            qid = random.randrange(max(1, int(meta[T.WRITE_QUEUE_NUMS])))
-        if qid >= self.link.topics.queue_nums(tidx):
+            qid = random.randrange(max(1, meta[T.WRITE_QUEUE_NUMS]))
+        if qid >= max(meta[T.READ_QUEUE_NUMS], meta[T.WRITE_QUEUE_NUMS]):
             raise MessageRejected(RC.SYSTEM_ERROR, f"request queueId[{qid}] is illegal, topic {topic} "
                                                    f"Producer: {conn.peer}")
         props = (h["properties"] or "").rstrip(_SEP)
@@ -123,7 +126,7 @@ class SendProcessor:
         else:
             records = self.ring.records(topic.encode(), qid, sys_flag, [cmd.body], [pbytes], [h["flag"]], born_ts,
                                         born_host, h["reconsumeTimes"] or 0)
-        return RingClient.row(tidx, qid, sys_flag, born_host, len(records), wait), records, wait
+        return RingClient.row(tidx, qid, sys_flag, born_host, len(records.sizes), wait), records, wait
 
     async def _create_topic(self, topic: str, h) -> int:
         """Auto-create an unknown topic as RocketMQ does (FACTS §3.1); its table index."""
@@ -131,11 +134,11 @@ class SendProcessor:
             tc = topic_config(topic, 1, 1)
         else:
             default = self.link.topics.lookup(h["defaultTopic"] or "")
-            meta = self.link.topics.meta[default] if default is not None else None
-            if meta is None or not int(meta[T.PERM]) & PERM_INHERIT or not self.cfg.autoCreateTopicEnable:
+            meta = self.link.topics.row(default) if default is not None else None
+            if meta is None or not meta[T.PERM] & PERM_INHERIT or not self.cfg.autoCreateTopicEnable:
                 raise MessageRejected(RC.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!{FAQ}")
-            nums = max(1, min(h["defaultTopicQueueNums"], int(meta[T.WRITE_QUEUE_NUMS])))
-            tc = topic_config(topic, nums, nums, int(meta[T.PERM]) & ~PERM_INHERIT)
+            nums = max(1, min(h["defaultTopicQueueNums"], meta[T.WRITE_QUEUE_NUMS]))
+            tc = topic_config(topic, nums, nums, meta[T.PERM] & ~PERM_INHERIT)
         status = await self.link.create_topic(tc)
         tidx = self.link.topics.lookup(topic)
         if status != P.SUCCESS or tidx is None:

@@ -80,6 +80,8 @@ def _ext_value(v) -> str:
 
 
 def _int(v, what: str) -> int:
+    if type(v) is int:
+        return v
     if isinstance(v, bool) or not isinstance(v, (int, str)):
         raise FrameError(f"header field {what} is {type(v).__name__}, not an integer")
     try:
@@ -104,8 +106,10 @@ def _json_header(raw: bytes) -> Command:
     ext = h.get("extFields") or {}
     if not isinstance(ext, dict):
         raise FrameError("extFields is not an object")
-    if not all(type(v) is str for v in ext.values()):     # Java's dialect is all strings: kept as is
-        ext = {str(k): _ext_value(v) for k, v in ext.items() if v is not None}
+    for v in ext.values():              # Java's dialect is all strings: kept as is
+        if type(v) is not str:
+            ext = {str(k): _ext_value(v) for k, v in ext.items() if v is not None}
+            break
     remark = h.get("remark")
     return Command(_int(h["code"], "code"), ext,
                    opaque=_int(h.get("opaque", 0), "opaque"), flag=_int(h.get("flag", 0), "flag"),
@@ -113,30 +117,22 @@ def _json_header(raw: bytes) -> Command:
                    version=_int(h.get("version", 0), "version"), serialize_type=JSON)
 
 
-def _binary_header(raw: bytes) -> Command:
+def _binary_header(buf: bytes, at: int, end: int) -> Command:
+    """The ROCKETMQ header in ``buf[at:end]``."""
     try:
-        code, lang, version, opaque, flag, remark_len = _BIN_FIXED.unpack_from(raw, 0)
-        at = _BIN_FIXED.size
-        if remark_len < 0 or at + remark_len > len(raw):
+        if end - at < _BIN_FIXED.size + 4:
+            raise FrameError(f"binary header of {end - at} bytes is too short")
+        code, lang, version, opaque, flag, remark_len = _BIN_FIXED.unpack_from(buf, at)
+        at += _BIN_FIXED.size
+        if remark_len < 0 or at + remark_len + 4 > end:
             raise FrameError(f"remark length {remark_len} runs past the header")
-        remark = raw[at:at + remark_len].decode("utf-8") if remark_len else None
+        remark = buf[at:at + remark_len].decode("utf-8") if remark_len else None
         at += remark_len
-        (ext_len,) = _I32.unpack_from(raw, at)
+        (ext_len,) = _I32.unpack_from(buf, at)
         at += 4
-        if ext_len < 0 or at + ext_len > len(raw):
+        if ext_len < 0 or at + ext_len > end:
             raise FrameError(f"extFields length {ext_len} runs past the header")
-        ext, end = {}, at + ext_len
-        while at < end:
-            (klen,) = _I16.unpack_from(raw, at)
-            key = raw[at + 2:at + 2 + klen]
-            at += 2 + klen
-            (vlen,) = _I32.unpack_from(raw, at)
-            val = raw[at + 4:at + 4 + vlen]
-            at += 4 + vlen
-            if klen < 0 or vlen < 0 or at > end:
-                raise FrameError("extFields entry runs past its map")
-            if klen and vlen:
-                ext[key.decode("utf-8")] = val.decode("utf-8")
+        ext = _ext_map(buf[at:at + ext_len])
     except struct.error as e:
         raise FrameError(f"binary header too short: {e}") from None
     except UnicodeDecodeError as e:
@@ -145,44 +141,85 @@ def _binary_header(raw: bytes) -> Command:
                    version=version, serialize_type=ROCKETMQ)
 
 
-_HEADER_READERS = {JSON: _json_header, ROCKETMQ: _binary_header}
+def _ext_map(raw: bytes) -> dict:
+    """extFields of a binary header: (i16 key length, key, i32 value length, value)...; empty
+    keys and values are dropped, as Java does.  An all-ASCII map (the usual case) is decoded
+    once and sliced, instead of two decodes per entry."""
+    ext, at, n = {}, 0, len(raw)
+    text = raw.decode("latin-1") if raw.isascii() else None
+    k16, v32 = _I16.unpack_from, _I32.unpack_from
+    while at < n:
+        (klen,) = k16(raw, at)
+        key = at + 2
+        (vlen,) = v32(raw, key + klen)
+        val = key + klen + 4
+        at = val + vlen
+        if klen < 0 or vlen < 0 or at > n:
+            raise FrameError("extFields entry runs past its map")
+        if klen and vlen:
+            if text is not None:
+                ext[text[key:key + klen]] = text[val:at]
+            else:
+                ext[raw[key:key + klen].decode("utf-8")] = raw[val:at].decode("utf-8")
+    return ext
+
+
+def _frame(buf: bytes, at: int, end: int) -> Command:
+    """The frame in ``buf[at:end]``, after its length field."""
+    if end - at < 4:
+        raise FrameError(f"frame of {end - at} bytes has no header length")
+    (lt,) = _I32.unpack_from(buf, at)
+    stype, hlen = (lt >> 24) & 0xFF, lt & 0xFFFFFF
+    at += 4
+    if hlen > end - at:
+        raise FrameError(f"header length {hlen} runs past the {end - at + 4}-byte frame")
+    if stype == ROCKETMQ:
+        cmd = _binary_header(buf, at, at + hlen)
+    elif stype == JSON:
+        cmd = _json_header(buf[at:at + hlen])
+    else:
+        raise FrameError(f"unknown serialize type {stype}")
+    cmd.body = buf[at + hlen:end]
+    return cmd
 
 
 def decode_frame(frame: bytes) -> Command:
     """One frame without its 4-byte length prefix."""
-    if len(frame) < 4:
-        raise FrameError(f"frame of {len(frame)} bytes has no header length")
-    (lt,) = _I32.unpack_from(frame, 0)
-    stype, hlen = (lt >> 24) & 0xFF, lt & 0xFFFFFF
-    if hlen > len(frame) - 4:
-        raise FrameError(f"header length {hlen} runs past the {len(frame)}-byte frame")
-    reader = _HEADER_READERS.get(stype)
-    if reader is None:
-        raise FrameError(f"unknown serialize type {stype}")
-    cmd = reader(bytes(frame[4:4 + hlen]))
-    cmd.body = bytes(frame[4 + hlen:])
-    return cmd
+    frame = bytes(frame)
+    return _frame(frame, 0, len(frame))
 
 
 class Decoder:
-    """Frames out of a byte stream.  After a ``FrameError`` the stream is unusable."""
+    """Frames out of a byte stream.  After a ``FrameError`` the stream is unusable.
+
+    Frames are parsed straight out of the bytes a read returned; only an unfinished frame's
+    bytes are kept, and they are joined with what follows once the frame is complete."""
 
     def __init__(self, max_frame: int = MAX_FRAME):
-        self.buf = bytearray()
+        self.buf = bytearray()          # an unfinished frame's bytes
+        self.need = 4                   # how many it must reach before parsing resumes
         self.max_frame = max_frame
 
     def feed(self, data: bytes) -> list[Command]:
-        self.buf += data
-        out, at, buf = [], 0, self.buf
-        while len(buf) - at >= 4:
-            (length,) = _I32.unpack_from(buf, at)
+        if type(data) is not bytes:
+            data = bytes(data)
+        if self.buf:
+            self.buf += data
+            if len(self.buf) < self.need:
+                return []
+            data, self.buf = bytes(self.buf), bytearray()
+        out, at, n = [], 0, len(data)
+        while n - at >= 4:
+            (length,) = _I32.unpack_from(data, at)
             if length < 4 or length + 4 > self.max_frame:
-                raise FrameError(self._bad_length(length, buf[at:at + 16]))
-            if len(buf) - at - 4 < length:
+                raise FrameError(self._bad_length(length, data[at:at + 16]))
+            if n - at - 4 < length:
                 break
-            out.append(decode_frame(memoryview(buf)[at + 4:at + 4 + length]))
+            out.append(_frame(data, at + 4, at + 4 + length))
             at += 4 + length
-        del buf[:at]
+        if at < n:
+            self.buf = bytearray(data[at:])
+            self.need = 4 + _I32.unpack_from(data, at)[0] if n - at >= 4 else 4
         return out
 
     def _bad_length(self, length: int, head: bytes) -> str:
@@ -229,6 +266,46 @@ def _binary_bytes(cmd: Command) -> bytes:
             + _I32.pack(len(ext)) + ext)
 
 
+def _framed(stype: int, header: bytes, body: bytes) -> bytes:
+    return _PREFIX.pack(4 + len(header) + len(body), (stype << 24) | len(header)) + header + body
+
+
 def encode(cmd: Command) -> bytes:
     header = _binary_bytes(cmd) if cmd.serialize_type == ROCKETMQ else _json_bytes(cmd)
-    return _PREFIX.pack(4 + len(header) + len(cmd.body), (cmd.serialize_type << 24) | len(header)) + header + cmd.body
+    return _framed(cmd.serialize_type, header, cmd.body)
+
+
+class ResponseTemplate:
+    """Responses of one shape, encoded without a ``Command``: extFields ``keys`` (values given
+    per response) then ``static`` (fixed), everything else as ``Command.response`` sets it.  The
+    bytes are exactly ``encode(req.response(code, remark, ext))``'s, in either serialization;
+    the fixed parts are encoded once.  For replies sent per message (a send's)."""
+
+    def __init__(self, keys: tuple[str, ...], static: dict[str, str]):
+        enc = json.encoder.encode_basestring        # json.dumps' own, for ensure_ascii=False
+        self._json_keys = tuple(("," if i else "") + enc(k) + ":" for i, k in enumerate(keys))
+        tail = json.dumps(static, separators=(",", ":"), ensure_ascii=False)[1:-1]
+        self._json_static = ("," + tail if keys and tail else tail)
+        self._json_end = (f'}},"flag":{RPC_RESPONSE},"language":"JAVA","opaque":')
+        self._json_version = f',"serializeTypeCurrentRPC":"JSON","version":{SERVER_VERSION}'
+        self._bin_keys = tuple(_key_prefix(k) for k in keys)
+        self._bin_static = b"".join(_key_prefix(k) + _I32.pack(len(v.encode())) + v.encode() for k, v in static.items())
+        self._lang = _LANG_CODES["JAVA"]
+
+    def encode(self, req: Command, code: int, remark: str | None, values: tuple[str, ...], body: bytes = b"") -> bytes:
+        if req.serialize_type == ROCKETMQ:
+            parts = []
+            for prefix, v in zip(self._bin_keys, values):
+                vb = v.encode("utf-8")
+                parts += (prefix, _I32.pack(len(vb)), vb)
+            ext = b"".join(parts) + self._bin_static
+            rb = remark.encode("utf-8") if remark else b""
+            header = (_BIN_FIXED.pack(code, self._lang, SERVER_VERSION, req.opaque, RPC_RESPONSE, len(rb)) + rb
+                      + _I32.pack(len(ext)) + ext)
+        else:
+            enc = json.encoder.encode_basestring
+            ext = "".join([k + enc(v) for k, v in zip(self._json_keys, values)])
+            remark = "" if remark is None else ',"remark":' + enc(remark)
+            header = (f'{{"code":{code},"extFields":{{{ext}{self._json_static}{self._json_end}{req.opaque}'
+                      f'{self._json_version}{remark}}}').encode("utf-8")
+        return _framed(req.serialize_type, header, body)

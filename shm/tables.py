@@ -15,6 +15,8 @@ class TopicIndex:
         self.names, self.meta, self.control = views["topic_names"], views["topic_meta"], control
         self.by_name: dict[str, int] = {}
         self.seen = 0
+        self.rows: dict[int, list[int]] = {}     # meta rows as Python ints, as of ``version``
+        self.version = -1
 
     def refresh(self) -> None:
         n = int(self.control[C.TOPIC_COUNT])
@@ -28,12 +30,25 @@ class TopicIndex:
         if i is None:
             self.refresh()
             i = self.by_name.get(topic)
-        if i is None or not self.meta[i, T.LIVE]:
+        if i is None or not self.row(i)[T.LIVE]:
             return None
         return i
 
+    def row(self, idx: int) -> list[int]:
+        """Topic ``idx``'s meta row (index it with ``T``), read from shared memory again only
+        after the writer changed a topic (it bumps TOPIC_VERSION after writing the row)."""
+        version = int(self.control[C.TOPIC_VERSION])
+        if version != self.version:
+            self.rows.clear()
+            self.version = version
+        row = self.rows.get(idx)
+        if row is None:
+            row = self.rows[idx] = self.meta[idx].tolist()
+        return row
+
     def queue_nums(self, idx: int) -> int:
-        return int(max(self.meta[idx, T.READ_QUEUE_NUMS], self.meta[idx, T.WRITE_QUEUE_NUMS]))
+        row = self.row(idx)
+        return max(row[T.READ_QUEUE_NUMS], row[T.WRITE_QUEUE_NUMS])
 
 
 def append_queue(views: dict, control: np.ndarray, topic: bytes, queue_id: int) -> int:

@@ -36,6 +36,7 @@ import re
 import struct
 import zlib
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from store.errors import CorruptData, MessageRejected
 
@@ -182,7 +183,17 @@ def pack_host(host: tuple[str, int]) -> tuple[bytes, int, bool]:
 
 def offset_msg_id(store_ip: bytes, store_port: int, phys_offset: int) -> str:
     """offsetMsgId (FACTS §4.6): uppercase hex of store ip ‖ port i32 ‖ commit-log offset i64."""
-    return (store_ip + struct.pack(">iq", store_port, phys_offset)).hex().upper()
+    return MsgIds(store_ip, store_port)(phys_offset)
+
+
+class MsgIds:
+    """``offset_msg_id`` for one store host, its ip and port turned to hex once."""
+
+    def __init__(self, store_ip: bytes, store_port: int):
+        self.prefix = (store_ip + struct.pack(">i", store_port)).hex().upper()
+
+    def __call__(self, phys_offset: int) -> str:
+        return f"{self.prefix}{phys_offset & 0xFFFFFFFFFFFFFFFF:016X}"
 
 
 def parse_offset_msg_id(msg_id: str) -> tuple[bytes, int, int]:
@@ -216,65 +227,81 @@ def encode_record(*, topic: bytes, queue_id: int, body: bytes, properties: bytes
         body, bytes((len(topic),)), topic, struct.pack(">h", len(properties)), properties))
 
 
-_LEAD = struct.Struct(">iiiii")      # TOTALSIZE, MAGIC, BODYCRC, QUEUEID, FLAG
-_I32, _I16 = struct.Struct(">i"), struct.Struct(">h")
+class Records(NamedTuple):
+    """Stored records ready for a slab: each one's size, and the pieces (bytes-likes) whose
+    concatenation is all of them, so a slab joins every record of a loop turn in one copy."""
+    sizes: list[int]
+    parts: list
+
+
+_I16 = struct.Struct(">h")
 _SEP = PROPERTY_SEP.encode()
 
 
 class _Template:
-    """What the records of one request share: every header field but TOTALSIZE, BODYCRC, FLAG and
-    BODYLEN, packed once, and the topic; a record then costs one small pack, a CRC and a join."""
+    """What the records of one request share, packed once: every header field but TOTALSIZE,
+    BODYCRC, FLAG and BODYLEN, and the topic.  A record then costs two packs and a CRC."""
 
     def __init__(self, topic: bytes, queue_id: int, common: dict):
         first = encode_record(topic=topic, queue_id=queue_id, body=b"", properties=b"", **common)
         hsize = len(first) - 3 - len(topic)
-        self.queue_id, self.middle, self.tail = queue_id, first[_LEAD.size:hsize - 4], bytes((len(topic),)) + topic
-        self.fixed = hsize + len(self.tail) + 2
+        middle = first[20:hsize - 4]                   # QUEUEOFFSET .. PREPAREDTRANSACTIONOFFSET
+        self.queue_id, self.fixed = queue_id, hsize + 3 + len(topic)
+        self.head = struct.Struct(f">iiiii{len(middle)}si")     # TOTALSIZE MAGIC BODYCRC QUEUEID FLAG ... BODYLEN
+        self.tail = struct.Struct(f">B{len(topic)}sh")         # topic, PROPERTIESLENGTH
+        self.middle, self.topic = middle, topic
 
-    def record(self, body, props: bytes, flag: int) -> bytes:
-        return b"".join((_LEAD.pack(self.fixed + len(body) + len(props), MAGIC, body_crc(body), self.queue_id, flag), self.middle, _I32.pack(len(body)), body, self.tail,
-                         _I16.pack(len(props)), props))
+    def add(self, out: Records, body, props, flag: int, more=b"") -> None:
+        """One record: ``props`` then ``more`` are its properties (pieces, not joined here)."""
+        plen = len(props) + len(more)
+        size = self.fixed + len(body) + plen
+        out.sizes.append(size)
+        out.parts.extend((self.head.pack(size, MAGIC, body_crc(body), self.queue_id, flag,
+                                         self.middle, len(body)),
+                          body, self.tail.pack(len(self.topic), self.topic, plen), props, more))
 
 
-def encode_records(topic: bytes, queue_id: int, bodies: list, properties: list, flags: list, **common) -> list[bytes]:
+def encode_records(topic: bytes, queue_id: int, bodies: list, properties: list, flags: list, **common) -> Records:
     """``encode_record`` for messages of one topic and queue that share every other field."""
     if len(bodies) == 1 == len(properties) == len(flags):
-        return [encode_record(topic=topic, queue_id=queue_id, body=bodies[0], properties=properties[0],
-                              flag=flags[0], **common)]
-    t = _Template(topic, queue_id, common)
-    return [t.record(b, p, f) for b, p, f in zip(bodies, properties, flags, strict=True)]
+        rec = encode_record(topic=topic, queue_id=queue_id, body=bodies[0], properties=properties[0], flag=flags[0],
+                            **common)
+        return Records([len(rec)], [rec])
+    t, out = _Template(topic, queue_id, common), Records([], [])
+    for b, p, f in zip(bodies, properties, flags, strict=True):
+        t.add(out, b, p, f)
+    return out
 
 
 def encode_batch_records(batch: bytes, batch_props: bytes, max_body: int, topic: bytes, queue_id: int,
-                         **common) -> list[bytes]:
+                         **common) -> Records:
     """The stored records of a SEND_BATCH_MESSAGE body (FACTS §4.2), in one pass: each message's
     flag, body and properties, then a separator unless they end with one, then ``batch_props``
-    (the request's properties and CLUSTER), as RocketMQ's MessageExtBatchEncoder does.  Anything
-    that does not parse, or sizes RocketMQ refuses, is MESSAGE_ILLEGAL naming where."""
-    t = _Template(topic, queue_id, common)
-    out, at, n, bodies = [], 0, len(batch), 0
-    head, plen_at = _BATCH_HEAD.unpack_from, _I16.unpack_from
+    (the request's properties and CLUSTER), as RocketMQ's MessageExtBatchEncoder does.  Bodies
+    and properties are views of ``batch``, copied once, into the slab.  Anything that does not
+    parse, or sizes RocketMQ refuses, is MESSAGE_ILLEGAL naming where."""
+    t, out = _Template(topic, queue_id, common), Records([], [])
+    view, at, n, bodies = memoryview(batch), 0, len(batch), 0
+    head, plen_at, hsize = _BATCH_HEAD.unpack_from, _I16.unpack_from, _BATCH_HEAD.size
+    with_sep, plain = _SEP + batch_props, batch_props
     while at < n:
-        if at + _BATCH_HEAD.size + 2 > n:
+        if at + hsize + 2 > n:
             raise MessageRejected(MESSAGE_ILLEGAL, f"batch body truncated at byte {at}")
         total, _magic, _crc, flag, blen = head(batch, at)
-        end_body = at + _BATCH_HEAD.size + blen
+        end_body = at + hsize + blen
         if blen < 0 or end_body + 2 > n:
-            raise MessageRejected(MESSAGE_ILLEGAL, f"batch message {len(out)}: body length {blen} runs past the batch")
+            raise MessageRejected(MESSAGE_ILLEGAL, f"batch message {len(out.sizes)}: body length {blen} runs past the batch")
         (plen,) = plen_at(batch, end_body)
         end = end_body + 2 + plen
         if plen < 0 or end > n or total != end - at:
-            raise MessageRejected(MESSAGE_ILLEGAL, f"batch message {len(out)}: sizes do not add up (totalSize {total})")
-        props = batch[end_body + 2:end]
-        if props and batch_props:
-            props = props + batch_props if props.endswith(_SEP) else props + _SEP + batch_props
-        elif batch_props:
-            props = batch_props
-        check_sizes(blen, len(props), max_body)
+            raise MessageRejected(MESSAGE_ILLEGAL, f"batch message {len(out.sizes)}: sizes do not add up (totalSize {total})")
+        more = (plain if batch[end - 1] == 2 else with_sep) if plen and batch_props else plain
+        if blen > max_body or plen + len(more) > PROPERTIES_MAX_LEN:
+            check_sizes(blen, plen + len(more), max_body)
         bodies += blen
-        out.append(t.record(batch[at + _BATCH_HEAD.size:end_body], props, flag))
+        t.add(out, view[at + hsize:end_body], view[end_body + 2:end], flag, more)
         at = end
-    if not out:
+    if not out.sizes:
         raise MessageRejected(MESSAGE_ILLEGAL, "empty batch")
     if bodies > max_body:
         raise MessageRejected(MESSAGE_ILLEGAL, f"batch body size exceeded maxMessageSize {max_body}")

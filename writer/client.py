@@ -184,15 +184,15 @@ class RingClient:
             except message.MessageRejected as e:
                 refused[pos] = PutResult(e.code, remark=e.remark)
                 continue
-            rows.append(self.row(tidx, r.queue_id, r.sys_flag, r.born_host, len(recs), r.wait))
-            sizes += [len(x) for x in recs]
-            chunks += recs
+            rows.append(self.row(tidx, r.queue_id, r.sys_flag, r.born_host, len(recs.sizes), r.wait))
+            sizes += recs.sizes
+            chunks += recs.parts
         arr = np.array(rows, dtype=P.REQUEST) if rows else np.zeros(0, P.REQUEST)
         return arr, np.array(sizes, dtype="<u4"), b"".join(chunks), refused
 
     def records(self, topic: bytes, queue_id: int, sys_flag: int, bodies: list, properties: list[bytes],
                 flags: list[int], born_ts: int, born_host: tuple, reconsume_times: int = 0,
-                prepared_offset: int = 0) -> list[bytes]:
+                prepared_offset: int = 0) -> message.Records:
         """One request's stored records (store/message.py), placeholders for what the writer
         assigns; MessageRejected (MESSAGE_ILLEGAL) for sizes RocketMQ refuses."""
         max_body = self.cfg.maxMessageSize
@@ -207,7 +207,7 @@ class RingClient:
                                                                 prepared_offset)))
 
     def batch_records(self, topic: bytes, queue_id: int, sys_flag: int, batch: bytes, batch_props: bytes,
-                      born_ts: int, born_host: tuple, reconsume_times: int = 0) -> list[bytes]:
+                      born_ts: int, born_host: tuple, reconsume_times: int = 0) -> message.Records:
         """``records`` of a client's batch body (SEND_BATCH_MESSAGE), parsed and encoded in one pass."""
         return self._fits(message.encode_batch_records(batch, batch_props, self.cfg.maxMessageSize, topic, queue_id,
                                                        **self._common(sys_flag, born_ts, born_host, reconsume_times)))
@@ -218,8 +218,8 @@ class RingClient:
         return dict(sys_flag=sys_flag, born_ts=born_ts, born_ip=born_ip, born_port=born_port, store_ip=self.store_ip,
                     store_port=self.store_port, reconsume_times=reconsume_times, prepared_offset=prepared_offset)
 
-    def _fits(self, recs: list[bytes]) -> list[bytes]:
-        if sum(len(x) + 4 for x in recs) + 256 > self.requests.max_entry:
+    def _fits(self, recs: message.Records) -> message.Records:
+        if sum(recs.sizes) + 4 * len(recs.sizes) + 256 > self.requests.max_entry:
             raise message.MessageRejected(P.MESSAGE_ILLEGAL, "batch too large for one append")
         return recs
 

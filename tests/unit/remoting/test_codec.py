@@ -75,6 +75,43 @@ def test_response_keeps_opaque_and_serialization():
     assert header["flag"] == 1 and header["opaque"] == 5 and header["extFields"] == {"msgId": "X", "queueId": "1"}
 
 
+@pytest.mark.parametrize("stype", [codec.JSON, codec.ROCKETMQ])
+def test_a_response_template_encodes_the_bytes_command_response_does(stype):
+    keys, region = ("msgId", "queueId", "queueOffset"), {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+    t = codec.ResponseTemplate(keys, region)
+    req = Command(310, opaque=991, serialize_type=stype)
+    for code, remark, values in ((0, None, ("7F0000010000", "3", "12")), (10, "FLUSH_DISK_TIMEOUT", ("A,B", "0", "1")),
+                                 (1, 'a "quoted" é\n', ("ü\t\\", "", "-1")), (0, "", ("x", "y", "z"))):
+        want = codec.encode(req.response(code, remark, ext={**dict(zip(keys, values)), **region}))
+        assert t.encode(req, code, remark, values) == want
+        (back,) = Decoder().feed(want)
+        assert back.is_response and back.opaque == 991 and back.code == code
+
+
+def test_binary_extfields_in_utf8_decode_and_invalid_utf8_is_a_frame_error():
+    cmd = Command(310, {"b": "Topic", "i": "KEYS\x01ключ\x02TAGS\x01é"}, b"body", serialize_type=codec.ROCKETMQ)
+    raw = codec.encode(cmd)
+    (back,) = Decoder().feed(raw)
+    assert back.ext == cmd.ext and back.body == b"body"
+    bad = raw.replace("é".encode(), b"\xc3\x28")
+    with pytest.raises(FrameError, match="invalid UTF-8"):
+        Decoder().feed(bad)
+
+
+def test_a_large_frame_in_small_reads_and_a_bad_length_split_across_reads():
+    big = Command(310, {"b": "T"}, bytes(range(256)) * 4096, opaque=1, serialize_type=codec.ROCKETMQ)
+    small = Command(310, {"b": "T"}, b"small", opaque=2)
+    raw = codec.encode(big) + codec.encode(small)
+    d, got = Decoder(), []
+    for i in range(0, len(raw), 4093):
+        got += d.feed(raw[i:i + 4093])
+    assert [(c.opaque, c.body) for c in got] == [(1, big.body), (2, b"small")] and not d.buf
+    d = Decoder()
+    assert d.feed(b"\x7f\x00") == []                 # half of a length field
+    with pytest.raises(FrameError, match="exceeds"):
+        d.feed(b"\x00\x00" + b"x" * 8)
+
+
 @pytest.mark.parametrize("raw, words", [
     (struct.pack(">i", 16 * 1024 * 1024 + 1) + b"x" * 8, "exceeds"),
     (struct.pack(">i", 2) + b"xx", "too small"),

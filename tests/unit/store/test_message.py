@@ -112,7 +112,7 @@ def test_encode_records_matches_encode_record_one_by_one():
         got = m.encode_records(b"TopicX", 5, bodies, props, flags, **common)
         want = [m.encode_record(topic=b"TopicX", queue_id=5, body=b, properties=p, flag=f, **common)
                 for b, p, f in zip(bodies, props, flags)]
-        assert got == want
+        assert got.sizes == [len(r) for r in want] and b"".join(got.parts) == b"".join(want)
 
 
 def test_batch_records_are_the_messages_with_the_batch_properties_appended():
@@ -122,13 +122,17 @@ def test_batch_records_are_the_messages_with_the_batch_properties_appended():
     inner = [(7, b"two", "UNIQ_KEY\x01U2"), (8, b"three", "UNIQ_KEY\x01U3\x02"), (9, b"", "")]
     got = m.encode_batch_records(m.encode_client_batch(inner), extra, 4096, b"T", 2, **common)
     props = [b"UNIQ_KEY\x01U2\x02" + extra, b"UNIQ_KEY\x01U3\x02" + extra, extra]   # a separator only if missing
-    assert got == [m.encode_record(topic=b"T", queue_id=2, body=b, properties=p, flag=f, **common)
-                   for (f, b, _), p in zip(inner, props)]
+    want = [m.encode_record(topic=b"T", queue_id=2, body=b, properties=p, flag=f, **common)
+            for (f, b, _), p in zip(inner, props)]
+    assert got.sizes == [len(r) for r in want] and b"".join(got.parts) == b"".join(want)
     batch = m.encode_client_batch(inner)
     wrong_total = struct.pack(">i", 99) + batch[4:]
     for bad, why in ((wrong_total, "sizes do not add up"), (batch[:10], "truncated"), (b"", "empty batch"),
                      (b"\x00\x00\x00\x50garbage" + bytes(20), "batch message 0"),
-                     (m.encode_client_batch([(0, b"x" * 3000, "")] * 2), "exceeded maxMessageSize")):
+                     (m.encode_client_batch([(0, b"x" * 3000, "")] * 2), "exceeded maxMessageSize"),
+                     (m.encode_client_batch([(0, b"x", "K\x01" + "v" * (32767 - 2 - len(extra)))]),
+                      "properties length too long"),
+                     (m.encode_client_batch([(0, b"x" * 4097, "")]), "body size exceeded")):
         with pytest.raises(MessageRejected, match=why) as e:
             m.encode_batch_records(bad, extra, 4096, b"T", 2, **common)
         assert e.value.code == m.MESSAGE_ILLEGAL
