@@ -5,8 +5,8 @@
 #                        unless Debian packages are missing, in which case apt-get is used.
 #
 # Idempotent: running it again only fills in what is missing.
-# Debian packages it may install: python3-venv, python3-dev, gcc, haproxy, redis-server (the
-# benchmark's comparison; not started by the install).
+# Debian packages it may install: python3-venv, python3-dev, gcc, haproxy, redis-server and valgrind (the
+# benchmarks: the comparison, and counting instructions; redis is not started by the install).
 # (The system-wide install with systemd units arrives with a later issue.)
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -29,6 +29,7 @@ python3 -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
 command -v gcc >/dev/null || need_apt+=(gcc)
 command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || need_apt+=(haproxy)   # the client-facing listener
 command -v redis-server >/dev/null || need_apt+=(redis-server)                     # bench.e2e compares with it
+command -v valgrind >/dev/null || need_apt+=(valgrind)                             # bench.paths counts instructions
 python3 -c 'import sysconfig,os,sys; sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_paths()["include"],"Python.h")) else 1)' || need_apt+=(python3-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
   sudo_cmd=""; [ "$(id -u)" -eq 0 ] || sudo_cmd=sudo

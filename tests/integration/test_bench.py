@@ -32,3 +32,20 @@ def test_append_bench_prints_its_row_and_figures(tmp_path):
     assert res["mode"] == "ASYNC_FLUSH" and res["msgs"] > 0 and res["appliance_cpu_us_per_msg"] > 0, res
     assert set(res["role_cpu_us_per_msg"]) >= {"writer", "dispatcher", "flusher"}, res
     assert os.listdir(tmp_path) == []                 # the appliance's temp dir is gone
+
+
+def test_paths_bench_times_and_counts_the_send_path(tmp_path):
+    for extra in ([], ["--batch", "32", "--json"]):
+        r = subprocess.run([sys.executable, "-m", "bench.paths", "--rounds", "30", "--dir", str(tmp_path), *extra],
+                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr[-3000:]
+        res = json.loads(r.stdout.splitlines()[-1][2:])
+        assert res["reader_us"] > 0 and res["writer_dispatcher_us"] > 0, res
+        assert res["msgs_per_round"] == (16 if not extra else 128) and res["json"] == bool(extra)
+    r = subprocess.run([sys.executable, "-m", "bench.paths", "--instructions", "--dir", str(tmp_path)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(r.stdout.splitlines()[-1][2:])
+    # a single send costs the reader well over 10k instructions and well under 10M
+    assert 1e4 < res["reader_instructions"] < 1e7 and 1e4 < res["writer_dispatcher_instructions"] < 1e7, res
+    assert os.listdir(tmp_path) == []                 # its stores and callgrind files are gone

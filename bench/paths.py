@@ -1,0 +1,185 @@
+"""Per-message cost of the send path in one process, away from the noise of a shared box.
+
+The reader's side runs for real: a ``net.server`` connection is fed the pipelined frames
+``bench.e2e`` sends (16 single sends per read, or 4 batches of 32), then SendProcessor and
+WriterLink with its slab and pipe waker, against a real writer and dispatcher stepped in a second
+thread on the same shared memory and files (the in-process store of the writer tests).  The socket
+is the one stand-in: replies go to a transport that counts them.
+
+Prints CPU µs per message, the median over rounds, for the reader (frame in to reply out) and for
+the writer and dispatcher passes.  ``--instructions`` runs itself twice under valgrind's callgrind
+(two round counts; the difference is the steady state) and prints instructions per message for
+each side: the same figure on every run, so a change of a few percent shows, which this VM's ±20%
+timing noise hides.
+
+    .venv/bin/python -m bench.paths [--batch 1|32] [--json] [--rounds 400] [--instructions]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from bench.e2e import TOPIC, Rocketbox
+from net.server import Connection, RemotingServer
+from readers.link import WriterLink
+from readers.send import SendProcessor
+from remoting import codec
+from tests.unit.writer.rig import running_store, small_config
+from writer.topics import topic_config
+
+WARMUP_ROUNDS = 5
+
+
+class _Transport:
+    """Where the connection's replies go: counted, not sent."""
+
+    def __init__(self):
+        self.writes = self.bytes = 0
+
+    def write(self, data) -> None:
+        self.writes += 1
+        self.bytes += len(data)
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_extra_info(self, _name):
+        return ("127.0.0.1", 40000)
+
+
+class _Broker:
+    def __init__(self, cfg, link):
+        self.cfg, self.link = cfg, link
+
+
+def _frames(batch: int, use_json: bool, per_read: int) -> bytes:
+    frames = [f for f, _n, _r in Rocketbox.send_frames(os.urandom(1024), batch)]
+    if use_json:
+        cmds = [codec.Decoder().feed(f)[0] for f in frames]
+        for c in cmds:
+            c.serialize_type = codec.JSON
+        frames = [codec.encode(c) for c in cmds]
+    return b"".join(frames[i % len(frames)] for i in range(per_read))
+
+
+def measure(batch: int, use_json: bool, rounds: int, base: str | None) -> dict:
+    per_read = 16 if batch == 1 else 4
+    blob = _frames(batch, use_json, per_read)
+    root = tempfile.mkdtemp(prefix="rbx-paths-", dir=base)
+    cfg = small_config(root, "paths", mappedFileSizeCommitLog=1 << 28, maxMessageSize=4 << 20,
+                       ringRequestBytes=16 << 20, maxIndexNum=5_000_000, maxHashSlotNum=500_000, shmQueueSlots=1024)
+    steps = concurrent.futures.ThreadPoolExecutor(1)
+    try:
+        with running_store(cfg) as (sh, w, d, _c):
+            w.topics.upsert(topic_config(TOPIC, 8, 8))
+
+            async def run() -> dict:
+                link = WriterLink(cfg, sh)
+                sends = SendProcessor(_Broker(cfg, link))
+                conn = Connection(RemotingServer("paths", sends.handlers()))
+                conn.head = None                     # no PROXY header in front
+                transport = _Transport()
+                conn.connection_made(transport)
+                reader, store = [], []
+                try:
+                    for r in range(WARMUP_ROUNDS + rounds):
+                        t0 = time.thread_time()
+                        conn.data_received(blob)
+                        await asyncio.sleep(0)       # end of the loop turn: the slab is pushed
+                        t1 = time.thread_time()
+                        store_cpu = steps.submit(_store_pass, w, d).result()
+                        t2 = time.thread_time()
+                        link.on_wake()               # the writer's replies, then the responses
+                        await asyncio.sleep(0)
+                        t3 = time.thread_time()
+                        if r >= WARMUP_ROUNDS:
+                            reader.append((t1 - t0) + (t3 - t2))
+                            store.append(store_cpu)
+                finally:
+                    link.close()
+                want = (WARMUP_ROUNDS + rounds)
+                if transport.writes != want:
+                    raise RuntimeError(f"{transport.writes} reply writes for {want} reads: a send went unanswered")
+                msgs = per_read * batch
+                return {"reader_us": sorted(reader)[len(reader) // 2] / msgs * 1e6,
+                        "writer_dispatcher_us": sorted(store)[len(store) // 2] / msgs * 1e6,
+                        "msgs_per_round": msgs}
+
+            import uvloop
+            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+                return runner.run(run())
+    finally:
+        steps.shutdown()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _store_pass(w, d) -> float:
+    t0 = time.thread_time()
+    if not w.step():
+        raise RuntimeError("the writer found no slab")
+    d.step()
+    return time.thread_time() - t0
+
+
+def instructions(args) -> dict:
+    """Instructions per message, reader thread and the rest, from two callgrind runs."""
+    if not shutil.which("valgrind"):
+        sys.exit("bench.paths: --instructions needs valgrind (apt-get install valgrind)")
+    out_dir = tempfile.mkdtemp(prefix="rbx-paths-cg-", dir=args.dir)
+    totals = {}
+    try:
+        for rounds in (20, 60):
+            out = os.path.join(out_dir, f"cg.{rounds}")
+            cmd = ["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={out}",
+                   sys.executable, "-m", "bench.paths", "--batch", str(args.batch), "--rounds", str(rounds)]
+            if args.json:
+                cmd.append("--json")
+            if args.dir:
+                cmd += ["--dir", args.dir]
+            subprocess.run(cmd, check=True, capture_output=True, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},
+                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+            per_thread = {}
+            for path in glob.glob(out + "-*"):
+                with open(path) as f:
+                    per_thread[path.rsplit("-", 1)[1]] = next(int(line.split()[1]) for line in f
+                                                              if line.startswith("summary:"))
+            totals[rounds] = (per_thread.pop("01"), sum(per_thread.values()))
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
+    msgs = 40 * (16 if args.batch == 1 else 4) * args.batch
+    return {"reader_instructions": (totals[60][0] - totals[20][0]) / msgs,
+            "writer_dispatcher_instructions": (totals[60][1] - totals[20][1]) / msgs}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--batch", type=int, default=1, choices=(1, 32), help="single sends, or batches of 32")
+    ap.add_argument("--json", action="store_true", help="JSON headers (as Java clients send) instead of ROCKETMQ")
+    ap.add_argument("--rounds", type=int, default=400, help="reads fed to the connection")
+    ap.add_argument("--instructions", action="store_true", help="count instructions under valgrind instead")
+    ap.add_argument("--dir", default=None, help="where the store goes (default: system temp dir)")
+    args = ap.parse_args()
+    shape = f"batch={args.batch} headers={'JSON' if args.json else 'ROCKETMQ'} body=1024B " + \
+            f"per_read={16 if args.batch == 1 else 4}"
+    if args.instructions:
+        res = instructions(args)
+        print(f"# send path, instructions per message: {shape}")
+        print(f"reader {res['reader_instructions']:,.0f}   writer+dispatcher {res['writer_dispatcher_instructions']:,.0f}")
+    else:
+        res = measure(args.batch, args.json, args.rounds, args.dir)
+        print(f"# send path, CPU per message (median of {args.rounds} rounds): {shape}")
+        print(f"reader {res['reader_us']:.1f} us   writer+dispatcher {res['writer_dispatcher_us']:.1f} us")
+    print("# " + json.dumps({"batch": args.batch, "json": args.json, **res}))
+
+
+if __name__ == "__main__":
+    main()
