@@ -238,49 +238,38 @@ _I16 = struct.Struct(">h")
 _SEP = PROPERTY_SEP.encode()
 
 
-class _Template:
-    """What the records of one request share, packed once: every header field but TOTALSIZE,
-    BODYCRC, FLAG and BODYLEN, and the topic.  A record then costs two packs and a CRC."""
+class RecordTemplate:
+    """What the records of one topic, queue, producer host and sysflag share, packed once: every
+    header field but TOTALSIZE, BODYCRC, FLAG, BORNTIMESTAMP and BODYLEN, and the topic.  A record
+    then costs two packs and a CRC.  ``common``: ``encode_record``'s keywords but ``born_ts``."""
 
-    def __init__(self, topic: bytes, queue_id: int, common: dict):
+    def __init__(self, topic: bytes, queue_id: int, **common):
         first = encode_record(topic=topic, queue_id=queue_id, body=b"", properties=b"", **common)
         hsize = len(first) - 3 - len(topic)
-        middle = first[20:hsize - 4]                   # QUEUEOFFSET .. PREPAREDTRANSACTIONOFFSET
+        lead, rest = first[20:40], first[48:hsize - 4]      # QUEUEOFFSET..SYSFLAG, BORNHOST..PREPARED
         self.queue_id, self.fixed = queue_id, hsize + 3 + len(topic)
-        self.head = struct.Struct(f">iiiii{len(middle)}si")     # TOTALSIZE MAGIC BODYCRC QUEUEID FLAG ... BODYLEN
-        self.tail = struct.Struct(f">B{len(topic)}sh")         # topic, PROPERTIESLENGTH
-        self.middle, self.topic = middle, topic
+        self.head = struct.Struct(f">iiiii{len(lead)}sq{len(rest)}si")   # ... FLAG, lead, BORNTIMESTAMP, rest, BODYLEN
+        self.tail = struct.Struct(f">B{len(topic)}sh")                    # topic, PROPERTIESLENGTH
+        self.lead, self.rest, self.topic = lead, rest, topic
 
-    def add(self, out: Records, body, props, flag: int, more=b"") -> None:
+    def add(self, out: Records, born_ts: int, body, props, flag: int, more=b"") -> None:
         """One record: ``props`` then ``more`` are its properties (pieces, not joined here)."""
         plen = len(props) + len(more)
         size = self.fixed + len(body) + plen
         out.sizes.append(size)
-        out.parts.extend((self.head.pack(size, MAGIC, body_crc(body), self.queue_id, flag,
-                                         self.middle, len(body)),
+        out.parts.extend((self.head.pack(size, MAGIC, body_crc(body), self.queue_id, flag, self.lead, born_ts,
+                                         self.rest, len(body)),
                           body, self.tail.pack(len(self.topic), self.topic, plen), props, more))
 
 
-def encode_records(topic: bytes, queue_id: int, bodies: list, properties: list, flags: list, **common) -> Records:
-    """``encode_record`` for messages of one topic and queue that share every other field."""
-    if len(bodies) == 1 == len(properties) == len(flags):
-        rec = encode_record(topic=topic, queue_id=queue_id, body=bodies[0], properties=properties[0], flag=flags[0],
-                            **common)
-        return Records([len(rec)], [rec])
-    t, out = _Template(topic, queue_id, common), Records([], [])
-    for b, p, f in zip(bodies, properties, flags, strict=True):
-        t.add(out, b, p, f)
-    return out
-
-
-def encode_batch_records(batch: bytes, batch_props: bytes, max_body: int, topic: bytes, queue_id: int,
-                         **common) -> Records:
+def encode_batch_records(batch: bytes, batch_props: bytes, max_body: int, t: RecordTemplate,
+                         born_ts: int) -> Records:
     """The stored records of a SEND_BATCH_MESSAGE body (FACTS §4.2), in one pass: each message's
     flag, body and properties, then a separator unless they end with one, then ``batch_props``
     (the request's properties and CLUSTER), as RocketMQ's MessageExtBatchEncoder does.  Bodies
     and properties are views of ``batch``, copied once, into the slab.  Anything that does not
     parse, or sizes RocketMQ refuses, is MESSAGE_ILLEGAL naming where."""
-    t, out = _Template(topic, queue_id, common), Records([], [])
+    out = Records([], [])
     view, at, n, bodies = memoryview(batch), 0, len(batch), 0
     head, plen_at, hsize = _BATCH_HEAD.unpack_from, _I16.unpack_from, _BATCH_HEAD.size
     with_sep, plain = _SEP + batch_props, batch_props
@@ -299,7 +288,7 @@ def encode_batch_records(batch: bytes, batch_props: bytes, max_body: int, topic:
         if blen > max_body or plen + len(more) > PROPERTIES_MAX_LEN:
             check_sizes(blen, plen + len(more), max_body)
         bodies += blen
-        t.add(out, view[at + hsize:end_body], view[end_body + 2:end], flag, more)
+        t.add(out, born_ts, view[at + hsize:end_body], view[end_body + 2:end], flag, more)
         at = end
     if not out.sizes:
         raise MessageRejected(MESSAGE_ILLEGAL, "empty batch")

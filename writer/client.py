@@ -119,6 +119,7 @@ class RingClient:
         self.topic_replies: dict[int, PutResult | None] = {}
         self.awaiting: dict[int, int] = {}          # slab's first req_id or topic rid -> ring position past it
         self.store_ip, self.store_port, _v6 = message.pack_host((cfg.brokerIP1, cfg.listenPort))
+        self.templates: dict[tuple, message.RecordTemplate] = {}     # see _template
         self.topics = TopicIndex(shared.views, shared.control)
 
     # ------------------------------------------------------------ slot
@@ -196,27 +197,37 @@ class RingClient:
         """One request's stored records (store/message.py), placeholders for what the writer
         assigns; MessageRejected (MESSAGE_ILLEGAL) for sizes RocketMQ refuses."""
         max_body = self.cfg.maxMessageSize
-        if len(bodies) > 1 and sum(len(b) for b in bodies) > max_body:
-            raise message.MessageRejected(P.MESSAGE_ILLEGAL, f"batch body size exceeded maxMessageSize {max_body}")
         if not bodies:
             raise message.MessageRejected(P.MESSAGE_ILLEGAL, "request without messages")
-        for body, pbytes in zip(bodies, properties):
+        if len(bodies) > 1 and sum(len(b) for b in bodies) > max_body:
+            raise message.MessageRejected(P.MESSAGE_ILLEGAL, f"batch body size exceeded maxMessageSize {max_body}")
+        t, out = self._template(topic, queue_id, sys_flag, born_host, reconsume_times, prepared_offset), \
+            message.Records([], [])
+        for body, pbytes, flag in zip(bodies, properties, flags, strict=True):
             message.check_sizes(len(body), len(pbytes), max_body)
-        return self._fits(message.encode_records(topic, queue_id, bodies, properties, flags,
-                                                 **self._common(sys_flag, born_ts, born_host, reconsume_times,
-                                                                prepared_offset)))
+            t.add(out, born_ts, body, pbytes, flag)
+        return self._fits(out)
 
     def batch_records(self, topic: bytes, queue_id: int, sys_flag: int, batch: bytes, batch_props: bytes,
                       born_ts: int, born_host: tuple, reconsume_times: int = 0) -> message.Records:
         """``records`` of a client's batch body (SEND_BATCH_MESSAGE), parsed and encoded in one pass."""
-        return self._fits(message.encode_batch_records(batch, batch_props, self.cfg.maxMessageSize, topic, queue_id,
-                                                       **self._common(sys_flag, born_ts, born_host, reconsume_times)))
+        return self._fits(message.encode_batch_records(
+            batch, batch_props, self.cfg.maxMessageSize,
+            self._template(topic, queue_id, sys_flag, born_host, reconsume_times, 0), born_ts))
 
-    def _common(self, sys_flag: int, born_ts: int, born_host: tuple, reconsume_times: int,
-                prepared_offset: int = 0) -> dict:
-        born_ip, born_port, _ = message.pack_host(born_host)
-        return dict(sys_flag=sys_flag, born_ts=born_ts, born_ip=born_ip, born_port=born_port, store_ip=self.store_ip,
-                    store_port=self.store_port, reconsume_times=reconsume_times, prepared_offset=prepared_offset)
+    def _template(self, topic: bytes, queue_id: int, sys_flag: int, born_host: tuple, reconsume_times: int,
+                  prepared_offset: int) -> message.RecordTemplate:
+        """The record template of these fields, kept: a producer sends to a few queues from one host."""
+        key = (topic, queue_id, sys_flag, born_host, reconsume_times, prepared_offset)
+        t = self.templates.get(key)
+        if t is None:
+            if len(self.templates) >= 4096:
+                self.templates.clear()
+            born_ip, born_port, _ = message.pack_host(born_host)
+            t = self.templates[key] = message.RecordTemplate(
+                topic, queue_id, sys_flag=sys_flag, born_ip=born_ip, born_port=born_port, store_ip=self.store_ip,
+                store_port=self.store_port, reconsume_times=reconsume_times, prepared_offset=prepared_offset)
+        return t
 
     def _fits(self, recs: message.Records) -> message.Records:
         if sum(recs.sizes) + 4 * len(recs.sizes) + 256 > self.requests.max_entry:

@@ -100,29 +100,32 @@ def test_validation_codes():
     assert e.value.code == 13
 
 
-def test_encode_records_matches_encode_record_one_by_one():
+def test_a_record_template_encodes_what_encode_record_does():
     bodies = [b"", b"a", "ü".encode() * 300, bytes(range(256))]
     props = [b"", b"TAGS\x01A", b"KEYS\x01k1 k2\x02UNIQ_KEY\x01X", b"x" * 1000]
     flags = [0, 7, -1, 2**31 - 1]
     for born_ip, store_ip, sys_flag in ((b"\x0a\0\0\x01", b"\x7f\0\0\x01", 0),
                                         (bytes(range(16)), b"\x7f\0\0\x01", m.TX_PREPARED),
                                         (b"\x0a\0\0\x01", bytes(16), m.COMPRESSED)):
-        common = dict(sys_flag=sys_flag, born_ts=1234567890123, born_ip=born_ip, born_port=5555,
-                      store_ip=store_ip, store_port=10911, reconsume_times=3, prepared_offset=99)
-        got = m.encode_records(b"TopicX", 5, bodies, props, flags, **common)
-        want = [m.encode_record(topic=b"TopicX", queue_id=5, body=b, properties=p, flag=f, **common)
-                for b, p, f in zip(bodies, props, flags)]
+        common = dict(sys_flag=sys_flag, born_ip=born_ip, born_port=5555, store_ip=store_ip, store_port=10911,
+                      reconsume_times=3, prepared_offset=99)
+        t, got = m.RecordTemplate(b"TopicX", 5, **common), m.Records([], [])
+        for i, (b, p, f) in enumerate(zip(bodies, props, flags)):
+            t.add(got, 1234567890123 + i, b, p, f)
+        want = [m.encode_record(topic=b"TopicX", queue_id=5, body=b, properties=p, flag=f, born_ts=1234567890123 + i,
+                                **common) for i, (b, p, f) in enumerate(zip(bodies, props, flags))]
         assert got.sizes == [len(r) for r in want] and b"".join(got.parts) == b"".join(want)
 
 
 def test_batch_records_are_the_messages_with_the_batch_properties_appended():
-    common = dict(sys_flag=0, born_ts=17, born_ip=b"\x0a\0\0\x05", born_port=5555, store_ip=b"\x7f\0\0\x01",
+    common = dict(sys_flag=0, born_ip=b"\x0a\0\0\x05", born_port=5555, store_ip=b"\x7f\0\0\x01",
                   store_port=10911, reconsume_times=0, prepared_offset=0)
+    t = m.RecordTemplate(b"T", 2, **common)
     extra = b"WAIT\x01true\x02CLUSTER\x01C"
     inner = [(7, b"two", "UNIQ_KEY\x01U2"), (8, b"three", "UNIQ_KEY\x01U3\x02"), (9, b"", "")]
-    got = m.encode_batch_records(m.encode_client_batch(inner), extra, 4096, b"T", 2, **common)
+    got = m.encode_batch_records(m.encode_client_batch(inner), extra, 4096, t, 17)
     props = [b"UNIQ_KEY\x01U2\x02" + extra, b"UNIQ_KEY\x01U3\x02" + extra, extra]   # a separator only if missing
-    want = [m.encode_record(topic=b"T", queue_id=2, body=b, properties=p, flag=f, **common)
+    want = [m.encode_record(topic=b"T", queue_id=2, body=b, properties=p, flag=f, born_ts=17, **common)
             for (f, b, _), p in zip(inner, props)]
     assert got.sizes == [len(r) for r in want] and b"".join(got.parts) == b"".join(want)
     batch = m.encode_client_batch(inner)
@@ -134,5 +137,5 @@ def test_batch_records_are_the_messages_with_the_batch_properties_appended():
                       "properties length too long"),
                      (m.encode_client_batch([(0, b"x" * 4097, "")]), "body size exceeded")):
         with pytest.raises(MessageRejected, match=why) as e:
-            m.encode_batch_records(bad, extra, 4096, b"T", 2, **common)
+            m.encode_batch_records(bad, extra, 4096, t, 17)
         assert e.value.code == m.MESSAGE_ILLEGAL
