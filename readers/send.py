@@ -41,6 +41,7 @@ class SendProcessor:
         self.stored_reply = codec.ResponseTemplate(("msgId", "queueId", "queueOffset"), self.region)
         self.msg_id = message.MsgIds(self.ring.store_ip, self.ring.store_port)
         self.sync_flush, self.flush_timeout_s = self.cfg.sync_flush, self.cfg.syncFlushTimeout / 1000
+        self.topic_bytes: dict[str, bytes] = {}      # names that passed the checks, encoded
 
     def handlers(self) -> dict:
         return {R.SEND_MESSAGE: self.send, R.SEND_MESSAGE_V2: self.send, R.SEND_BATCH_MESSAGE: self.send}
@@ -48,12 +49,16 @@ class SendProcessor:
     def send(self, cmd, conn):
         h = headers.decode(cmd.code, cmd.ext)
         topic = h["topic"]
-        try:
-            message.check_topic(topic)
-            if topic in SYSTEM_TOPICS:
-                raise MessageRejected(RC.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
-        except MessageRejected as e:
-            return self._refused(cmd, e)
+        if topic not in self.topic_bytes:
+            try:
+                message.check_topic(topic)
+                if topic in SYSTEM_TOPICS:
+                    raise MessageRejected(RC.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
+            except MessageRejected as e:
+                return self._refused(cmd, e)
+            if len(self.topic_bytes) >= 4096:
+                self.topic_bytes.clear()
+            self.topic_bytes[topic] = topic.encode()
         tidx = self.link.topics.lookup(topic)
         if tidx is None:
             return self._create_then_append(cmd, conn, h)
@@ -114,17 +119,17 @@ class SendProcessor:
         props = (h["properties"] or "").rstrip(_SEP)
         pbytes = (props + self.cluster_prop if props else self.cluster_prop[1:]).encode()
         wait = message.property_value(pbytes, b"WAIT") != b"false"
-        sys_flag = h["sysFlag"]
+        sys_flag, tb = h["sysFlag"], self.topic_bytes.get(topic) or topic.encode()
         born_host, born_ts = conn.peer_addr, h["bornTimestamp"] or int(time.time() * 1000)
         if h["batch"] or cmd.code == R.SEND_BATCH_MESSAGE:
             if message.property_value(pbytes, b"DELAY") is not None:
                 raise MessageRejected(RC.MESSAGE_ILLEGAL, "batch message does not support delay message")
             if sys_flag & message.TX_MASK:
                 raise MessageRejected(RC.MESSAGE_ILLEGAL, "batch message does not support transaction message")
-            records = self.ring.batch_records(topic.encode(), qid, sys_flag, cmd.body, pbytes, born_ts, born_host,
+            records = self.ring.batch_records(tb, qid, sys_flag, cmd.body, pbytes, born_ts, born_host,
                                               h["reconsumeTimes"] or 0)
         else:
-            records = self.ring.records(topic.encode(), qid, sys_flag, [cmd.body], [pbytes], [h["flag"]], born_ts,
+            records = self.ring.records(tb, qid, sys_flag, [cmd.body], [pbytes], [h["flag"]], born_ts,
                                         born_host, h["reconsumeTimes"] or 0)
         return RingClient.row(tidx, qid, sys_flag, born_host, len(records.sizes), wait), records, wait
 

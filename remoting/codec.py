@@ -28,6 +28,7 @@ RPC_RESPONSE, RPC_ONEWAY = 0x1, 0x2
 _PREFIX = struct.Struct(">ii")    # frameLength, headerLenAndType
 _BIN_FIXED = struct.Struct(">hBhiii")   # code i16, language u8, version i16, opaque i32, flag i32, remarkLen i32
 assert _BIN_FIXED.size == 17
+_BIN_FRAME_HEAD = struct.Struct(">ii" + _BIN_FIXED.format.lstrip(">"))   # _PREFIX then _BIN_FIXED, one pack
 _I16, _I32 = struct.Struct(">h"), struct.Struct(">i")
 _LANG_NAMES = {m.value: m.name for m in LanguageCode}
 _LANG_CODES = {m.name: m.value for m in LanguageCode}
@@ -298,10 +299,13 @@ class ResponseTemplate:
             for prefix, v in zip(self._bin_keys, values):
                 vb = v.encode("utf-8")
                 parts += (prefix, _I32.pack(len(vb)), vb)
-            ext = b"".join(parts) + self._bin_static
+            parts.append(self._bin_static)
+            ext = b"".join(parts)
             rb = remark.encode("utf-8") if remark else b""
-            header = (_BIN_FIXED.pack(code, self._lang, SERVER_VERSION, req.opaque, RPC_RESPONSE, len(rb)) + rb
-                      + _I32.pack(len(ext)) + ext)
+            hlen = _BIN_FIXED.size + len(rb) + 4 + len(ext)
+            return b"".join((_BIN_FRAME_HEAD.pack(4 + hlen + len(body), (ROCKETMQ << 24) | hlen, code, self._lang,
+                                                  SERVER_VERSION, req.opaque, RPC_RESPONSE, len(rb)),
+                             rb, _I32.pack(len(ext)), ext, body))
         else:
             enc = json.encoder.encode_basestring
             ext = "".join([k + enc(v) for k, v in zip(self._json_keys, values)])
