@@ -104,7 +104,7 @@ class SendProcessor:
         else:
             conn.write(self.stored_reply.encode(cmd, RC.FLUSH_DISK_TIMEOUT, "FLUSH_DISK_TIMEOUT", values))
 
-    def _request(self, cmd, conn, h, tidx: int) -> tuple[tuple, list[bytes], bool]:
+    def _request(self, cmd, conn, h, tidx: int) -> tuple[tuple, message.Records, bool]:
         """-> (the P.REQUEST row, the stored records, whether the producer waits for the flush)."""
         topic = h["topic"]
         meta = self.link.topics.row(tidx)

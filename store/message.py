@@ -246,7 +246,7 @@ class RecordTemplate:
     def __init__(self, topic: bytes, queue_id: int, **common):
         first = encode_record(topic=topic, queue_id=queue_id, body=b"", properties=b"", **common)
         hsize = len(first) - 3 - len(topic)
-        lead, rest = first[20:40], first[48:hsize - 4]      # QUEUEOFFSET..SYSFLAG, BORNHOST..PREPARED
+        lead, rest = first[QUEUE_OFFSET_AT:BORN_TS_AT], first[BORN_HOST_AT:hsize - 4]   # QUEUEOFFSET..SYSFLAG, BORNHOST..PREPARED
         self.queue_id, self.fixed = queue_id, hsize + 3 + len(topic)
         self.head = struct.Struct(f">iiiii{len(lead)}sq{len(rest)}si")   # ... FLAG, lead, BORNTIMESTAMP, rest, BODYLEN
         self.tail = struct.Struct(f">B{len(topic)}sh")                    # topic, PROPERTIESLENGTH
