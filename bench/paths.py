@@ -1,10 +1,12 @@
 """Per-message cost of the send path in one process, away from the noise of a shared box.
 
 The reader's side runs for real: a ``net.server`` connection is fed the pipelined frames
-``bench.e2e`` sends (16 single sends per read, or 4 batches of 32), then SendProcessor and
-WriterLink with its slab and pipe waker, against a real writer and dispatcher stepped in a second
-thread on the same shared memory and files (the in-process store of the writer tests).  The socket
-is the one stand-in: replies go to a transport that counts them.
+``bench.e2e`` sends (16 single sends per read, or 4 batches of 32; ``--per-read 1`` for a lone
+request, as at low rates), then SendProcessor and WriterLink with its slab and pipe waker, against
+a real writer and dispatcher stepped in a second thread on the same shared memory and files (the
+in-process store of the writer tests; the dispatcher steps after every read, so its figure at one
+request per read is not what pacing gives live).  The socket is the one stand-in: replies go to a
+transport that counts them.
 
 Prints CPU µs per message, the median over rounds, for the reader (frame in to reply out) and for
 the writer and dispatcher passes.  ``--instructions`` runs itself twice under valgrind's callgrind
@@ -12,7 +14,7 @@ the writer and dispatcher passes.  ``--instructions`` runs itself twice under va
 each side: the same figure on every run, so a change of a few percent shows, which this VM's ±20%
 timing noise hides.
 
-    .venv/bin/python -m bench.paths [--batch 1|32] [--json] [--rounds 400] [--instructions]
+    .venv/bin/python -m bench.paths [--batch 1|32] [--json] [--per-read N] [--rounds 400] [--instructions]
 """
 from __future__ import annotations
 
@@ -71,8 +73,7 @@ def _frames(batch: int, use_json: bool, per_read: int) -> bytes:
     return b"".join(frames[i % len(frames)] for i in range(per_read))
 
 
-def measure(batch: int, use_json: bool, rounds: int, base: str | None) -> dict:
-    per_read = 16 if batch == 1 else 4
+def measure(batch: int, use_json: bool, rounds: int, base: str | None, per_read: int) -> dict:
     blob = _frames(batch, use_json, per_read)
     root = tempfile.mkdtemp(prefix="rbx-paths-", dir=base)
     cfg = small_config(root, "paths", mappedFileSizeCommitLog=1 << 28, maxMessageSize=4 << 20,
@@ -140,7 +141,8 @@ def instructions(args) -> dict:
         for rounds in (20, 60):
             out = os.path.join(out_dir, f"cg.{rounds}")
             cmd = ["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={out}",
-                   sys.executable, "-m", "bench.paths", "--batch", str(args.batch), "--rounds", str(rounds)]
+                   sys.executable, "-m", "bench.paths", "--batch", str(args.batch), "--rounds", str(rounds),
+                   "--per-read", str(args.per_read)]
             if args.json:
                 cmd.append("--json")
             if args.dir:
@@ -155,7 +157,7 @@ def instructions(args) -> dict:
             totals[rounds] = (per_thread.pop("01"), sum(per_thread.values()))
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
-    msgs = 40 * (16 if args.batch == 1 else 4) * args.batch
+    msgs = 40 * args.per_read * args.batch
     return {"reader_instructions": (totals[60][0] - totals[20][0]) / msgs,
             "writer_dispatcher_instructions": (totals[60][1] - totals[20][1]) / msgs}
 
@@ -165,17 +167,21 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=1, choices=(1, 32), help="single sends, or batches of 32")
     ap.add_argument("--json", action="store_true", help="JSON headers (as Java clients send) instead of ROCKETMQ")
     ap.add_argument("--rounds", type=int, default=400, help="reads fed to the connection")
+    ap.add_argument("--per-read", type=int, default=None,
+                    help="requests per read (default 16 single sends or 4 batches; 1 = a lone request, as at low rates)")
     ap.add_argument("--instructions", action="store_true", help="count instructions under valgrind instead")
     ap.add_argument("--dir", default=None, help="where the store goes (default: system temp dir)")
     args = ap.parse_args()
+    if args.per_read is None:
+        args.per_read = 16 if args.batch == 1 else 4
     shape = f"batch={args.batch} headers={'JSON' if args.json else 'ROCKETMQ'} body=1024B " + \
-            f"per_read={16 if args.batch == 1 else 4}"
+            f"per_read={args.per_read}"
     if args.instructions:
         res = instructions(args)
         print(f"# send path, instructions per message: {shape}")
         print(f"reader {res['reader_instructions']:,.0f}   writer+dispatcher {res['writer_dispatcher_instructions']:,.0f}")
     else:
-        res = measure(args.batch, args.json, args.rounds, args.dir)
+        res = measure(args.batch, args.json, args.rounds, args.dir, args.per_read)
         print(f"# send path, CPU per message (median of {args.rounds} rounds): {shape}")
         print(f"reader {res['reader_us']:.1f} us   writer+dispatcher {res['writer_dispatcher_us']:.1f} us")
     print("# " + json.dumps({"batch": args.batch, "json": args.json, **res}))
