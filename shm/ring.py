@@ -39,7 +39,8 @@ def ring_size(capacity: int) -> int:
 class Ring:
     def __init__(self, buf: np.ndarray):
         """``buf``: uint8 view of this ring's region (header + data) inside a segment."""
-        self.pos = buf[:16 * 8].view("<u8")       # [0] write_pos, [8] read_pos
+        assert np.little_endian                  # the positions are "<u8", read as native "Q"
+        self.pos = memoryview(buf[:16 * 8]).cast("Q")   # [0] write_pos, [8] read_pos; cheaper than numpy scalars
         self.data = buf[HEADER_SIZE:]
         self.mv = memoryview(self.data)          # copies and headers through it skip numpy's per-call cost
         self.capacity = len(self.data)
@@ -48,11 +49,11 @@ class Ring:
 
     @property
     def write_pos(self) -> int:
-        return int(self.pos[0])
+        return self.pos[0]
 
     @property
     def read_pos(self) -> int:
-        return int(self.pos[8])
+        return self.pos[8]
 
     def used(self) -> int:
         return self.write_pos - self.read_pos
