@@ -254,14 +254,19 @@ def _key_prefix(k: str) -> bytes:
     return p
 
 
-def _binary_bytes(cmd: Command) -> bytes:
-    remark = cmd.remark.encode("utf-8") if cmd.remark else b""
+def _ext_bytes(ext: dict) -> bytes:
+    """A binary header's extFields map: (i16 key length, key, i32 value length, value)..."""
     parts = []
-    for k, v in cmd.ext.items():
+    for k, v in ext.items():
         if v is not None:
             vb = (v if type(v) is str else str(v)).encode("utf-8")
             parts += (_key_prefix(k), _I32.pack(len(vb)), vb)
-    ext = b"".join(parts)
+    return b"".join(parts)
+
+
+def _binary_bytes(cmd: Command) -> bytes:
+    remark = cmd.remark.encode("utf-8") if cmd.remark else b""
+    ext = _ext_bytes(cmd.ext)
     lang = _LANG_CODES.get(cmd.language, LanguageCode.OTHER.value)
     return (_BIN_FIXED.pack(cmd.code, lang, cmd.version, cmd.opaque, cmd.flag, len(remark)) + remark
             + _I32.pack(len(ext)) + ext)
@@ -290,7 +295,7 @@ class ResponseTemplate:
         self._json_end = (f'}},"flag":{RPC_RESPONSE},"language":"JAVA","opaque":')
         self._json_version = f',"serializeTypeCurrentRPC":"JSON","version":{SERVER_VERSION}'
         self._bin_keys = tuple(_key_prefix(k) for k in keys)
-        self._bin_static = b"".join(_key_prefix(k) + _I32.pack(len(v.encode())) + v.encode() for k, v in static.items())
+        self._bin_static = _ext_bytes(static)
         self._lang = _LANG_CODES["JAVA"]
 
     def encode(self, req: Command, code: int, remark: str | None, values: tuple[str, ...], body: bytes = b"") -> bytes:

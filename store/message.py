@@ -86,6 +86,7 @@ def _header_struct(born_v6: bool, store_v6: bool) -> struct.Struct:
 
 # HEADERS[sysflag & 0x30 >> 4]: the full fixed header through BODYLEN, for each host-width mix.
 HEADERS = tuple(_header_struct(bool(i & 1), bool(i & 2)) for i in range(4))
+MIN_RECORD_SIZE = HEADERS[0].size + 1 + 2       # IPv4 hosts, empty body, topic and properties
 assert HEADERS[0].size == 88
 
 

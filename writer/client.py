@@ -16,7 +16,6 @@ import fcntl
 import functools
 import json
 import os
-import struct
 import time
 from dataclasses import dataclass, field
 
@@ -28,7 +27,6 @@ from store import message
 from writer import protocol as P
 
 EPOCH_SHIFT = 40
-_RID = struct.Struct("<Q")          # a RESULT row's leading req_id
 LOST = "writer restarted; outcome unknown"
 
 
@@ -339,7 +337,7 @@ class RingClient:
                 nq, nr = P.RESULT_HEAD_S.unpack_from(payload, 0)
                 at = P.RESULT_HEAD.itemsize
                 res = payload[at:at + nq * P.RESULT.itemsize].view(P.RESULT)
-                rid = _RID.unpack_from(payload, at)[0] if nq else None
+                rid = P.RESULT_S.unpack_from(payload, at)[0] if nq else None    # the first row's req_id
                 at += nq * P.RESULT.itemsize
                 self.awaiting.pop(rid, None)
                 answered = self.in_flight.pop(rid, None)

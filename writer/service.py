@@ -263,7 +263,7 @@ class WriterService:
         """``_put`` for a pass of a few requests (the usual pass at low load), request by request:
         the vector path's fixed cost (~100 numpy calls, ~0.5 ms here) would be most of the pass.
         Same checks, offsets, bytes and replies as the vector path; the writer tests run both."""
-        meta, max_size = self.sh.views["topic_meta"], self.cfg.max_record_size
+        meta, min_size, max_size = self.sh.views["topic_meta"], message.MIN_RECORD_SIZE, self.cfg.max_record_size
         stopping, n_topics = bool(self.ctl[C.STOPPING]), self.sh.topic_count()
         plan = []               # per slab: (j, request rows, records, [[status, tidx, qid, count, sys_flag, starts, sizes]])
         total, topics = 0, {}   # topics: index -> (live, queue count), read once per pass
@@ -292,7 +292,7 @@ class WriterService:
                     status = P.TOPIC_NOT_EXIST
                 elif not 0 <= qid < topic[1]:
                     status = P.SYSTEM_ERROR
-                elif any(not 91 <= z <= max_size or message.HEAD.unpack_from(recs, st) != (z, message.MAGIC)
+                elif any(not min_size <= z <= max_size or message.HEAD.unpack_from(recs, st) != (z, message.MAGIC)
                          for st, z in zip(starts, rsizes)):
                     status = P.MESSAGE_ILLEGAL
                 else:
@@ -406,7 +406,7 @@ class WriterService:
         status[(status == 0) & ((qid < 0) | (qid >= qnums))] = P.SYSTEM_ERROR
         # every record: size within limits, and its own TOTALSIZE and MAGIC fields agree
         sz = sizes.astype(np.int64)
-        bad = (sz < 91) | (sz > self.cfg.max_record_size)
+        bad = (sz < message.MIN_RECORD_SIZE) | (sz > self.cfg.max_record_size)
         sane = np.flatnonzero(~bad)              # only these are long enough to read a header from
         head = recs[start[sane, None] + np.arange(8)].view(">i4").reshape(-1, 2)
         bad[sane] = (head[:, 0] != sz[sane]) | (head[:, 1] != message.MAGIC)
