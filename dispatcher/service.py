@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 import time
 
 import numpy as np
@@ -23,12 +24,14 @@ from shm.tables import QueueIndex
 from store import indexfile, message, propscan
 from store.consumequeue import ConsumeQueue, file_size_for
 from store.errors import CorruptData
-from store.javahash import BufferHashes, index_abs, string_hash
+from store.javahash import BufferHashes, index_abs, index_abs_one, string_hash
 from store.mappedfile import MappedFileQueue
 
 log = logging.getLogger("rocketbox.dispatcher")
 SCHEDULE_TOPIC = b"SCHEDULE_TOPIC_XXXX"
 _NAMES = (b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY")     # the properties the dispatcher reads
+FEW_RECORDS = 32        # a pass of at most this many records goes record by record (_dispatch_few)
+_I16, _I32, _I64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
 
 
 def _gather(view: np.ndarray, at: np.ndarray, width: int, dtype: str) -> np.ndarray:
@@ -72,6 +75,7 @@ class DispatcherService:
         self.slot_key: dict[int, tuple[str, int]] = {}
         self.delays = cfg.delay_levels_ms
         self.max_pass_bytes = 16 * 1024 * 1024
+        self.few_records = FEW_RECORDS
         self.stop_requested = False
         self.short = False                                    # the last pass stopped short of written
         self.index: indexfile.IndexFile | None = None
@@ -103,12 +107,16 @@ class DispatcherService:
         start, written = int(self.ctl[C.DISPATCHED]), int(self.ctl[C.WRITTEN])
         if start >= written:
             return False
-        batch, end = self._parse(start, written)
-        if batch is not None:
+        mf, starts, sizes, end = self._parse(start, written)
+        if len(starts) > self.few_records:
+            batch = Batch(mf, np.array(starts, dtype=np.int64), np.array(sizes, dtype=np.int64))
             slots, tags, key_hashes, key_rows = self._columns(batch)
             self._dispatch_queues(batch, slots, tags)
-            self._dispatch_index(batch, key_hashes, key_rows)
+            if key_hashes is not None:
+                self._dispatch_index(key_hashes, batch.phys[key_rows], batch.store_ts[key_rows])
             self.ctl[C.DISPATCHED_TS] = int(batch.store_ts[-1])
+        elif starts:
+            self.ctl[C.DISPATCHED_TS] = self._dispatch_few(mf, starts)
         self.ctl[C.DISPATCHED] = end
         self.short = end < written           # stopped at a file end or max_pass_bytes
         self._wake_waiters()
@@ -116,7 +124,7 @@ class DispatcherService:
 
     def _parse(self, pos: int, written: int):
         """Records in [pos, written) (one pass's worth, within one CommitLog file).
-        -> (Batch or None, offset where the pass ends)."""
+        -> (the file, where each record starts in it, each record's size, offset where the pass ends)."""
         fsize = self.cfg.mappedFileSizeCommitLog
         mf = self.commitlog.file_for(pos)
         if mf is None:
@@ -138,10 +146,7 @@ class DispatcherService:
             starts.append(at)
             sizes.append(total)
             at += total
-        end = base + at
-        if not starts:
-            return None, end
-        return Batch(mf, np.array(starts, dtype=np.int64), np.array(sizes, dtype=np.int64)), end
+        return mf, starts, sizes, base + at
 
     def _columns(self, b: "Batch"):
         """Each record's queue slot (-1: not dispatched to a queue) and tag code, and the index
@@ -186,13 +191,59 @@ class DispatcherService:
         slot, topic, seed = [], [], []
         for r in first.tolist():
             name = bytes(mat[r, 1:1 + int(b.topic_len[r])])
-            qid_r = int(b.queue_id[r])
-            s = self.slot_of.get((name, qid_r))
-            slot.append(s if s is not None else self._slot(name, qid_r))
+            slot.append(self._slot(name, int(b.queue_id[r])))
             topic.append(name)
-            h = self.key_seeds.get(name)
-            seed.append(h if h is not None else self.key_seeds.setdefault(name, string_hash(name.decode() + "#")))
+            seed.append(self._key_seed(name))
         return group.ravel(), np.array(slot, dtype=np.int64), topic, np.array(seed, dtype=np.int32)
+
+    def _dispatch_few(self, mf, starts: list[int]) -> int:
+        """A small pass: what ``_columns``, ``_dispatch_queues`` and ``_dispatch_index`` do, one
+        record at a time in plain Python, writing the same bytes.  Below ``few_records`` records
+        the vector path's fixed cost (some hundred numpy calls, and at low rates their cold
+        caches) outweighs the work.  -> the last record's store time."""
+        mm, base = mf.mm, mf.start
+        queues: dict[int, tuple[int, list, list, list]] = {}    # slot -> (first queue offset, phys, sizes, tags)
+        hashes, key_phys, key_ts = [], [], []
+        indexing = self.cfg.messageIndexEnable
+        skip_below = self.index.h("end_phys") if indexing and self.index is not None and self.index.h("index_count") > 1 else -1
+        for at in starts:
+            size, _m, _c, queue_id, _f, qoff, _p, sys_flag = message.PREFIX.unpack_from(mm, at)
+            phys = base + at
+            store_ts = _I64.unpack_from(mm, at + message.store_ts_at(sys_flag))[0]
+            header = message.header_for(sys_flag).size
+            topic_at = at + header + _I32.unpack_from(mm, at + header - 4)[0]
+            props_at = topic_at + 3 + mm[topic_at]
+            topic = mm[topic_at + 1:props_at - 2]
+            raw = mm[props_at:props_at + _I16.unpack_from(mm, props_at - 2)[0]]
+            props = message.parse_properties(raw.decode("utf-8", "replace"))
+            slot, tx = self._slot(topic, queue_id), sys_flag & message.TX_MASK
+            if tx != message.TX_PREPARED and tx != message.TX_ROLLBACK:
+                tag = props.get("TAGS")
+                code = string_hash(tag) if tag else 0
+                delay = props.get("DELAY")
+                if delay is not None and topic == SCHEDULE_TOPIC:
+                    code = self._deliver_ts(delay.encode(), store_ts, code)
+                q = queues.get(slot)
+                if q is None:
+                    q = queues[slot] = (qoff, [], [], [])
+                elif qoff != q[0] + len(q[1]):
+                    raise CorruptData("commitlog", q[1][-1], f"queue offsets of {self.slot_key[slot]} "
+                                                             "are not dense in one pass")
+                q[1].append(phys)
+                q[2].append(size)
+                q[3].append(code)
+            if indexing and phys > skip_below and tx != message.TX_ROLLBACK:
+                seed = self._key_seed(topic)
+                for key in [props.get("UNIQ_KEY", ""), *props.get("KEYS", "").split(" ")]:
+                    if key:
+                        hashes.append(index_abs_one(string_hash(key, seed)))
+                        key_phys.append(phys)
+                        key_ts.append(store_ts)
+        for slot, (first, phys_l, sizes, tags) in queues.items():
+            self._put_queue(slot, first, phys_l, sizes, tags)
+        if hashes:
+            self._dispatch_index(hashes, key_phys, key_ts, indexfile.IndexFile.put_few)
+        return store_ts
 
     def _deliver_ts(self, delay: bytes, store_ts: int, default: int) -> int:
         """Delayed message in SCHEDULE_TOPIC_XXXX: its tag code is the delivery time."""
@@ -200,7 +251,15 @@ class DispatcherService:
             return default
         return store_ts + self.delays[min(int(delay), len(self.delays)) - 1]
 
+    def _key_seed(self, topic: bytes) -> int:
+        """Hash of ``topic#``, where every index key of the topic's records starts."""
+        h = self.key_seeds.get(topic)
+        return h if h is not None else self.key_seeds.setdefault(topic, string_hash(topic.decode() + "#"))
+
     def _slot(self, topic: bytes, queue_id: int) -> int:
+        s = self.slot_of.get((topic, queue_id))
+        if s is not None:
+            return s
         key = (topic.decode(), queue_id)
         s = self.queues.slot(*key)
         if s is None:
@@ -225,13 +284,15 @@ class DispatcherService:
             raise CorruptData("commitlog", int(phys[i]), f"queue offsets of {self.slot_key[int(s_sorted[i])]} "
                                                          "are not dense in one pass")
         bounds = [0, *(np.flatnonzero(~same) + 1).tolist(), len(order)]
-        qmax, qmin = self.sh.views["queue_max"], self.sh.views["queue_min"]
         for lo, hi in zip(bounds[:-1], bounds[1:]):
-            slot = int(s_sorted[lo])
-            cq = self._cq(self.slot_key[slot])
-            cq.put(int(qoffs[lo]), phys[lo:hi], size[lo:hi], tag[lo:hi])
-            qmin[slot] = cq.min_offset
-            qmax[slot] = cq.max_offset
+            self._put_queue(int(s_sorted[lo]), int(qoffs[lo]), phys[lo:hi], size[lo:hi], tag[lo:hi])
+
+    def _put_queue(self, slot: int, queue_offset: int, phys, size, tags) -> None:
+        """One queue's entries of the pass, then its published max and min offsets."""
+        cq = self._cq(self.slot_key[slot])
+        cq.put(queue_offset, phys, size, tags)
+        self.sh.views["queue_min"][slot] = cq.min_offset
+        self.sh.views["queue_max"][slot] = cq.max_offset
 
     def _cq(self, key) -> ConsumeQueue:
         cq = self.cqs.get(key)
@@ -239,15 +300,13 @@ class DispatcherService:
             cq = self.cqs[key] = ConsumeQueue(self.cfg.root, key[0], key[1], self.cq_file_size, True).load()
         return cq
 
-    def _dispatch_index(self, b: "Batch", hashes, rows) -> None:
-        if hashes is None or hashes.size == 0:
-            return
-        phys_a, ts_a = b.phys[rows], b.store_ts[rows]
+    def _dispatch_index(self, hashes, phys, store_ts, put=indexfile.IndexFile.put_batch) -> None:
+        """Add the pass's keys (``put_few`` takes lists), on to a new IndexFile when one is full."""
         done = 0
-        while done < hashes.size:
+        while done < len(hashes):
             if self.index is None or self.index.is_full:
-                self._roll_index(int(ts_a[done]))
-            done += self.index.put_batch(hashes[done:], phys_a[done:], ts_a[done:])
+                self._roll_index(int(store_ts[done]))
+            done += put(self.index, hashes[done:], phys[done:], store_ts[done:])
 
     def _roll_index(self, ts: int) -> None:
         if self.index is not None:

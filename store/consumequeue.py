@@ -86,11 +86,13 @@ class ConsumeQueue:
         return self.files.min_offset // ENTRY_SIZE
 
     # ------------------------------------------------------------ write (dispatcher)
-    def put(self, queue_offset: int, phys: np.ndarray, size: np.ndarray, tags: np.ndarray) -> int:
-        """Write entries for consecutive queue offsets from ``queue_offset``.  Entries already
-        present (phys+size <= max_phys) are skipped; returns how many were written."""
+    def put(self, queue_offset: int, phys, size, tags) -> int:
+        """Write entries for consecutive queue offsets from ``queue_offset`` (columns as arrays
+        or lists).  Entries already present (phys+size <= max_phys) are skipped; returns how
+        many were written."""
         if len(phys) and int(phys[0]) + int(size[0]) <= self.max_phys:    # a re-dispatch: skip what is there
-            first = int(np.searchsorted(phys + size, self.max_phys, side="right"))  # phys only grows in a queue
+            ends = np.asarray(phys) + np.asarray(size)                     # phys only grows in a queue
+            first = int(np.searchsorted(ends, self.max_phys, side="right"))
             queue_offset += first
             phys, size, tags = phys[first:], size[first:], tags[first:]
         if len(phys) == 0:

@@ -10,12 +10,14 @@
     36  4    indexCount (starts at 1)            16  4    prevIndex (older entry in same slot, 0 = end)
 
 File name = creation time ``yyyyMMddHHmmssSSS`` (local time).  Entry 0 is unused.
-Who writes: the dispatcher (``put_batch``, vectorized over a whole batch of keys).
+Who writes: the dispatcher (``put_batch``, vectorized over a whole batch of keys; ``put_few``
+for a small one).
 Who reads: readers answering QUERY_MESSAGE (``lookup``), recovery, Spark.
 """
 from __future__ import annotations
 
 import os
+import struct
 import time
 
 import numpy as np
@@ -29,6 +31,9 @@ HEADER_SIZE = 40
 assert HEADER.itemsize == HEADER_SIZE
 ENTRY = np.dtype([("hash", ">i4"), ("phys", ">i8"), ("time_diff", ">i4"), ("prev", ">i4")])
 assert ENTRY.itemsize == 20
+# the same layouts for put_few's one-key-at-a-time writes
+HEADER_S, SLOT_S, ENTRY_S = struct.Struct(">qqqqii"), struct.Struct(">i"), struct.Struct(">iqii")
+assert HEADER_S.size == HEADER.itemsize and ENTRY_S.size == ENTRY.itemsize
 INT_MAX = 0x7FFFFFFF
 
 
@@ -106,6 +111,36 @@ class IndexFile:
         self.header["slot_count"] = self.h("slot_count") + newly_used
         self.header["end_phys"], self.header["end_ts"] = phys[-1], store_ts[-1]
         self.header["index_count"] = n0 + k
+        return k
+
+    def put_few(self, hashes: list[int], phys: list[int], store_ts: list[int]) -> int:
+        """``put_batch`` for a few keys, one at a time with ``struct`` (below a few dozen keys,
+        numpy's fixed cost per call outweighs the work).  Writes the same bytes."""
+        mm, entries_at = self.mf.mm, HEADER_SIZE + self.max_slots * 4
+        begin_ts, _end_ts, begin_phys, _end_phys, slot_count, n0 = HEADER_S.unpack_from(mm, 0)
+        k = min(len(hashes), self.max_entries - n0)
+        if k <= 0:
+            return 0
+        base = begin_ts if begin_ts > 0 else store_ts[0]     # time diffs count from here
+        if n0 <= 1:              # the very first entry sets the begin values
+            begin_ts, begin_phys = store_ts[0], phys[0]
+        newest: dict[int, int] = {}             # slot -> its newest entry from this call
+        for i in range(k):
+            n, slot = n0 + i, hashes[i] % self.max_slots
+            prev = newest.get(slot)
+            if prev is None:
+                prev = SLOT_S.unpack_from(mm, HEADER_SIZE + slot * 4)[0]
+                for _ in range(self.max_entries):       # skip an uncommitted batch, as put_batch
+                    if prev < n0:
+                        break
+                    prev = ENTRY_S.unpack_from(mm, entries_at + prev * 20)[3] if prev < self.max_entries else 0
+                prev = max(prev, 0)
+                slot_count += prev == 0
+            diff = min(max((store_ts[i] - base) // 1000, 0), INT_MAX)
+            ENTRY_S.pack_into(mm, entries_at + n * 20, hashes[i], phys[i], diff, prev)
+            SLOT_S.pack_into(mm, HEADER_SIZE + slot * 4, n)
+            newest[slot] = n
+        HEADER_S.pack_into(mm, 0, begin_ts, store_ts[k - 1], begin_phys, phys[k - 1], slot_count, n0 + k)
         return k
 
     def lookup(self, key_hash: int, begin_ts: int, end_ts: int, max_count: int) -> list[int]:

@@ -1,21 +1,35 @@
 """Java ``String.hashCode`` — the hash RocketMQ puts in ConsumeQueue tag codes and IndexFile keys.
 
 h = 0; for each UTF-16 code unit c: h = 31*h + c (mod 2**32), read as a signed 32-bit int.
-``string_hash`` does one string; ``BufferHashes`` does many UTF-8 segments of one buffer in a
+``string_hash`` does one string (``bytes_hash`` one UTF-8 string); ``BufferHashes`` does many UTF-8 segments of one buffer in a
 few numpy calls, optionally continuing from a prefix's hash (the dispatcher hashes every tag and
 every ``topic#key`` of a pass at once, without building the keys).  Pure: no I/O, no state.
 """
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
+assert sys.byteorder == "little"          # string_hash reads UTF-16-LE as native u16
 
 
 def string_hash(s: str, seed: int = 0) -> int:
     """Java ``s.hashCode()`` as a signed 32-bit int; ``seed``: the hash of a prefix to continue."""
+    return _fold(memoryview(s.encode("utf-16-le")).cast("H"), seed)
+
+
+def bytes_hash(b: bytes, seed: int = 0) -> int:
+    """``string_hash`` of UTF-8 bytes; ASCII ones (each byte a UTF-16 unit) without decoding."""
+    return _fold(b, seed) if b.isascii() else string_hash(b.decode("utf-8", "replace"), seed)
+
+
+def _fold(units, seed: int) -> int:
     h = seed & 0xFFFFFFFF
-    for c in np.frombuffer(s.encode("utf-16-be"), dtype=">u2").tolist():
-        h = (31 * h + c) & 0xFFFFFFFF
+    for k in range(0, len(units), 32):
+        for c in units[k:k + 32]:       # Python ints do not overflow: reduce once per 32 units
+            h = 31 * h + c
+        h &= 0xFFFFFFFF
     return h - (1 << 32) if h & 0x80000000 else h
 
 
@@ -34,8 +48,12 @@ def bytes_hashes(items: list[bytes]) -> np.ndarray:
 
 def index_key_hash(key: str) -> int:
     """IndexFile key hash: ``abs(hashCode)``, and 0 where abs overflows (Integer.MIN_VALUE)."""
-    h = abs(string_hash(key))
-    return 0 if h > 0x7FFFFFFF else h
+    return index_abs_one(string_hash(key))
+
+
+def index_abs_one(h: int) -> int:
+    """``index_abs`` of one hash."""
+    return 0 if h == -0x80000000 else abs(h)
 
 
 def index_abs(hashes: np.ndarray) -> np.ndarray:

@@ -1,6 +1,7 @@
-"""The dispatcher's vectorized pass checked against a plain per-record reading of the same
-records (store/message.py's parser and Java's hash one string at a time): queue slots, tag codes,
-delivery times of delayed messages, transaction records left out, and every index key."""
+"""The dispatcher's two paths, the vectorized pass and the record-by-record one for small passes,
+each checked against a plain per-record reading of the same records (store/message.py's parser
+and Java's hash one string at a time): queue slots, tag codes, delivery times of delayed messages,
+transaction records left out, and every index key."""
 
 import time
 
@@ -34,9 +35,14 @@ def _requests():
     return out
 
 
-def test_dispatch_matches_a_per_record_reading(tmp_path):
+PATHS = pytest.mark.parametrize("few_records", [0, 10**6], ids=["vector", "few"])
+
+
+@PATHS
+def test_dispatch_matches_a_per_record_reading(tmp_path, few_records):
     cfg = small_config(tmp_path / "store", "d", mappedFileSizeCommitLog=1 << 20)
     with running_store(cfg) as (sh, w, d, c):
+        d.few_records = few_records
         for name in ("Aa", "BB"):
             w.topics.upsert(topic_config(name, 2, 2))
         assert string_hash("Aa") == string_hash("BB")
@@ -48,8 +54,7 @@ def test_dispatch_matches_a_per_record_reading(tmp_path):
                 pass
             results += c.collect(ticket, 1)
         assert all(r.ok for r in results)
-        while d.step():
-            pass
+        assert d.step() and not d.step()             # one pass
         assert int(sh.control[C.DISPATCHED]) == int(sh.control[C.WRITTEN])
 
         view = StoreView(cfg, sh).open()
@@ -70,6 +75,8 @@ def test_dispatch_matches_a_per_record_reading(tmp_path):
                 keys = [props["UNIQ_KEY"]] + [k for k in props.get("KEYS", "").split(" ") if k]
                 expect_keys += [(f"{req.topic}#{k}", phys) for k in keys]
 
+        last = message.decode_record(bytes(view.record(results[-1].phys_offsets[0])))
+        assert int(sh.control[C.DISPATCHED_TS]) == last.store_ts
         for (topic, qid), want in expect_queue.items():
             got = view.entries(topic, qid, 0, 1000)
             assert [(int(e["phys"]), int(e["size"]), int(e["tags"])) for e in got] == want, (topic, qid)
@@ -107,9 +114,11 @@ def test_pace_pauses_only_when_no_long_poll_waits_and_the_pass_caught_up(tmp_pat
         assert paused(short=True) < 0.1              # catching up with a backlog: no pause
 
 
-def test_queue_offsets_with_a_gap_in_one_pass_are_corruption(tmp_path):
+@PATHS
+def test_queue_offsets_with_a_gap_in_one_pass_are_corruption(tmp_path, few_records):
     cfg = small_config(tmp_path / "store", "gap")
     with running_store(cfg) as (sh, w, d, c):
+        d.few_records = few_records
         t = c.submit([PutRequest("TBW102", 1, [b"m%d" % i], [{}]) for i in range(3)])
         w.step()
         second = c.collect(t, 1)[1].phys_offsets[0]
