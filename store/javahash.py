@@ -1,7 +1,7 @@
 """Java ``String.hashCode`` — the hash RocketMQ puts in ConsumeQueue tag codes and IndexFile keys.
 
 h = 0; for each UTF-16 code unit c: h = 31*h + c (mod 2**32), read as a signed 32-bit int.
-``string_hash`` does one string (``bytes_hash`` one UTF-8 string); ``BufferHashes`` does many UTF-8 segments of one buffer in a
+``string_hash`` does one string in plain Python; ``BufferHashes`` does many UTF-8 segments of one buffer in a
 few numpy calls, optionally continuing from a prefix's hash (the dispatcher hashes every tag and
 every ``topic#key`` of a pass at once, without building the keys).  Pure: no I/O, no state.
 """
@@ -16,15 +16,7 @@ assert sys.byteorder == "little"          # string_hash reads UTF-16-LE as nativ
 
 def string_hash(s: str, seed: int = 0) -> int:
     """Java ``s.hashCode()`` as a signed 32-bit int; ``seed``: the hash of a prefix to continue."""
-    return _fold(memoryview(s.encode("utf-16-le")).cast("H"), seed)
-
-
-def bytes_hash(b: bytes, seed: int = 0) -> int:
-    """``string_hash`` of UTF-8 bytes; ASCII ones (each byte a UTF-16 unit) without decoding."""
-    return _fold(b, seed) if b.isascii() else string_hash(b.decode("utf-8", "replace"), seed)
-
-
-def _fold(units, seed: int) -> int:
+    units = memoryview(s.encode("utf-16-le")).cast("H")
     h = seed & 0xFFFFFFFF
     for k in range(0, len(units), 32):
         for c in units[k:k + 32]:       # Python ints do not overflow: reduce once per 32 units

@@ -1,6 +1,6 @@
 import numpy as np
 
-from store.javahash import bytes_hash, index_abs_one, index_key_hash, index_key_hashes, string_hash, string_hashes
+from store.javahash import index_abs_one, index_key_hash, index_key_hashes, string_hash, string_hashes
 
 VECTORS = {"": 0, "*": 42, "TagA": 2598919, "TagB": 2598920, "hello world": 1794106052,
            "TopicTest": -1902610879, "中文": 646394}
@@ -46,10 +46,13 @@ def test_segments_of_one_buffer_continue_from_a_prefix_hash():
     assert BufferHashes(buf)(starts, lens, seed).tolist() == [string_hash(p + s) for p, s in zip(prefixes, pieces)]
 
 
-def test_one_utf8_string_matches_the_vector_path_with_and_without_a_seed():
+def test_one_string_continues_from_a_seed_and_long_ones_fold_right():
     texts = list(VECTORS) + ["T#" + "x" * 500, "😀emoji", "a" * 5000, "polygenelubricants", "键 with space"]
     seed = string_hash("TopicTest#")
-    assert [bytes_hash(t.encode()) for t in texts] == string_hashes(texts).tolist()
-    assert [bytes_hash(t.encode(), seed) for t in texts] == [string_hash("TopicTest#" + t) for t in texts]
-    assert bytes_hash(b"\xff\xfe") == string_hash("\ufffd\ufffd")       # invalid UTF-8 as Java's decoder
+    assert [string_hash(t, seed) for t in texts] == [string_hash("TopicTest#" + t) for t in texts]
+    assert [string_hash(t) for t in texts] == string_hashes(texts).tolist()
+    h = 0
+    for c in "a" * 5000:                    # Java's loop, literally
+        h = (31 * h + ord(c)) & 0xFFFFFFFF
+    assert string_hash("a" * 5000) == (h - (1 << 32) if h >= 1 << 31 else h)
     assert [index_abs_one(h) for h in (-2**31, -5, 7)] == [0, 5, 7]
