@@ -46,6 +46,7 @@ def render(cfg) -> str:
     return f"""# generated from {cfg.source} by rocketbox; edits are overwritten at the next start
 global
     maxconn {max_connections()}
+    nbthread 1
     maxpipes {MAX_PIPES}
     hard-stop-after 5s
 

@@ -37,13 +37,14 @@ class Connection(asyncio.Protocol):
     def __init__(self, server: "RemotingServer"):
         self.server, self.decoder = server, Decoder()
         self.transport: asyncio.Transport | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
         self.peer, self.peer_addr = "?", ("127.0.0.1", 0)    # "host:port" for logs; (host, port)
         self.last_io = time.monotonic()
         self.out: list[bytes] = []        # replies of this loop turn, written as one
         self.head = b""                   # the first bytes, until we know whether a PROXY header leads
 
     def connection_made(self, transport) -> None:
-        self.transport = transport
+        self.transport, self.loop = transport, asyncio.get_running_loop()   # (each lookup is a getpid())
         peer = transport.get_extra_info("peername")
         self.peer_addr = (peer[0], peer[1]) if peer else ("127.0.0.1", 0)
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
@@ -128,7 +129,7 @@ class Connection(asyncio.Protocol):
         """Queue an encoded frame; everything queued in this loop turn goes out in one write (one
         syscall and, through HAProxy, one packet for a pipelining client's whole burst)."""
         if not self.out:
-            asyncio.get_running_loop().call_soon(self._write_out)
+            self.loop.call_soon(self._write_out)
         self.out.append(frame)
 
     def _write_out(self) -> None:
