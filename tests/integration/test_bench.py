@@ -49,3 +49,13 @@ def test_paths_bench_times_and_counts_the_send_path(tmp_path):
     # a single send costs the reader well over 10k instructions and well under 10M
     assert 1e4 < res["reader_instructions"] < 1e7 and 1e4 < res["writer_dispatcher_instructions"] < 1e7, res
     assert os.listdir(tmp_path) == []                 # its stores and callgrind files are gone
+
+
+def test_hiccups_measures_chunks_and_reports_windows():
+    r = subprocess.run([sys.executable, "-m", "bench.hiccups", "--seconds", "1"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(r.stdout.splitlines()[-1][2:])
+    assert res["chunks"] > 100 and 1 < res["median_chunk_us"] < 100_000, res   # ~2 ms apart over 1 s
+    assert 0 <= res["slow_chunks"] < res["chunks"] and res["worst_slowdown"] >= 1, res
+    assert (res["windows"] == 0) == (res["slow_chunks"] == 0), res

@@ -1,0 +1,90 @@
+"""How steady is this machine's CPU?  Run it alone, with nothing else busy.
+
+A fixed chunk of Python work runs every ``--every-ms`` and its CPU time (``time.thread_time``) is
+kept.  On bare metal every chunk costs about the same.  On some VMs, chunks in short windows cost
+ten times their median or more.  Those windows slow every process on the box, the appliance's
+included, and a send whose path crosses five processes then waits tens of milliseconds.
+``/proc/stat``'s steal counter is read around each chunk, to show whether the hypervisor admits it.
+
+Prints the median chunk, the slow chunks (over ``--slow`` x the median) grouped into windows
+(chunks less than 50 ms apart), their period, and steal inside and outside them.
+
+    .venv/bin/python -m bench.hiccups [--seconds 10] [--every-ms 2] [--slow 3]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+CHUNK_LOOPS = 2000          # ~0.15 ms of CPU on this project's 2-core VM
+
+
+def _work() -> int:
+    s = 0
+    for i in range(CHUNK_LOOPS):
+        s += i * i
+    return s
+
+
+def _steal() -> tuple[int, int]:
+    """(steal, all) clock ticks of every CPU since boot (/proc/stat's first line)."""
+    with open("/proc/stat") as f:
+        ticks = [int(v) for v in f.readline().split()[1:9]]     # user nice system idle iowait irq softirq steal
+    return ticks[7], sum(ticks)
+
+
+def measure(seconds: float, every_s: float, slow: float) -> dict:
+    chunks = []                 # (wall start, cpu s, steal ticks, all ticks) during the chunk
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        s0, a0 = _steal()
+        t, c0 = time.monotonic(), time.thread_time()
+        _work()
+        cpu = time.thread_time() - c0
+        s1, a1 = _steal()
+        chunks.append((t, cpu, s1 - s0, a1 - a0))
+        time.sleep(every_s)
+    median = statistics.median(c[1] for c in chunks)
+    slow_chunks = [c for c in chunks if c[1] > slow * median]
+    windows: list[list] = []
+    for c in slow_chunks:
+        if windows and c[0] - windows[-1][-1][0] < 0.05:
+            windows[-1].append(c)
+        else:
+            windows.append([c])
+    starts = [w[0][0] for w in windows]
+    gaps = [b - a for a, b in zip(starts, starts[1:])]
+
+    def steal_share(cs) -> float:
+        return 100 * sum(c[2] for c in cs) / max(1, sum(c[3] for c in cs))
+
+    return {"seconds": seconds, "chunks": len(chunks), "median_chunk_us": median * 1e6,
+            "slow_chunks": len(slow_chunks), "windows": len(windows),
+            "window_period_s": statistics.median(gaps) if gaps else None,
+            "window_ms": statistics.median((w[-1][0] - w[0][0]) * 1e3 + w[-1][1] * 1e3 for w in windows) if windows else None,
+            "worst_slowdown": max(c[1] for c in chunks) / median,
+            "steal_pct_in_windows": steal_share(slow_chunks),
+            "steal_pct_outside": steal_share([c for c in chunks if c[1] <= slow * median])}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=10)
+    ap.add_argument("--every-ms", type=float, default=2, help="pause between chunks")
+    ap.add_argument("--slow", type=float, default=3, help="a chunk over this many times the median is slow")
+    args = ap.parse_args()
+    res = measure(args.seconds, args.every_ms / 1000, args.slow)
+    print(f"# CPU steadiness: a {CHUNK_LOOPS}-iteration Python loop every {args.every_ms} ms for {args.seconds} s")
+    print(f"median chunk {res['median_chunk_us']:.0f} us CPU; {res['slow_chunks']} of {res['chunks']} chunks over "
+          f"{args.slow}x, worst {res['worst_slowdown']:.1f}x")
+    if res["windows"]:
+        period = f"{res['window_period_s']:.2f} s" if res["window_period_s"] else "-"
+        print(f"{res['windows']} slow windows, ~{res['window_ms']:.0f} ms each, one every {period}; steal "
+              f"{res['steal_pct_in_windows']:.0f}% of CPU time inside them, {res['steal_pct_outside']:.1f}% outside")
+    print("# " + json.dumps(res))
+
+
+if __name__ == "__main__":
+    main()
