@@ -137,8 +137,9 @@ def instructions(args) -> dict:
         sys.exit("bench.paths: --instructions needs valgrind (apt-get install valgrind)")
     out_dir = tempfile.mkdtemp(prefix="rbx-paths-cg-", dir=args.dir)
     totals = {}
+    scale = max(1, 16 // (args.per_read * args.batch))      # at least 640 messages between the two runs
     try:
-        for rounds in (20, 60):
+        for rounds in (20 * scale, 60 * scale):
             out = os.path.join(out_dir, f"cg.{rounds}")
             cmd = ["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={out}",
                    sys.executable, "-m", "bench.paths", "--batch", str(args.batch), "--rounds", str(rounds),
@@ -157,9 +158,9 @@ def instructions(args) -> dict:
             totals[rounds] = (per_thread.pop("01"), sum(per_thread.values()))
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
-    msgs = 40 * args.per_read * args.batch
-    return {"reader_instructions": (totals[60][0] - totals[20][0]) / msgs,
-            "writer_dispatcher_instructions": (totals[60][1] - totals[20][1]) / msgs}
+    (r0, s0), (r1, s1) = totals.values()
+    msgs = 40 * scale * args.per_read * args.batch
+    return {"reader_instructions": (r1 - r0) / msgs, "writer_dispatcher_instructions": (s1 - s0) / msgs}
 
 
 def main() -> None:

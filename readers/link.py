@@ -268,15 +268,15 @@ class _Slab:
         self.rows, self.sizes, self.records, self.waiters, self.nbytes = [], [], [], [], 0
         self.scheduled = True           # a _submit is due at the end of this loop turn
 
-    def answered(self, res, phys) -> None:
-        """The writer's reply (``res`` None: lost with a restarted writer).  The arrays are views
-        of the response ring, valid only during this call."""
+    def answered(self, res: list | None, phys: list | None) -> None:
+        """The writer's reply: P.RESULT tuples and each record's physical offset (``res`` None:
+        lost with a restarted writer)."""
         if res is None:
             outcomes = [(P.SYSTEM_ERROR, -1, -1, [], -1, LOST)] * len(self.waiters)
         else:
-            plist, i, outcomes = phys.tolist(), 0, []
-            for _rid, status, qid, qoff, _p0, end, _ts, count, _pad in res.tolist():
-                outcomes.append((status, qid, qoff, plist[i:i + count], end, ""))
+            i, outcomes = 0, []
+            for _rid, status, qid, qoff, _p0, end, _ts, count, _pad in res:
+                outcomes.append((status, qid, qoff, phys[i:i + count], end, ""))
                 i += count
         for waiter, outcome in zip(self.waiters, outcomes):
             try:

@@ -92,14 +92,17 @@ class PipeWaker:
             pass
 
     def drain(self) -> bool:
-        """Read every pending post; True if there was one."""
+        """Read every pending post; True if there was one.  A short read has emptied the pipe, so
+        the usual wake costs one read, not a second one failing with EAGAIN."""
         got = False
         try:
-            while os.read(self.fd, 4096):
-                got = True
+            while True:
+                n = len(os.read(self.fd, 4096))
+                got = got or n > 0
+                if n < 4096:
+                    return got
         except BlockingIOError:
-            pass
-        return got
+            return got
 
     def wait(self, timeout: float | None) -> bool:
         """Block until posted or ``timeout`` seconds pass; True when posted."""

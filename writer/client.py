@@ -82,8 +82,9 @@ class Ticket:
     def done(self) -> bool:
         return self.missing == 0
 
-    def fill(self, req0: int, rec0: int, n_requests: int, res: np.ndarray | None, phys: np.ndarray | None) -> None:
-        """One slab's reply (``res`` None: lost, the writer restarted before answering it)."""
+    def fill(self, req0: int, rec0: int, n_requests: int, res: list | None, phys: list | None) -> None:
+        """One slab's reply: RESULT tuples and physical offsets (``res`` None: lost, the writer
+        restarted before answering it)."""
         if res is None:
             self.results["status"][req0:req0 + n_requests] = P.SYSTEM_ERROR
             self.remark = LOST
@@ -113,7 +114,7 @@ class RingClient:
         self.slot = -1
         self.lock_fd = -1
         self.seq = 0
-        self.in_flight: dict[int, object] = {}      # first req_id of a slab -> its callback(results, phys)
+        self.in_flight: dict[int, object] = {}      # first req_id of a slab -> its callback(RESULT rows, phys list)
         self.topic_replies: dict[int, PutResult | None] = {}
         self.awaiting: dict[int, int] = {}          # slab's first req_id or topic rid -> ring position past it
         self.store_ip, self.store_port, _v6 = message.pack_host((cfg.brokerIP1, cfg.listenPort))
@@ -334,15 +335,16 @@ class RingClient:
         got = 0
         for kind, payload, after in self.responses.entries():
             if kind == P.PUT_RESULT:
-                nq, nr = P.RESULT_HEAD_S.unpack_from(payload, 0)
+                mv = memoryview(payload)        # struct and a cast: cheaper than numpy views here
+                nq, nr = P.RESULT_HEAD_S.unpack_from(mv, 0)
                 at = P.RESULT_HEAD.itemsize
-                res = payload[at:at + nq * P.RESULT.itemsize].view(P.RESULT)
-                rid = P.RESULT_S.unpack_from(payload, at)[0] if nq else None    # the first row's req_id
-                at += nq * P.RESULT.itemsize
+                end = at + nq * P.RESULT.itemsize
+                rows = list(P.RESULT_S.iter_unpack(mv[at:end]))
+                rid = rows[0][0] if rows else None                  # the first row's req_id
                 self.awaiting.pop(rid, None)
                 answered = self.in_flight.pop(rid, None)
                 if answered is not None:
-                    answered(res, payload[at:at + nr * 8].view("<i8"))
+                    answered(rows, mv[end:end + nr * 8].cast("q").tolist())     # native = "<i8" (ring.py)
                     got += 1
             elif kind == P.TOPIC_RESULT:
                 r = payload[:P.TOPIC_RES.itemsize].view(P.TOPIC_RES)[0]
