@@ -2,9 +2,10 @@
 
 It follows ``written`` (published by the writer after the bytes are in place), parses each record
 once, and per pass: appends every queue's new entries as one numpy block, adds every index key of
-the pass to the IndexFile in one vector operation, publishes each touched queue's max offset,
-then ``dispatched`` (that order: a reader that sees ``dispatched`` finds the entries), and posts
-the wakers of slots waiting for new messages (long polls).
+the pass to the IndexFile in one vector operation (a pass of at most ``FEW_RECORDS`` records does
+the same record by record, without numpy), publishes each touched queue's max offset, then
+``dispatched`` (that order: a reader that sees ``dispatched`` finds the entries), and posts the
+wakers of slots waiting for new messages (long polls).
 
 Prepared and rollback transaction records are not dispatched to consume queues; rollback records
 are not indexed (FACTS §4.4).  Writes are idempotent, so recovery re-dispatches freely.

@@ -1,9 +1,10 @@
 """Java ``String.hashCode`` — the hash RocketMQ puts in ConsumeQueue tag codes and IndexFile keys.
 
 h = 0; for each UTF-16 code unit c: h = 31*h + c (mod 2**32), read as a signed 32-bit int.
-``string_hash`` does one string in plain Python; ``BufferHashes`` does many UTF-8 segments of one buffer in a
-few numpy calls, optionally continuing from a prefix's hash (the dispatcher hashes every tag and
-every ``topic#key`` of a pass at once, without building the keys).  Pure: no I/O, no state.
+``string_hash`` does one string in plain Python; ``BufferHashes`` does many UTF-8 segments of one
+buffer in a few numpy calls, optionally continuing from a prefix's hash (the dispatcher's vector
+path hashes every tag and every ``topic#key`` of a pass at once, without building the keys).
+Pure: no I/O, no state.
 """
 from __future__ import annotations
 

@@ -33,10 +33,12 @@ def test_roll_reopen_and_idempotent_put(tmp_path):
     more = np.arange(10, 14, dtype=np.int64) * 100                        # half present, half new
     assert cq.put(10, more, np.full(4, 100), np.arange(10, 14)) == 2
     assert cq.max_offset == 14 and cq.max_phys == 1400
+    assert cq.put(13, [1300, 1400], [100, 100], [13, 14]) == 1            # lists (the dispatcher's few path)
+    assert cq.max_offset == 15 and cq.max_phys == 1500
     cq.close()
     cq = ConsumeQueue(str(tmp_path), "T", 1, size, False).load()
-    assert cq.max_offset == 14 and cq.max_phys == 1400
-    assert cq.entries(11, 3)["phys"].tolist() == [1100, 1200, 1300]
+    assert cq.max_offset == 15 and cq.max_phys == 1500
+    assert cq.entries(11, 4)["phys"].tolist() == [1100, 1200, 1300, 1400]
     e = cq.entries(5, 3)
     assert e["phys"].tolist() == [500, 600, 700] and e["tags"].tolist() == [5, 6, 7]
     cq.close()
