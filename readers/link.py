@@ -46,7 +46,7 @@ class WriterLink:
         self.flush_waits: collections.deque = collections.deque()  # (end offset, loop-time deadline, callback)
         self.flush_timer: asyncio.TimerHandle | None = None
         self.pushed_end = 0                                         # ring position past our last slab
-        self.polls: list[tuple[str, int, int, asyncio.Future]] = []   # long polls: topic, queue, offset
+        self.polls: list[list] = []        # held pulls: [topic, queue, offset, callback, timer]
         self.topic_waits: dict[int, asyncio.Future] = {}
         self.offset_batch: list[tuple[bytes, int, int]] = []
         self.offsets_end = 0                                        # ring position past the last OFFSET entry
@@ -183,28 +183,38 @@ class WriterLink:
             self.flush_timer = self.loop.call_at(self.flush_waits[0][1], self._flush_timeouts)
 
     # ------------------------------------------------------------ long polling
-    async def grown(self, topic: str, queue_id: int, offset: int, timeout_s: float) -> bool:
-        """Wait until the queue's published max offset passes ``offset``; False on time-out."""
-        fut = self.loop.create_future()
-        entry = (topic, queue_id, offset, fut)
-        self.polls.append(entry)
+    def when_grown(self, topic: str, queue_id: int, offset: int, timeout_s: float, callback) -> None:
+        """``callback(True)`` once the queue's published max offset passes ``offset`` (checked
+        now, on each dispatcher wake and on the tick), ``callback(False)`` after ``timeout_s``.
+        A held pull is this entry and a timer: no task, no future."""
+        hold = [topic, queue_id, offset, callback, None]
+        hold[4] = self.loop.call_later(timeout_s, self._poll_timeout, hold)
+        self.polls.append(hold)
         self.row[S.DISPATCH_WAIT] = 1
         self._settle_polls()                # it may have grown since the pull looked
-        try:
-            return await asyncio.wait_for(fut, timeout_s)
-        except asyncio.TimeoutError:
-            return False
-        finally:
-            self.polls = [p for p in self.polls if p is not entry]
-            if not self.polls:
-                self.row[S.DISPATCH_WAIT] = 0
 
     def _settle_polls(self) -> None:
-        for topic, qid, offset, fut in self.polls:
-            if not fut.done():
-                off = self.view.offsets(topic, qid)
-                if off is not None and off[1] > offset:
-                    fut.set_result(True)
+        grew = []
+        for hold in self.polls:
+            off = self.view.offsets(hold[0], hold[1])
+            if off is not None and off[1] > hold[2]:
+                grew.append(hold)
+        if grew:
+            self._end_polls(grew, True)
+
+    def _poll_timeout(self, hold: list) -> None:
+        self._end_polls([hold], False)
+
+    def _end_polls(self, ended: list, grew: bool) -> None:
+        self.polls = [p for p in self.polls if not any(p is e for e in ended)]
+        if not self.polls:
+            self.row[S.DISPATCH_WAIT] = 0
+        for _topic, _qid, _offset, callback, timer in ended:
+            timer.cancel()
+            try:
+                callback(grew)
+            except Exception:       # one broken callback must not cost the other pulls their answers
+                log.exception("long-poll callback failed")
 
     # ------------------------------------------------------------ topics
     async def create_topic(self, tc: dict, timeout_s: float = 10.0) -> int:

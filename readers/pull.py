@@ -13,6 +13,10 @@ consumer does not stall for a heartbeat period.
 """
 from __future__ import annotations
 
+import functools
+import logging
+
+from net.server import DEFERRED
 from readers import storeview as SV
 from remoting import headers
 from remoting.codes import RequestCode as R, ResponseCode as RC
@@ -22,6 +26,7 @@ from store.javahash import string_hash
 from writer.groups import offset_key
 from writer.topics import PERM_READ
 
+log = logging.getLogger("rocketbox.reader")
 COMMIT_OFFSET, SUSPEND, SUBSCRIPTION = 0x1, 0x2, 0x4
 
 
@@ -67,12 +72,19 @@ class PullProcessor:
             self.link.commit_offset(offset_key(topic, group), qid, h["commitOffset"])
         resp = self._run(cmd, topic, qid, h["queueOffset"], h["maxMsgNums"], codes)
         if resp.code == RC.PULL_NOT_FOUND and h["sysFlag"] & SUSPEND and h["suspendTimeoutMillis"] > 0:
-            return self._hold(cmd, topic, qid, h["queueOffset"], h["maxMsgNums"], codes, h["suspendTimeoutMillis"])
+            self.link.when_grown(topic, qid, h["queueOffset"], h["suspendTimeoutMillis"] / 1000, functools.partial(
+                self._held, cmd, conn, topic, qid, h["queueOffset"], h["maxMsgNums"], codes))
+            return DEFERRED
         return resp
 
-    async def _hold(self, cmd, topic, qid, offset, max_nums, codes, timeout_ms):
-        await self.link.grown(topic, qid, offset, timeout_ms / 1000)
-        return self._run(cmd, topic, qid, offset, max_nums, codes)
+    def _held(self, cmd, conn, topic, qid, offset, max_nums, codes, _grew: bool) -> None:
+        """A held pull's end (the queue grew, or the time-out): run it once more and answer."""
+        try:
+            resp = self._run(cmd, topic, qid, offset, max_nums, codes)
+        except Exception as e:
+            log.exception("held pull of %s:%d failed", topic, qid)
+            resp = cmd.response(RC.SYSTEM_ERROR, str(e)[:500] or type(e).__name__)
+        conn.send_reply(cmd, resp)
 
     def _run(self, cmd, topic: str, qid: int, offset: int, max_nums: int, codes):
         count = max(1, min(max_nums, self.cfg.maxTransferCountOnMessageInMemory))

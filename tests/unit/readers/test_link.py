@@ -5,7 +5,8 @@ import asyncio
 
 from readers.link import WriterLink
 from tests.unit.writer.rig import running_store, small_config
-from writer.client import RingClient
+from writer.client import PutRequest, RingClient
+from writer.topics import topic_config
 
 
 def test_a_slab_waits_while_the_writer_works_on_the_last_one(tmp_path):
@@ -41,6 +42,48 @@ def test_a_slab_waits_while_the_writer_works_on_the_last_one(tmp_path):
                 assert w.step()
                 await asyncio.sleep(0.05)
                 assert got == [(0, 0, 0), (1, 0, 1), (2, 0, 2)] and not link.busy
+            finally:
+                link.close()
+        asyncio.run(main())
+
+
+def test_held_pulls_end_once_each_when_their_queue_grows_or_their_time_is_up(tmp_path):
+    from shm.layout import S
+    cfg = small_config(tmp_path / "store", "polls")
+    with running_store(cfg) as (sh, w, d, c):
+        w.topics.upsert(topic_config("Grow", 2, 2))
+
+        def put(queue):
+            ticket = c.submit([PutRequest("Grow", queue, [b"m"], [{}])])
+            assert w.step() and c.collect(ticket, 1)[0].ok and d.step()
+
+        async def main():
+            link = WriterLink(cfg, sh)
+            ended = []
+
+            def hold(name, queue, timeout_s):
+                link.when_grown("Grow", queue, 0, timeout_s, lambda grew: ended.append((name, grew)))
+
+            def broken(grew):
+                raise RuntimeError("a broken callback")
+            try:
+                hold("q0", 0, 1)
+                hold("q1-short", 1, 0.05)
+                link.when_grown("Grow", 0, 0, 1, broken)
+                hold("q1", 1, 1)
+                assert sh.slots[link.slot, S.DISPATCH_WAIT] == 1 and ended == []
+                await asyncio.sleep(0.15)
+                assert ended == [("q1-short", False)]              # its time-out, nothing else
+                put(0)                                             # queue 0 grows
+                link.on_wake()                                     # the dispatcher's post, or the tick
+                assert ended == [("q1-short", False), ("q0", True)]   # the broken one did not stop it
+                assert sh.slots[link.slot, S.DISPATCH_WAIT] == 1   # q1 still held
+                put(1)
+                link.on_wake()
+                assert ended[-1] == ("q1", True) and len(ended) == 3
+                assert link.polls == [] and sh.slots[link.slot, S.DISPATCH_WAIT] == 0
+                await asyncio.sleep(1.1)                           # no timer fires for an ended hold
+                assert len(ended) == 3
             finally:
                 link.close()
         asyncio.run(main())
