@@ -62,23 +62,6 @@ def producer(conf: str, seconds: float, slab: int, window: int, body_size: int, 
     sh.close()
 
 
-def role_cpu(pid: int) -> dict:
-    """CPU seconds (user + system) of the supervisor and of each role, by role name."""
-    out = {"supervisor": sum(psutil.Process(pid).cpu_times()[:2])}
-    for p in psutil.Process(pid).children(recursive=True):
-        try:
-            cmd = p.cmdline()
-            role = cmd[cmd.index("run") + 1] if "run" in cmd else str(p.pid)
-            out[role] = out.get(role, 0.0) + sum(p.cpu_times()[:2])
-        except (psutil.Error, IndexError):
-            pass
-    return out
-
-
-def appliance_cpu(pid: int) -> float:
-    return sum(role_cpu(pid).values())
-
-
 READERS = 2      # the appliance runs as it ships (readers idle here); no name server: nothing to route
 
 
@@ -88,11 +71,11 @@ def run_mode(mode: str, args) -> dict:
         "shmPrefix": "/rbx-bench", "namesrvAddr": "", "readerProcessNums": READERS,
         "ringSlots": args.producers + READERS + 1})   # the readers hold a ring slot each
     conf = app.conf
-    sup = app.start().proc
+    app.start()
     try:
         ctx = mp.get_context("spawn")
         q = ctx.Queue()
-        roles0 = role_cpu(sup.pid)
+        roles0 = app.role_cpu()
         cpu0 = sum(roles0.values())
         ps = [ctx.Process(target=producer, args=(conf, args.seconds, args.slab, args.window, args.body,
                                                   mode == "SYNC_FLUSH", q)) for _ in range(args.producers)]
@@ -101,19 +84,19 @@ def run_mode(mode: str, args) -> dict:
         results = [q.get(timeout=args.seconds + 120) for _ in ps]
         for p in ps:
             p.join()
-        cpu1 = appliance_cpu(sup.pid)
+        cpu1 = sum(app.role_cpu().values())
         t_end = time.perf_counter()
         sh = SharedState(config.load(conf).geometry()).attach()
         while sh.control[C.DISPATCHED] < sh.control[C.WRITTEN]:
             time.sleep(0.01)
         dispatch_lag = time.perf_counter() - t_end
-        roles1 = role_cpu(sup.pid)
+        roles1 = app.role_cpu()
         cpu_dispatched = sum(roles1.values())
         sh.close()
         time.sleep(1)
-        idle0, t_idle = appliance_cpu(sup.pid), time.perf_counter()
+        idle0, t_idle = sum(app.role_cpu().values()), time.perf_counter()
         time.sleep(args.idle_seconds)
-        idle_pct = (appliance_cpu(sup.pid) - idle0) / (time.perf_counter() - t_idle) * 100
+        idle_pct = (sum(app.role_cpu().values()) - idle0) / (time.perf_counter() - t_idle) * 100
     finally:
         app.stop()
     msgs = sum(r["msgs"] for r in results)

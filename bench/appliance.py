@@ -11,6 +11,8 @@ import sys
 import tempfile
 import time
 
+import psutil
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -43,6 +45,20 @@ class BenchAppliance:
             self.stop()
             raise
         return self
+
+    def role_cpu(self) -> dict[str, float]:
+        """CPU seconds so far (user + system) of the supervisor and of each role, by role name;
+        a role's own children count as the role (the ``haproxy`` binary under its role)."""
+        sup = psutil.Process(self.proc.pid)
+        out = {"supervisor": sum(sup.cpu_times()[:2])}
+        for p in sup.children(recursive=True):
+            try:
+                cmd = p.cmdline()
+                role = cmd[cmd.index("run") + 1] if "run" in cmd else os.path.basename(cmd[0])
+                out[role] = out.get(role, 0.0) + sum(p.cpu_times()[:2])
+            except (psutil.Error, IndexError):
+                pass            # gone meanwhile, or no command line to name it by
+        return out
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

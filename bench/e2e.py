@@ -18,7 +18,9 @@ in order.  What differs is only the bytes:
                to the limit), p50/p99/p99.9 per message
 
 Throughput counts acknowledged messages in the measured window (after --warmup s); a reply that is
-not success counts as an error and is printed.  Latency is send-to-reply per request.
+not success counts as an error and is printed.  Latency is send-to-reply per request.  Under each
+row, the servers' CPU per acknowledged message, by process (rocketbox by role), over the whole
+run, and how much of a core that was.
 
     .venv/bin/python -m bench.e2e [--seconds 5] [--procs 2] [--conns 4] [--window 16] [--batch 32]
 """
@@ -39,6 +41,7 @@ import tempfile
 import time
 
 import numpy as np
+import psutil
 
 from appliance import config
 from bench.appliance import BenchAppliance
@@ -155,7 +158,7 @@ def _send_load(proto_name: str, port: int, frames, conns: int, window: int, seco
         state.append(st)
     t0 = time.perf_counter()
     m0, t_end = t0 + warmup, t0 + warmup + seconds
-    acked, errors, lat, issued, rr = 0, collections.Counter(), [], 0, 0
+    acked, total, errors, lat, issued, rr = 0, 0, collections.Counter(), [], 0, 0
     while True:
         now = time.perf_counter()
         if now < t_end:
@@ -196,6 +199,7 @@ def _send_load(proto_name: str, port: int, frames, conns: int, window: int, seco
                 if head[2]:
                     continue
                 sent_at, n, _, errs = st["sent"].popleft()
+                total += 0 if errs else n
                 if m0 <= sent_at < t_end and not errs:
                     acked += n
                     lat.append(t - sent_at)
@@ -203,7 +207,7 @@ def _send_load(proto_name: str, port: int, frames, conns: int, window: int, seco
             raise TimeoutError(f"{proto_name}: replies still missing 60 s after the load stopped")
     for st in state:
         st["sock"].close()
-    out.put({"acked": acked, "errors": dict(errors), "lat": np.array(lat, dtype=np.float64)})
+    out.put({"acked": acked, "total": total, "errors": dict(errors), "lat": np.array(lat, dtype=np.float64)})
 
 
 def _queue(st: dict, frames, now: float, chunks: dict) -> int:
@@ -224,7 +228,7 @@ def run_load(proto_name: str, port: int, frames, args, window: int, rate: float 
         errors.update(r["errors"])
     pct = np.percentile(lat, [50, 99, 99.9]) if len(lat) else [float("nan")] * 3
     return {"msgs_per_s": sum(r["acked"] for r in res) / args.seconds, "p50": pct[0], "p99": pct[1],
-            "p999": pct[2], "errors": dict(errors)}
+            "p999": pct[2], "errors": dict(errors), "msgs": sum(r["total"] for r in res)}
 
 
 # ---------------------------------------------------------------- consume
@@ -325,6 +329,17 @@ def run_consume(target, args) -> dict:
             max(r["elapsed"] for r in res)}
 
 
+def _with_cpu(server, run, *args, **kwargs) -> dict:
+    """``run``'s result, plus the server's CPU over the whole run (warm-up and drain included):
+    ``cpu`` µs per message acknowledged in it, by process, and ``cpu_pct`` of one core."""
+    c0, t0 = server.cpu(), time.perf_counter()
+    res = run(*args, **kwargs)
+    c1, wall = server.cpu(), time.perf_counter() - t0
+    used = {k: v - c0.get(k, 0.0) for k, v in c1.items()}
+    return {**res, "cpu": {k: v / max(res["msgs"], 1) * 1e6 for k, v in used.items()},
+            "cpu_pct": 100 * sum(used.values()) / wall}
+
+
 # ---------------------------------------------------------------- the servers
 def _wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
@@ -369,6 +384,9 @@ class RocketboxServer:
     def prepare_consume(self) -> None:
         pass
 
+    def cpu(self) -> dict[str, float]:
+        return self.app.role_cpu()
+
     def stop(self) -> None:
         self.app.stop()
 
@@ -402,6 +420,9 @@ class RedisServer:
             s.sendall(Redis._cmd(b"XGROUP", b"CREATE", b"bench", b"g", b"0"))
             if not s.recv(100).startswith(b"+OK"):
                 raise RuntimeError("XGROUP CREATE failed")
+
+    def cpu(self) -> dict[str, float]:
+        return {"redis-server": sum(psutil.Process(self.proc.pid).cpu_times()[:2])}
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
@@ -449,13 +470,14 @@ def main() -> None:
                 proto = server.name
                 single = PROTOCOLS[proto].send_frames(body, 1)
                 batch = PROTOCOLS[proto].send_frames(body, args.batch)
-                rows["send single"][proto] = run_load(proto, server.port, single, args, args.window)
-                rows[f"send batch of {args.batch}"][proto] = run_load(proto, server.port, batch, args,
-                                                                      args.batch_window)
-                rows[f"send single at {args.rate:.0f}/s"][proto] = run_load(proto, server.port, single, args,
-                                                                          args.window, rate=args.rate)
+                rows["send single"][proto] = _with_cpu(server, run_load, proto, server.port, single, args,
+                                                       args.window)
+                rows[f"send batch of {args.batch}"][proto] = _with_cpu(server, run_load, proto, server.port, batch,
+                                                                       args, args.batch_window)
+                rows[f"send single at {args.rate:.0f}/s"][proto] = _with_cpu(
+                    server, run_load, proto, server.port, single, args, args.window, rate=args.rate)
                 server.prepare_consume()
-                rows["consume"][proto] = run_consume(server, args)
+                rows["consume"][proto] = _with_cpu(server, run_consume, server, args)
             finally:
                 server.stop()
         for row, r in rows.items():
@@ -467,6 +489,9 @@ def main() -> None:
             errs = "".join(f"  errors {k}: {v['errors']}" for k, v in r.items() if v.get("errors"))
             print(f"{mode + ' vs ' + fsync + ' ' + row:<46} {rb['msgs_per_s']:>10.0f} {rd['msgs_per_s']:>10.0f} "
                   f"{rb['msgs_per_s'] / max(rd['msgs_per_s'], 1):>6.2f}   {lat}{errs}", flush=True)
+            print("#   CPU µs/msg " + " | ".join(
+                f"{name}: " + " ".join(f"{k} {v:.1f}" for k, v in sorted(r[name]["cpu"].items()) if v >= 0.05)
+                + f" ({r[name]['cpu_pct']:.0f}% of a core)" for name in ("rocketbox", "redis")), flush=True)
 
 
 if __name__ == "__main__":
