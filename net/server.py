@@ -101,10 +101,10 @@ class Connection(asyncio.Protocol):
             resp = self._failed(cmd, e)
         if resp is DEFERRED:
             return
-        if inspect.isawaitable(resp):
-            asyncio.ensure_future(self._finish(cmd, resp))
-        else:
+        if resp is None or type(resp) is Command or not inspect.isawaitable(resp):  # (an ABC check: last)
             self.send_reply(cmd, resp)
+        else:
+            asyncio.ensure_future(self._finish(cmd, resp))
 
     async def _finish(self, cmd: Command, pending) -> None:
         try:

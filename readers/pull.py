@@ -18,7 +18,7 @@ import logging
 
 from net.server import DEFERRED
 from readers import storeview as SV
-from remoting import headers
+from remoting import codec, headers
 from remoting.codes import RequestCode as R, ResponseCode as RC
 from remoting.subscription import parse_expression
 from shm.layout import T
@@ -28,6 +28,7 @@ from writer.topics import PERM_READ
 
 log = logging.getLogger("rocketbox.reader")
 COMMIT_OFFSET, SUSPEND, SUBSCRIPTION = 0x1, 0x2, 0x4
+_ANSWER = codec.ResponseTemplate(("suggestWhichBrokerId", "nextBeginOffset", "minOffset", "maxOffset"), {})
 
 
 def tag_codes(expression: str | None) -> list[int] | None:
@@ -70,23 +71,26 @@ class PullProcessor:
             codes = sub.tag_codes if sub is not None else None
         if h["sysFlag"] & COMMIT_OFFSET and self.cfg.brokerRole != "SLAVE":
             self.link.commit_offset(offset_key(topic, group), qid, h["commitOffset"])
-        resp = self._run(cmd, topic, qid, h["queueOffset"], h["maxMsgNums"], codes)
-        if resp.code == RC.PULL_NOT_FOUND and h["sysFlag"] & SUSPEND and h["suspendTimeoutMillis"] > 0:
+        code, frame = self._run(cmd, topic, qid, h["queueOffset"], h["maxMsgNums"], codes)
+        if code == RC.PULL_NOT_FOUND and h["sysFlag"] & SUSPEND and h["suspendTimeoutMillis"] > 0:
             self.link.when_grown(topic, qid, h["queueOffset"], h["suspendTimeoutMillis"] / 1000, functools.partial(
                 self._held, cmd, conn, topic, qid, h["queueOffset"], h["maxMsgNums"], codes))
-            return DEFERRED
-        return resp
+        elif not cmd.is_oneway:
+            conn.write(frame)
+        return DEFERRED
 
     def _held(self, cmd, conn, topic, qid, offset, max_nums, codes, _grew: bool) -> None:
         """A held pull's end (the queue grew, or the time-out): run it once more and answer."""
         try:
-            resp = self._run(cmd, topic, qid, offset, max_nums, codes)
+            _code, frame = self._run(cmd, topic, qid, offset, max_nums, codes)
         except Exception as e:
             log.exception("held pull of %s:%d failed", topic, qid)
-            resp = cmd.response(RC.SYSTEM_ERROR, str(e)[:500] or type(e).__name__)
-        conn.send_reply(cmd, resp)
+            frame = codec.encode(cmd.response(RC.SYSTEM_ERROR, str(e)[:500] or type(e).__name__))
+        if not cmd.is_oneway:
+            conn.write(frame)
 
-    def _run(self, cmd, topic: str, qid: int, offset: int, max_nums: int, codes):
+    def _run(self, cmd, topic: str, qid: int, offset: int, max_nums: int, codes) -> tuple[int, bytes]:
+        """The pull's answer now: (response code, encoded response)."""
         count = max(1, min(max_nums, self.cfg.maxTransferCountOnMessageInMemory))
         p = self.view.pull(topic, qid, offset, count, codes, self.cfg.maxTransferBytesOnMessageInMemory)
         body = b""
@@ -103,6 +107,5 @@ class PullProcessor:
         else:
             code = RC.PULL_OFFSET_MOVED
             status = "OFFSET_TOO_SMALL" if offset < p.min_offset else "OFFSET_OVERFLOW_BADLY"
-        ext = {"suggestWhichBrokerId": "0", "nextBeginOffset": str(p.next_offset),
-               "minOffset": str(p.min_offset), "maxOffset": str(p.max_offset)}
-        return cmd.response(code, status, ext=ext, body=body)
+        values = ("0", str(p.next_offset), str(p.min_offset), str(p.max_offset))
+        return code, _ANSWER.encode(cmd, code, status, values, body)

@@ -86,6 +86,12 @@ def test_a_response_template_encodes_the_bytes_command_response_does(stype):
         assert t.encode(req, code, remark, values) == want
         (back,) = Decoder().feed(want)
         assert back.is_response and back.opaque == 991 and back.code == code
+    pull_keys = ("suggestWhichBrokerId", "nextBeginOffset", "minOffset", "maxOffset")   # a pull's: no static part
+    pull, req = codec.ResponseTemplate(pull_keys, {}), Command(11, opaque=5, serialize_type=stype)
+    for code, remark, body in ((0, "FOUND", bytes(range(256)) * 3), (19, "OFFSET_OVERFLOW_ONE", b"")):
+        values = ("0", "42", "0", "42")
+        want = codec.encode(req.response(code, remark, ext=dict(zip(pull_keys, values)), body=body))
+        assert pull.encode(req, code, remark, values, body) == want
 
 
 def test_binary_extfields_in_utf8_decode_and_invalid_utf8_is_a_frame_error():
