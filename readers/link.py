@@ -206,7 +206,8 @@ class WriterLink:
         self._end_polls([hold], False)
 
     def _end_polls(self, ended: list, grew: bool) -> None:
-        self.polls = [p for p in self.polls if not any(p is e for e in ended)]
+        gone = {id(e) for e in ended}
+        self.polls = [p for p in self.polls if id(p) not in gone]
         if not self.polls:
             self.row[S.DISPATCH_WAIT] = 0
         for _topic, _qid, _offset, callback, timer in ended:
