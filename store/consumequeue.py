@@ -53,7 +53,7 @@ class ConsumeQueue:
         return self
 
     def _entries_of(self, mf) -> np.ndarray:
-        return mf.view.view(ENTRY) if mf.view is not None else np.empty(0, ENTRY)
+        return mf.typed(ENTRY) if mf.view is not None else np.empty(0, ENTRY)
 
     def _recover(self) -> None:
         files = self.files.files
@@ -107,7 +107,7 @@ class ConsumeQueue:
         while done < len(phys):
             q = queue_offset + done
             mf = self.files.file_for_write(q * ENTRY_SIZE)
-            e = mf.view.view(ENTRY)
+            e = mf.typed(ENTRY)
             i = q - mf.start // ENTRY_SIZE
             n = min(len(phys) - done, self.per_file - i)
             block = e[i:i + n]
@@ -122,7 +122,7 @@ class ConsumeQueue:
     def _fill_blank_front(self, queue_offset: int) -> None:
         start = queue_offset - queue_offset % self.per_file
         mf = self.files.create(start * ENTRY_SIZE)
-        e = mf.view.view(ENTRY)
+        e = mf.typed(ENTRY)
         front = e[:queue_offset - start]
         front["phys"], front["size"], front["tags"] = BLANK_ENTRY
         self.max_offset = queue_offset
@@ -151,7 +151,7 @@ class ConsumeQueue:
         if mf is None:
             return np.empty(0, ENTRY)
         i = queue_offset - mf.start // ENTRY_SIZE
-        return mf.view.view(ENTRY)[i:i + max(0, count)]
+        return mf.typed(ENTRY)[i:i + max(0, count)]
 
     def flush(self) -> None:
         for mf in self.files.files[-2:]:
