@@ -7,6 +7,7 @@
 # Idempotent: running it again only fills in what is missing.
 # Debian packages it may install: python3-venv, python3-dev, gcc, haproxy, redis-server and valgrind (the
 # benchmarks: the comparison, and counting instructions; redis is not started by the install).
+# With npm on the box it also installs the Node client ali-ons into .venv/node (a test drives it).
 # (The system-wide install with systemd units arrives with a later issue.)
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -40,4 +41,9 @@ fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install -q --upgrade pip >/dev/null
 .venv/bin/pip install -q -e '.[dev]'
+# a real client in another language for tests/integration/test_nodeclient.py, when Node is on the box
+if command -v npm >/dev/null && [ ! -d .venv/node/node_modules/ali-ons ]; then
+  npm install --prefix .venv/node --no-audit --no-fund --silent ali-ons@3.12.0 urllib@2.44.1 >/dev/null 2>&1 \
+    || echo "install.sh: npm could not install ali-ons; the Node client test will be skipped" >&2
+fi
 echo "install.sh: ready — .venv/bin/appliance start  |  .venv/bin/pytest"
