@@ -3,8 +3,9 @@ processes listen with.
 
 One ``Decoder`` per connection.  Each request goes to the handler registered for its code; a
 handler returns the response ``Command`` (or None: nothing to say), a coroutine for work that
-waits (long polls, topic creation), or ``DEFERRED``: it has taken the request and will answer it
-itself through ``Connection.send_reply`` (sends: no task per message).
+waits (topic creation), or ``DEFERRED``: it has taken the request and will answer it
+itself through ``Connection.send_reply`` or ``reply_frame`` (sends, held pulls: no task per
+request).
 Rules, FACTS §1.7 and STYLE "errors at the edges":
 
 * bytes that are not a frame: one bounded log line, that connection closed, the server lives on;
@@ -98,7 +99,7 @@ class Connection(asyncio.Protocol):
         try:
             resp = handler(cmd, self)
         except Exception as e:
-            resp = self._failed(cmd, e)
+            resp = self.failure(cmd, e)
         if resp is DEFERRED:
             return
         if resp is None or type(resp) is Command or not inspect.isawaitable(resp):  # (an ABC check: last)
@@ -110,10 +111,11 @@ class Connection(asyncio.Protocol):
         try:
             resp = await pending
         except Exception as e:
-            resp = self._failed(cmd, e)
+            resp = self.failure(cmd, e)
         self.send_reply(cmd, resp)
 
-    def _failed(self, cmd: Command, e: Exception) -> Command:
+    def failure(self, cmd: Command, e: Exception) -> Command:
+        """The answer to a handler that raised ``e`` (logged unless a HeaderError)."""
         if not isinstance(e, HeaderError):
             log.exception("%s: handler for code %d failed", self.server.name, cmd.code)
         return cmd.response(ResponseCode.SYSTEM_ERROR, str(e)[:500] or type(e).__name__)
@@ -121,6 +123,11 @@ class Connection(asyncio.Protocol):
     def send_reply(self, req: Command, resp: Command | None) -> None:
         if resp is not None and not req.is_oneway:
             self.send(resp)
+
+    def reply_frame(self, req: Command, frame: bytes) -> None:
+        """``send_reply`` of an answer already encoded (a ``codec.ResponseTemplate``'s)."""
+        if not req.is_oneway:
+            self.write(frame)
 
     def send(self, cmd: Command) -> None:
         self.write(codec.encode(cmd))

@@ -14,7 +14,6 @@ consumer does not stall for a heartbeat period.
 from __future__ import annotations
 
 import functools
-import logging
 
 from net.server import DEFERRED
 from readers import storeview as SV
@@ -26,7 +25,6 @@ from store.javahash import string_hash
 from writer.groups import offset_key
 from writer.topics import PERM_READ
 
-log = logging.getLogger("rocketbox.reader")
 COMMIT_OFFSET, SUSPEND, SUBSCRIPTION = 0x1, 0x2, 0x4
 _ANSWER = codec.ResponseTemplate(("suggestWhichBrokerId", "nextBeginOffset", "minOffset", "maxOffset"), {})
 
@@ -75,8 +73,8 @@ class PullProcessor:
         if code == RC.PULL_NOT_FOUND and h["sysFlag"] & SUSPEND and h["suspendTimeoutMillis"] > 0:
             self.link.when_grown(topic, qid, h["queueOffset"], h["suspendTimeoutMillis"] / 1000, functools.partial(
                 self._held, cmd, conn, topic, qid, h["queueOffset"], h["maxMsgNums"], codes))
-        elif not cmd.is_oneway:
-            conn.write(frame)
+        else:
+            conn.reply_frame(cmd, frame)
         return DEFERRED
 
     def _held(self, cmd, conn, topic, qid, offset, max_nums, codes, _grew: bool) -> None:
@@ -84,10 +82,8 @@ class PullProcessor:
         try:
             _code, frame = self._run(cmd, topic, qid, offset, max_nums, codes)
         except Exception as e:
-            log.exception("held pull of %s:%d failed", topic, qid)
-            frame = codec.encode(cmd.response(RC.SYSTEM_ERROR, str(e)[:500] or type(e).__name__))
-        if not cmd.is_oneway:
-            conn.write(frame)
+            frame = codec.encode(conn.failure(cmd, e))
+        conn.reply_frame(cmd, frame)
 
     def _run(self, cmd, topic: str, qid: int, offset: int, max_nums: int, codes) -> tuple[int, bytes]:
         """The pull's answer now: (response code, encoded response)."""

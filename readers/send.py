@@ -19,6 +19,7 @@ from net.server import DEFERRED
 from remoting import codec, headers
 from remoting.codes import RequestCode as R, ResponseCode as RC
 from shm.layout import T
+from shm.tables import queue_nums_of
 from store import message
 from store.errors import MessageRejected
 from writer import protocol as P
@@ -113,7 +114,7 @@ class SendProcessor:
         qid = h["queueId"]
         if qid < 0:
             qid = random.randrange(max(1, meta[T.WRITE_QUEUE_NUMS]))
-        if qid >= max(meta[T.READ_QUEUE_NUMS], meta[T.WRITE_QUEUE_NUMS]):
+        if qid >= queue_nums_of(meta):
             raise MessageRejected(RC.SYSTEM_ERROR, f"request queueId[{qid}] is illegal, topic {topic} "
                                                    f"Producer: {conn.peer}")
         props = (h["properties"] or "").rstrip(_SEP)

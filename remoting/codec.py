@@ -285,7 +285,7 @@ class ResponseTemplate:
     """Responses of one shape, encoded without a ``Command``: extFields ``keys`` (values given
     per response) then ``static`` (fixed), everything else as ``Command.response`` sets it.  The
     bytes are exactly ``encode(req.response(code, remark, ext))``'s, in either serialization;
-    the fixed parts are encoded once.  For replies sent per message (a send's)."""
+    the fixed parts are encoded once.  For the replies sent per request: a send's, a pull's."""
 
     def __init__(self, keys: tuple[str, ...], static: dict[str, str]):
         enc = json.encoder.encode_basestring        # json.dumps' own, for ensure_ascii=False

@@ -47,8 +47,12 @@ class TopicIndex:
         return row
 
     def queue_nums(self, idx: int) -> int:
-        row = self.row(idx)
-        return max(row[T.READ_QUEUE_NUMS], row[T.WRITE_QUEUE_NUMS])
+        return queue_nums_of(self.row(idx))
+
+
+def queue_nums_of(row) -> int:
+    """How many queues a topic's meta row gives it: the larger of its read and write counts."""
+    return max(row[T.READ_QUEUE_NUMS], row[T.WRITE_QUEUE_NUMS])
 
 
 def append_queue(views: dict, control: np.ndarray, topic: bytes, queue_id: int) -> int:

@@ -27,7 +27,7 @@ import numpy as np
 
 from shm.layout import C, S, T
 from shm.ring import RingCorrupt
-from shm.tables import append_queue
+from shm.tables import append_queue, queue_nums_of
 from store import message
 from store.errors import DiskFull
 from store.mappedfile import MappedFileQueue
@@ -285,7 +285,7 @@ class WriterService:
                 topic = topics.get(tidx)
                 if topic is None and 0 <= tidx < n_topics:
                     row = meta[tidx].tolist()
-                    topic = topics[tidx] = (row[T.LIVE] == 1, max(row[T.READ_QUEUE_NUMS], row[T.WRITE_QUEUE_NUMS]))
+                    topic = topics[tidx] = (row[T.LIVE] == 1, queue_nums_of(row))
                 if stopping:
                     status = P.SERVICE_NOT_AVAILABLE
                 elif topic is None or not topic[0]:
