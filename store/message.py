@@ -286,8 +286,7 @@ def encode_batch_records(batch: bytes, batch_props: bytes, max_body: int, t: Rec
         if plen < 0 or end > n or total != end - at:
             raise MessageRejected(MESSAGE_ILLEGAL, f"batch message {len(out.sizes)}: sizes do not add up (totalSize {total})")
         more = (plain if batch[end - 1] == 2 else with_sep) if plen and batch_props else plain
-        if blen > max_body or plen + len(more) > PROPERTIES_MAX_LEN:
-            check_sizes(blen, plen + len(more), max_body)
+        check_sizes(blen, plen + len(more), max_body)
         bodies += blen
         t.add(out, born_ts, view[at + hsize:end_body], view[end_body + 2:end], flag, more)
         at = end
