@@ -25,7 +25,7 @@ from shm.tables import QueueIndex
 from store import indexfile, message, propscan
 from store.consumequeue import ConsumeQueue, file_size_for
 from store.errors import CorruptData
-from store.javahash import BufferHashes, index_abs, index_abs_one, string_hash
+from store.javahash import BufferHashes, index_abs, index_abs_one, string_hash, string_hashes
 from store.mappedfile import MappedFileQueue
 
 log = logging.getLogger("rocketbox.dispatcher")
@@ -72,6 +72,7 @@ class DispatcherService:
         self.cqs: dict[tuple[str, int], ConsumeQueue] = {}
         self.cq_file_size = file_size_for(cfg.mappedFileSizeConsumeQueue)
         self.key_seeds: dict[bytes, int] = {}                 # topic -> hash of "topic#"
+        self.tag_codes: dict[str, int] = {}                   # tag -> its hash (_dispatch_few)
         self.slot_of: dict[tuple[bytes, int], int] = {}      # (topic bytes, queue id) -> slot
         self.slot_key: dict[int, tuple[str, int]] = {}
         self.delays = cfg.delay_levels_ms
@@ -204,7 +205,7 @@ class DispatcherService:
         caches) outweighs the work.  -> the last record's store time."""
         mm, base = mf.mm, mf.start
         queues: dict[int, tuple[int, list, list, list]] = {}    # slot -> (first queue offset, phys, sizes, tags)
-        hashes, key_phys, key_ts = [], [], []
+        keys, seeds, key_phys, key_ts = [], [], [], []
         indexing = self.cfg.messageIndexEnable
         skip_below = self.index.h("end_phys") if indexing and self.index is not None and self.index.h("index_count") > 1 else -1
         for at in starts:
@@ -220,7 +221,7 @@ class DispatcherService:
             slot, tx = self._slot(topic, queue_id), sys_flag & message.TX_MASK
             if tx != message.TX_PREPARED and tx != message.TX_ROLLBACK:
                 tag = props.get("TAGS")
-                code = string_hash(tag) if tag else 0
+                code = self._tag_code(tag) if tag else 0
                 delay = props.get("DELAY")
                 if delay is not None and topic == SCHEDULE_TOPIC:
                     code = self._deliver_ts(delay.encode(), store_ts, code)
@@ -237,13 +238,15 @@ class DispatcherService:
                 seed = self._key_seed(topic)
                 for key in [props.get("UNIQ_KEY", ""), *props.get("KEYS", "").split(" ")]:
                     if key:
-                        hashes.append(index_abs_one(string_hash(key, seed)))
+                        keys.append(key)
+                        seeds.append(seed)
                         key_phys.append(phys)
                         key_ts.append(store_ts)
         for slot, (first, phys_l, sizes, tags) in queues.items():
             self._put_queue(slot, first, phys_l, sizes, tags)
-        if hashes:
-            self._dispatch_index(hashes, key_phys, key_ts, indexfile.IndexFile.put_few)
+        if keys:
+            self._dispatch_index(list(map(index_abs_one, string_hashes(keys, seeds))), key_phys, key_ts,
+                                 indexfile.IndexFile.put_few)
         return store_ts
 
     def _deliver_ts(self, delay: bytes, store_ts: int, default: int) -> int:
@@ -251,6 +254,15 @@ class DispatcherService:
         if not delay.isdigit() or int(delay) <= 0:
             return default
         return store_ts + self.delays[min(int(delay), len(self.delays)) - 1]
+
+    def _tag_code(self, tag: str) -> int:
+        """A tag's hash code, remembered: a topic's messages carry a few tags, over and over."""
+        code = self.tag_codes.get(tag)
+        if code is None:
+            if len(self.tag_codes) >= 4096:
+                self.tag_codes.clear()
+            code = self.tag_codes[tag] = string_hash(tag)
+        return code
 
     def _key_seed(self, topic: bytes) -> int:
         """Hash of ``topic#``, where every index key of the topic's records starts."""

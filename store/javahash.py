@@ -8,6 +8,7 @@ Pure: no I/O, no state.
 """
 from __future__ import annotations
 
+import operator
 import sys
 
 import numpy as np
@@ -15,28 +16,41 @@ import numpy as np
 assert sys.byteorder == "little"          # string_hash reads UTF-16-LE as native u16
 
 
+_CHUNK = 256                               # string_hash sums up to this many units per step
+_POW = [pow(31, _CHUNK - 1 - i, 1 << 32) for i in range(_CHUNK)]   # 31**(CHUNK-1) .. 31**0, mod 2**32
+_POW_N = [pow(31, m, 1 << 32) for m in range(_CHUNK + 1)]            # 31**m mod 2**32
+FEW_HASHES = 8          # string_hashes does up to this many one by one (numpy's fixed cost is more)
+
+
 def string_hash(s: str, seed: int = 0) -> int:
-    """Java ``s.hashCode()`` as a signed 32-bit int; ``seed``: the hash of a prefix to continue."""
+    """Java ``s.hashCode()`` as a signed 32-bit int; ``seed``: the hash of a prefix to continue.
+    The loop ``h = 31*h + c`` unrolled: h = seed*31**n + sum(c_i * 31**(n-1-i)), each term with a
+    power taken mod 2**32 from a table, summed in C by ``map`` (no Python-level loop per unit)."""
     units = memoryview(s.encode("utf-16-le")).cast("H")
+    n = len(units)
     h = seed & 0xFFFFFFFF
-    for k in range(0, len(units), 32):
-        for c in units[k:k + 32]:       # Python ints do not overflow: reduce once per 32 units
-            h = 31 * h + c
-        h &= 0xFFFFFFFF
+    for k in range(0, n, _CHUNK):
+        part = units[k:k + _CHUNK]
+        m = len(part)
+        h = (h * _POW_N[m] + sum(map(operator.mul, part, _POW[_CHUNK - m:]))) & 0xFFFFFFFF
     return h - (1 << 32) if h & 0x80000000 else h
 
 
-def string_hashes(strings: list[str]) -> np.ndarray:
-    """``string_hash`` of every string, as an int32 array, vectorized over the whole list."""
-    return bytes_hashes([s.encode() for s in strings])
+def string_hashes(strings: list[str], seeds: list[int] | None = None) -> list[int]:
+    """``string_hash`` of every string (continuing from ``seeds[i]`` when given): one by one for
+    a few, else vectorized over the whole list."""
+    if len(strings) <= FEW_HASHES:
+        return [string_hash(s, seeds[i] if seeds else 0) for i, s in enumerate(strings)]
+    return bytes_hashes([s.encode() for s in strings], seeds).tolist()
 
 
-def bytes_hashes(items: list[bytes]) -> np.ndarray:
-    """``string_hash`` of every UTF-8 string, without decoding the ASCII ones."""
+def bytes_hashes(items: list[bytes], seeds: list[int] | None = None) -> np.ndarray:
+    """``string_hash`` of every UTF-8 string as int32, without decoding the ASCII ones."""
     lens = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
     starts = np.zeros(len(items), dtype=np.int64)
     np.cumsum(lens[:-1], out=starts[1:])
-    return BufferHashes(np.frombuffer(b"".join(items), dtype=np.uint8))(starts, lens)
+    return BufferHashes(np.frombuffer(b"".join(items), dtype=np.uint8))(
+        starts, lens, None if seeds is None else np.array(seeds, dtype=np.int64).astype(np.int32))
 
 
 def index_key_hash(key: str) -> int:
@@ -57,7 +71,7 @@ def index_abs(hashes: np.ndarray) -> np.ndarray:
 
 
 def index_key_hashes(keys: list[str]) -> np.ndarray:
-    return index_abs(string_hashes(keys))
+    return index_abs(bytes_hashes([k.encode() for k in keys]))
 
 
 _INV31 = pow(31, -1, 1 << 32)   # 31 is odd, so it has an inverse mod 2**32

@@ -1,6 +1,7 @@
 import numpy as np
 
-from store.javahash import index_abs_one, index_key_hash, index_key_hashes, string_hash, string_hashes
+from store.javahash import (FEW_HASHES, bytes_hashes, index_abs_one, index_key_hash, index_key_hashes,
+                            string_hash, string_hashes)
 
 VECTORS = {"": 0, "*": 42, "TagA": 2598919, "TagB": 2598920, "hello world": 1794106052,
            "TopicTest": -1902610879, "中文": 646394}
@@ -13,9 +14,18 @@ def test_golden_vectors_scalar():
 
 def test_golden_vectors_vectorized_match_scalar():
     keys = list(VECTORS) + ["T#" + "x" * 500, "😀emoji", "a" * 5000]
-    got = string_hashes(keys)
-    assert got.dtype == np.int32
-    assert got.tolist() == [string_hash(k) for k in keys]
+    assert len(keys) > FEW_HASHES                        # the vector path
+    assert string_hashes(keys) == [string_hash(k) for k in keys]
+    assert bytes_hashes([k.encode() for k in keys]).dtype == np.int32
+
+
+def test_many_hashes_continue_from_seeds_on_both_paths():
+    keys = list(VECTORS) + ["T#" + "x" * 500, "😀emoji", "a" * 5000, "0A1B2C3D4E5F60718293A4B5C6D7E8F9"]
+    seeds = [string_hash(p) for p in ("TopicTest#", "", "中#", "polygenelubricants")] * 3
+    want = [string_hash(p + k) for p, k in zip(("TopicTest#", "", "中#", "polygenelubricants") * 3, keys)]
+    assert string_hashes(keys, seeds[:len(keys)]) == want                      # vectorized
+    for lo in range(0, len(keys), FEW_HASHES):                                 # one by one
+        assert string_hashes(keys[lo:lo + FEW_HASHES], seeds[lo:lo + FEW_HASHES]) == want[lo:lo + FEW_HASHES]
 
 
 def test_index_hash_is_abs_and_min_int_maps_to_zero():
@@ -50,9 +60,10 @@ def test_one_string_continues_from_a_seed_and_long_ones_fold_right():
     texts = list(VECTORS) + ["T#" + "x" * 500, "😀emoji", "a" * 5000, "polygenelubricants", "键 with space"]
     seed = string_hash("TopicTest#")
     assert [string_hash(t, seed) for t in texts] == [string_hash("TopicTest#" + t) for t in texts]
-    assert [string_hash(t) for t in texts] == string_hashes(texts).tolist()
-    h = 0
-    for c in "a" * 5000:                    # Java's loop, literally
-        h = (31 * h + ord(c)) & 0xFFFFFFFF
-    assert string_hash("a" * 5000) == (h - (1 << 32) if h >= 1 << 31 else h)
+    assert [string_hash(t) for t in texts] == string_hashes(texts)
+    for text in ("a" * 5000, "键" * 300 + "x" * 211, "z" * 256, "y" * 257):   # across the 256-unit steps
+        h = 0
+        for c in text.encode("utf-16-le").decode("utf-16-le"):              # Java's loop, literally
+            h = (31 * h + ord(c)) & 0xFFFFFFFF
+        assert string_hash(text) == (h - (1 << 32) if h >= 1 << 31 else h)
     assert [index_abs_one(h) for h in (-2**31, -5, 7)] == [0, 5, 7]
