@@ -321,19 +321,31 @@ class WriterService:
                 qoff0 = int(next_qoff[slot]) if queued else 0
                 if queued:
                     next_qoff[slot] = qoff0 + count
-                ts_at = message.store_ts_at(sys_flag)
-                first = None
-                for k, (st, z) in enumerate(zip(starts, rsizes)):
-                    phys = self._place_one(z)
-                    _QQ.pack_into(recs, st + message.QUEUE_OFFSET_AT, qoff0 + k if queued else 0, phys)
-                    _Q.pack_into(recs, st + ts_at, ts)
-                    mf = self.commitlog.file_for_write(phys)
-                    mf.mm[phys - mf.start:phys - mf.start + z] = recs[st:st + z]
-                    phys_out.append(phys)
-                    first = phys if first is None else first
-                results.append((req_id, status, qid, qoff0, first, phys + z, ts, count, 0))
+                phys = self._append_few(recs, starts, rsizes, qoff0 if queued else None, message.store_ts_at(sys_flag), ts)
+                phys_out += phys
+                results.append((req_id, status, qid, qoff0, phys[0], phys[-1] + rsizes[-1], ts, count, 0))
             out.append((j, (P.PUT_RESULT, P.result_bytes(results, phys_out))))
         return out
+
+    def _append_few(self, recs, starts: list, sizes: list, qoff0, ts_at: int, ts: int) -> list:
+        """One request's records (contiguous in ``recs``) stamped and copied into the CommitLog:
+        in one copy when they all fit in the current file, else record by record (the file rolls
+        among them).  ``qoff0``: the first queue offset, None for records that take none.
+        -> each record's physical offset."""
+        pos, run = self.write_pos, sum(sizes)
+        if pos % self.file_size + run + message.END_FILE_MIN_BLANK <= self.file_size:
+            phys = [pos + st - starts[0] for st in starts]
+            self.write_pos, copies = pos + run, [(starts[0], pos, run)]
+        else:
+            phys = [self._place_one(z) for z in sizes]
+            copies = zip(starts, phys, sizes)
+        for k, st in enumerate(starts):
+            _QQ.pack_into(recs, st + message.QUEUE_OFFSET_AT, 0 if qoff0 is None else qoff0 + k, phys[k])
+            _Q.pack_into(recs, st + ts_at, ts)
+        for st, p, z in copies:
+            mf = self.commitlog.file_for_write(p)
+            mf.mm[p - mf.start:p - mf.start + z] = recs[st:st + z]
+        return phys
 
     def _place_one(self, size: int) -> int:
         """``_place`` for one record."""
