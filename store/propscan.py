@@ -3,7 +3,8 @@
 The properties string (FACTS §4.1) is ``name\\x01value`` pairs joined by ``\\x02`` (older clients
 also end it with ``\\x02``).  ``gather`` copies every record's properties into one buffer;
 ``find`` then locates each wanted name in every record with a fixed number of vector operations
-and answers, per name, which records have it and where its value lies in the buffer.  As in
+and answers, per name, which records have it and where its value lies in the buffer (names are
+compared four bytes at a time, through a u32 view at every byte offset).  As in
 Java's ``string2messageProperties``, a pair with an empty value is dropped and a name that appears
 twice keeps its last value (a HashMap).
 ``split`` cuts values at a separator (the space between several KEYS).  Pure: no I/O.
@@ -19,6 +20,7 @@ class Props(NamedTuple):
     """Every record's properties in one buffer: record ``r`` owns ``buf[offs[r]:offs[r + 1]]``."""
     buf: np.ndarray         # uint8
     offs: np.ndarray        # int64, len(records) + 1
+    words: np.ndarray       # little-endian u32 starting at every byte of buf (zeros past its end)
 
 
 class Values(NamedTuple):
@@ -33,7 +35,9 @@ def gather(view: np.ndarray, at: np.ndarray, lens: np.ndarray) -> Props:
     offs = np.zeros(len(at) + 1, dtype=np.int64)
     np.cumsum(lens, out=offs[1:])
     total = int(offs[-1])
-    return Props(view[np.repeat(at - offs[:-1], lens) + np.arange(total)], offs)
+    padded = np.zeros(total + 3, dtype=np.uint8)
+    np.take(view, np.repeat(at - offs[:-1], lens) + np.arange(total), out=padded[:total])
+    return Props(padded[:total], offs, np.ndarray((total,), dtype="<u4", buffer=padded, strides=(1,)))
 
 
 def find(p: Props, names: tuple[bytes, ...]) -> dict[bytes, Values]:
@@ -53,9 +57,11 @@ def find(p: Props, names: tuple[bytes, ...]) -> dict[bytes, Values]:
     out = {}
     for name in names:
         hit = np.flatnonzero(useful & (name_len == len(name)))
-        if hit.size:
-            got = buf[name_at[hit][:, None] + np.arange(len(name))]
-            hit = hit[(got == np.frombuffer(name, dtype=np.uint8)).all(axis=1)]
+        for i in range(0, len(name), 4):             # the name's bytes, four at a time
+            chunk, w = name[i:i + 4], p.words[name_at[hit] + i]
+            if len(chunk) < 4:
+                w = w & ((1 << 8 * len(chunk)) - 1)
+            hit = hit[w == int.from_bytes(chunk, "little")]
         rows = rec[hit]
         last = np.ones(hit.size, dtype=bool)         # the last occurrence in a record wins
         last[:-1] = rows[1:] != rows[:-1]

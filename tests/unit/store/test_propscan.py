@@ -26,7 +26,8 @@ def _value(p, v, i):
 
 def test_find_agrees_with_the_string_parser_on_random_properties():
     rnd = random.Random(7)
-    parts = ["TAGS", "KEYS", "UNIQ_KEY", "DELAY", "WAIT", "TAG", "XTAGS", "中文"]
+    parts = ["TAGS", "KEYS", "UNIQ_KEY", "DELAY", "WAIT", "TAG", "XTAGS", "中文",
+             "TAGZ", "UNIQ_KEX", "UNIQ_KEYS", "DELAX", "DELAYS", "DELA", "TAGS\x02"]   # near misses
     values = ["", "a", "k1 k2", "v\x01w", "3", "中"]
     strings = []
     for _ in range(400):
@@ -34,7 +35,8 @@ def test_find_agrees_with_the_string_parser_on_random_properties():
                  for _ in range(rnd.randint(0, 5))]
         s = "\x02".join(pairs) + rnd.choice(["", "\x02"])
         strings.append(s)
-    strings += ["", "\x02", "\x01", "TAGS", "TAGS\x01", "\x01TAGS\x01x", "TAGS\x01a\x02TAGS\x01b", "TAGS\x01a\x02TAGS\x01"]
+    strings += ["", "\x02", "\x01", "TAGS", "TAGS\x01", "\x01TAGS\x01x", "TAGS\x01a\x02TAGS\x01b", "TAGS\x01a\x02TAGS\x01",
+                "DELAY\x012"]                   # a name near the end of the buffer
     p = _props(strings)
     found = propscan.find(p, NAMES)
     for name in NAMES:
