@@ -446,11 +446,14 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=20000, help="msgs/s of the paced latency row")
     ap.add_argument("--body", type=int, default=1024)
     ap.add_argument("--readers", type=int, default=2, help="rocketbox readerProcessNums")
-    ap.add_argument("--modes", default="ASYNC_FLUSH,SYNC_FLUSH")
+    ap.add_argument("--modes", default="ASYNC_FLUSH,SYNC_FLUSH", help="comma-separated: " + ", ".join(PAIRS))
     ap.add_argument("--port", type=int, default=29100, help="rocketbox listenPort (readers above it); redis +100")
     ap.add_argument("--redis-server", default=shutil.which("redis-server") or "/usr/bin/redis-server")
     ap.add_argument("--dir", default=None, help="where both stores go (default: system temp dir)")
     args = ap.parse_args()
+    unknown = [m for m in args.modes.split(",") if m not in PAIRS]
+    if unknown:
+        ap.error(f"--modes: unknown flush mode {', '.join(unknown)} (known: {', '.join(PAIRS)})")
     if not os.path.exists(args.redis_server):
         sys.exit("bench.e2e: redis-server not found (apt-get install redis-server, or --redis-server PATH)")
     redis_version = subprocess.run([args.redis_server, "--version"], capture_output=True, text=True).stdout.strip()
