@@ -20,7 +20,8 @@ in order.  What differs is only the bytes:
 Throughput counts acknowledged messages in the measured window (after --warmup s); a reply that is
 not success counts as an error and is printed.  Latency is send-to-reply per request.  Under each
 row, the servers' CPU per acknowledged message, by process (rocketbox by role), over the whole
-run, and how much of a core that was.
+run, and how much of a core that was; beside it, the load generator's share of a core (it runs
+on the same two cores, so what it takes is not the server's).
 
     .venv/bin/python -m bench.e2e [--seconds 5] [--procs 2] [--conns 4] [--window 16] [--batch 32]
 """
@@ -30,6 +31,7 @@ import argparse
 import collections
 import multiprocessing as mp
 import os
+import resource
 import selectors
 import shutil
 import signal
@@ -131,17 +133,20 @@ def _connect(port: int) -> socket.socket:
     return s
 
 
-def _fan_out(target, per_process_args: list[tuple], timeout: float) -> list[dict]:
-    """Run ``target(*args, queue)`` in one forked process per args tuple; their reports."""
+def _fan_out(target, per_process_args: list[tuple], timeout: float) -> tuple[list[dict], float]:
+    """Run ``target(*args, queue)`` in one forked process per args tuple.
+    -> (their reports, the CPU seconds they used: user + system, read once they are reaped)."""
     ctx = mp.get_context("fork")
     q = ctx.Queue()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     ps = [ctx.Process(target=target, args=(*a, q)) for a in per_process_args]
     for p in ps:
         p.start()
     res = [q.get(timeout=timeout) for _ in ps]
     for p in ps:
         p.join()
-    return res
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return res, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def _send_load(proto_name: str, port: int, frames, conns: int, window: int, seconds: float, warmup: float,
@@ -220,15 +225,15 @@ def _queue(st: dict, frames, now: float, chunks: dict) -> int:
 
 
 def run_load(proto_name: str, port: int, frames, args, window: int, rate: float = 0.0) -> dict:
-    res = _fan_out(_send_load, [(proto_name, port, frames, args.conns, window, args.seconds, args.warmup,
-                                 rate / args.procs)] * args.procs, timeout=args.seconds + args.warmup + 120)
+    res, gen_cpu = _fan_out(_send_load, [(proto_name, port, frames, args.conns, window, args.seconds, args.warmup,
+                                          rate / args.procs)] * args.procs, timeout=args.seconds + args.warmup + 120)
     lat = np.concatenate([r["lat"] for r in res]) * 1000
     errors = collections.Counter()
     for r in res:
         errors.update(r["errors"])
     pct = np.percentile(lat, [50, 99, 99.9]) if len(lat) else [float("nan")] * 3
     return {"msgs_per_s": sum(r["acked"] for r in res) / args.seconds, "p50": pct[0], "p99": pct[1],
-            "p999": pct[2], "errors": dict(errors), "msgs": sum(r["total"] for r in res)}
+            "p999": pct[2], "errors": dict(errors), "msgs": sum(r["total"] for r in res), "gen_cpu_s": gen_cpu}
 
 
 # ---------------------------------------------------------------- consume
@@ -320,24 +325,25 @@ def run_consume(target, args) -> dict:
     """As many reads in flight for both: rocketbox one pull per queue (``QUEUES`` split over the
     processes), Redis ``QUEUES / procs`` XREADGROUPs per process."""
     if target.name == "rocketbox":
-        res = _fan_out(_consume_rocketbox, [(target.port, list(range(QUEUES))[i::args.procs])
-                                            for i in range(args.procs)], timeout=600)
+        res, gen_cpu = _fan_out(_consume_rocketbox, [(target.port, list(range(QUEUES))[i::args.procs])
+                                                     for i in range(args.procs)], timeout=600)
     else:
-        res = _fan_out(_consume_redis, [(target.port, f"c{i}", QUEUES // args.procs) for i in range(args.procs)],
-                       timeout=600)
+        res, gen_cpu = _fan_out(_consume_redis, [(target.port, f"c{i}", QUEUES // args.procs)
+                                                 for i in range(args.procs)], timeout=600)
     return {"msgs": sum(r["msgs"] for r in res), "msgs_per_s": sum(r["msgs"] for r in res) /
-            max(r["elapsed"] for r in res)}
+            max(r["elapsed"] for r in res), "gen_cpu_s": gen_cpu}
 
 
 def _with_cpu(server, run, *args, **kwargs) -> dict:
     """``run``'s result, plus the server's CPU over the whole run (warm-up and drain included):
-    ``cpu`` µs per message acknowledged in it, by process, and ``cpu_pct`` of one core."""
+    ``cpu`` µs per message acknowledged in it, by process, and ``cpu_pct`` of one core; and
+    ``gen_pct``, the load generator's share of a core over the same time (the two share the box)."""
     c0, t0 = server.cpu(), time.perf_counter()
     res = run(*args, **kwargs)
     c1, wall = server.cpu(), time.perf_counter() - t0
     used = {k: v - c0.get(k, 0.0) for k, v in c1.items()}
     return {**res, "cpu": {k: v / max(res["msgs"], 1) * 1e6 for k, v in used.items()},
-            "cpu_pct": 100 * sum(used.values()) / wall}
+            "cpu_pct": 100 * sum(used.values()) / wall, "gen_pct": 100 * res["gen_cpu_s"] / wall}
 
 
 # ---------------------------------------------------------------- the servers
@@ -494,7 +500,8 @@ def main() -> None:
                   f"{rb['msgs_per_s'] / max(rd['msgs_per_s'], 1):>6.2f}   {lat}{errs}", flush=True)
             print("#   CPU µs/msg " + " | ".join(
                 f"{name}: " + " ".join(f"{k} {v:.1f}" for k, v in sorted(r[name]["cpu"].items()) if v >= 0.05)
-                + f" ({r[name]['cpu_pct']:.0f}% of a core)" for name in ("rocketbox", "redis")), flush=True)
+                + f" ({r[name]['cpu_pct']:.0f}% of a core; load generator {r[name]['gen_pct']:.0f}%)"
+                for name in ("rocketbox", "redis")), flush=True)
 
 
 if __name__ == "__main__":

@@ -21,12 +21,14 @@ def test_e2e_bench_prints_every_row_for_both_servers(tmp_path):
     assert set(rows) == {"send single", "send batch of 32", "send single at 2000/s", "consume"}, r.stdout
     assert all(rb > 0 and rd > 0 for rb, rd in rows.values()), rows
     assert "# e2e benchmark: body=1024B" in r.stdout          # it prints its configuration
-    cpu = re.findall(r"^#   CPU µs/msg rocketbox: (.+) \((\d+)% of a core\) \| redis: redis-server ([\d.]+)", r.stdout, re.M)
+    cpu = re.findall(r"^#   CPU µs/msg rocketbox: (.+) \((\d+)% of a core; load generator (\d+)%\) \| "
+                     r"redis: redis-server ([\d.]+) \(\d+% of a core; load generator (\d+)%\)", r.stdout, re.M)
     assert len(cpu) == 4, r.stdout                              # under every row: where the CPU went
-    for roles, pct, redis_us in cpu:
+    for roles, pct, gen, redis_us, redis_gen in cpu:
         us = {k: float(v) for k, v in re.findall(r"(\S+) ([\d.]+)", roles)}
         assert us["reader-0"] + us["reader-1"] > 0 and int(pct) > 0 and float(redis_us) > 0, cpu
-    sends = [dict(re.findall(r"(\S+) ([\d.]+)", roles)) for roles, _p, _r in cpu[:3]]
+        assert int(gen) > 0 and int(redis_gen) > 0, cpu         # the generator's share of the box
+    sends = [dict(re.findall(r"(\S+) ([\d.]+)", roles)) for roles, *_ in cpu[:3]]
     assert all(float(s["writer"]) > 0 and float(s["dispatcher"]) > 0 for s in sends), sends
 
 
