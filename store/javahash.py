@@ -40,7 +40,7 @@ def string_hashes(strings: list[str], seeds: list[int] | None = None) -> list[in
     """``string_hash`` of every string (continuing from ``seeds[i]`` when given): one by one for
     a few, else vectorized over the whole list."""
     if len(strings) <= FEW_HASHES:
-        return [string_hash(s, seeds[i] if seeds else 0) for i, s in enumerate(strings)]
+        return [string_hash(s, h) for s, h in zip(strings, seeds or [0] * len(strings))]
     return bytes_hashes([s.encode() for s in strings], seeds).tolist()
 
 
@@ -49,8 +49,7 @@ def bytes_hashes(items: list[bytes], seeds: list[int] | None = None) -> np.ndarr
     lens = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
     starts = np.zeros(len(items), dtype=np.int64)
     np.cumsum(lens[:-1], out=starts[1:])
-    return BufferHashes(np.frombuffer(b"".join(items), dtype=np.uint8))(
-        starts, lens, None if seeds is None else np.array(seeds, dtype=np.int64).astype(np.int32))
+    return BufferHashes(np.frombuffer(b"".join(items), dtype=np.uint8))(starts, lens, seeds)
 
 
 def index_key_hash(key: str) -> int:
@@ -105,7 +104,7 @@ class BufferHashes:
             self.high = np.zeros(n + 1, dtype=np.int64)
             np.cumsum(buf >= 0x80, out=self.high[1:])
 
-    def __call__(self, starts: np.ndarray, lens: np.ndarray, seed: np.ndarray | None = None) -> np.ndarray:
+    def __call__(self, starts: np.ndarray, lens: np.ndarray, seed=None) -> np.ndarray:
         """Hash of each ``buf[starts[i]:starts[i] + lens[i]]``, continuing from ``seed[i]`` (the
         hash of a prefix: Java's hash folds left, so hash(p + s) continues hash(p))."""
         ends = starts + lens
