@@ -3,16 +3,16 @@
 The reader's side runs for real: a ``net.server`` connection is fed the pipelined frames
 ``bench.e2e`` sends (16 single sends per read, or 4 batches of 32; ``--per-read 1`` for a lone
 request, as at low rates), then SendProcessor and WriterLink with its slab and pipe waker, against
-a real writer and dispatcher stepped in a second thread on the same shared memory and files (the
-in-process store of the writer tests; the dispatcher steps after every read, so its figure at one
-request per read is not what pacing gives live).  The socket is the one stand-in: replies go to a
+a real writer and dispatcher, each stepped in a thread of its own on the same shared memory and
+files (the in-process store of the writer tests; the dispatcher steps after every read, so its
+figure at one request per read is not what pacing gives live).  The socket is the one stand-in: replies go to a
 transport that counts them.
 
-Prints CPU µs per message, the median over rounds, for the reader (frame in to reply out) and for
-the writer and dispatcher passes.  ``--instructions`` runs itself twice under valgrind's callgrind
-(two round counts; the difference is the steady state) and prints instructions per message for
-each side: the same figure on every run, so a change of a few percent shows, which this VM's ±20%
-timing noise hides.
+Prints CPU µs per message, the median over rounds, for the reader (frame in to reply out), the
+writer pass and the dispatcher pass.  ``--instructions`` runs itself twice under valgrind's
+callgrind (two round counts; the difference is the steady state) and prints instructions per
+message for each of the three threads: the same figure on every run, so a change of a few percent
+shows, which this VM's ±20% timing noise hides.
 
     .venv/bin/python -m bench.paths [--batch 1|32] [--json] [--per-read N] [--rounds 400] [--instructions]
 """
@@ -20,14 +20,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import concurrent.futures
 import glob
 import json
 import os
+import queue
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from bench.e2e import TOPIC, Rocketbox
@@ -78,10 +79,11 @@ def measure(batch: int, use_json: bool, rounds: int, base: str | None, per_read:
     root = tempfile.mkdtemp(prefix="rbx-paths-", dir=base)
     cfg = small_config(root, "paths", mappedFileSizeCommitLog=1 << 28, maxMessageSize=4 << 20,
                        ringRequestBytes=16 << 20, maxIndexNum=5_000_000, maxHashSlotNum=500_000, shmQueueSlots=1024)
-    steps = concurrent.futures.ThreadPoolExecutor(1)
     try:
         with running_store(cfg) as (sh, w, d, _c):
             w.topics.upsert(topic_config(TOPIC, 8, 8))
+            writer = _Stepper(w, "the writer found no slab")                 # thread 2 under callgrind
+            dispatcher = _Stepper(d, "the dispatcher found nothing written")  # thread 3
 
             async def run() -> dict:
                 link = WriterLink(cfg, sh)
@@ -90,49 +92,77 @@ def measure(batch: int, use_json: bool, rounds: int, base: str | None, per_read:
                 conn.head = None                     # no PROXY header in front
                 transport = _Transport()
                 conn.connection_made(transport)
-                reader, store = [], []
+                reader, w_cpu, d_cpu = [], [], []
                 try:
                     for r in range(WARMUP_ROUNDS + rounds):
                         t0 = time.thread_time()
                         conn.data_received(blob)
                         await asyncio.sleep(0)       # end of the loop turn: the slab is pushed
                         t1 = time.thread_time()
-                        store_cpu = steps.submit(_store_pass, w, d).result()
+                        w_cpu.append(writer.step())
+                        d_cpu.append(dispatcher.step())
                         t2 = time.thread_time()
                         link.on_wake()               # the writer's replies, then the responses
                         await asyncio.sleep(0)
                         t3 = time.thread_time()
                         if r >= WARMUP_ROUNDS:
                             reader.append((t1 - t0) + (t3 - t2))
-                            store.append(store_cpu)
                 finally:
                     link.close()
+                    writer.close()
+                    dispatcher.close()
                 want = (WARMUP_ROUNDS + rounds)
                 if transport.writes != want:
                     raise RuntimeError(f"{transport.writes} reply writes for {want} reads: a send went unanswered")
                 msgs = per_read * batch
-                return {"reader_us": sorted(reader)[len(reader) // 2] / msgs * 1e6,
-                        "writer_dispatcher_us": sorted(store)[len(store) // 2] / msgs * 1e6,
-                        "msgs_per_round": msgs}
+                med = {name: sorted(cpu)[len(cpu) // 2] / msgs * 1e6
+                       for name, cpu in (("reader_us", reader), ("writer_us", w_cpu[WARMUP_ROUNDS:]),
+                                         ("dispatcher_us", d_cpu[WARMUP_ROUNDS:]))}
+                return {**med, "writer_dispatcher_us": med["writer_us"] + med["dispatcher_us"], "msgs_per_round": msgs}
 
             import uvloop
             with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
                 return runner.run(run())
     finally:
-        steps.shutdown()
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _store_pass(w, d) -> float:
-    t0 = time.thread_time()
-    if not w.step():
-        raise RuntimeError("the writer found no slab")
-    d.step()
-    return time.thread_time() - t0
+class _Stepper:
+    """A thread that runs ``service.step()`` (the writer's or the dispatcher's) when told to and
+    reports its CPU time.  The hand-offs are C queues, so the harness adds little to any thread's
+    instruction count (a thread pool's futures cost the reader's thread ~30k per round)."""
+
+    def __init__(self, service, idle: str):
+        self.inbox, self.outbox = queue.SimpleQueue(), queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._run, args=(service, idle), daemon=True)
+        self.thread.start()
+
+    def _run(self, service, idle: str) -> None:
+        while self.inbox.get():
+            t0 = time.thread_time()
+            try:
+                if not service.step():
+                    raise RuntimeError(idle)
+                self.outbox.put(time.thread_time() - t0)
+            except Exception as e:
+                self.outbox.put(e)
+
+    def step(self) -> float:
+        self.inbox.put(True)
+        got = self.outbox.get()
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    def close(self) -> None:
+        self.inbox.put(False)
+        self.thread.join()
 
 
 def instructions(args) -> dict:
-    """Instructions per message, reader thread and the rest, from two callgrind runs."""
+    """Instructions per message of the reader's, the writer's and the dispatcher's threads (callgrind
+    numbers threads in creation order: 1, 2, 3; any other thread would count as the dispatcher's),
+    from two callgrind runs."""
     if not shutil.which("valgrind"):
         sys.exit("bench.paths: --instructions needs valgrind (apt-get install valgrind)")
     out_dir = tempfile.mkdtemp(prefix="rbx-paths-cg-", dir=args.dir)
@@ -155,12 +185,13 @@ def instructions(args) -> dict:
                 with open(path) as f:
                     per_thread[path.rsplit("-", 1)[1]] = next(int(line.split()[1]) for line in f
                                                               if line.startswith("summary:"))
-            totals[rounds] = (per_thread.pop("01"), sum(per_thread.values()))
+            totals[rounds] = (per_thread.pop("01"), per_thread.pop("02"), sum(per_thread.values()))
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
-    (r0, s0), (r1, s1) = totals.values()
+    (r0, w0, d0), (r1, w1, d1) = totals.values()
     msgs = 40 * scale * args.per_read * args.batch
-    return {"reader_instructions": (r1 - r0) / msgs, "writer_dispatcher_instructions": (s1 - s0) / msgs}
+    return {"reader_instructions": (r1 - r0) / msgs, "writer_instructions": (w1 - w0) / msgs,
+            "dispatcher_instructions": (d1 - d0) / msgs, "writer_dispatcher_instructions": (w1 + d1 - w0 - d0) / msgs}
 
 
 def main() -> None:
@@ -180,11 +211,12 @@ def main() -> None:
     if args.instructions:
         res = instructions(args)
         print(f"# send path, instructions per message: {shape}")
-        print(f"reader {res['reader_instructions']:,.0f}   writer+dispatcher {res['writer_dispatcher_instructions']:,.0f}")
+        print(f"reader {res['reader_instructions']:,.0f}   writer {res['writer_instructions']:,.0f}   "
+              f"dispatcher {res['dispatcher_instructions']:,.0f}")
     else:
         res = measure(args.batch, args.json, args.rounds, args.dir, args.per_read)
         print(f"# send path, CPU per message (median of {args.rounds} rounds): {shape}")
-        print(f"reader {res['reader_us']:.1f} us   writer+dispatcher {res['writer_dispatcher_us']:.1f} us")
+        print(f"reader {res['reader_us']:.1f} us   writer {res['writer_us']:.1f} us   dispatcher {res['dispatcher_us']:.1f} us")
     print("# " + json.dumps({"batch": args.batch, "json": args.json, **res}))
 
 
