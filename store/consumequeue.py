@@ -16,6 +16,7 @@ queue's max offset published in shared memory.
 from __future__ import annotations
 
 import os
+import struct
 
 import numpy as np
 
@@ -26,6 +27,9 @@ ENTRY = np.dtype([("phys", ">i8"), ("size", ">i4"), ("tags", ">i8")])
 ENTRY_SIZE = 20
 assert ENTRY.itemsize == ENTRY_SIZE
 BLANK_ENTRY = (0, 0x7FFFFFFF, 0)   # fills the front of a queue whose first file starts late
+FEW_ENTRIES = 8                    # a run of at most this many entries is written with struct
+_PHYS_TAGS = struct.Struct(">q4xq")                  # an entry with size 0 ...
+_SIZE = struct.Struct(">i")                           # ... then its size, which makes it valid
 
 
 def queue_dir(root: str, topic: str, queue_id: int) -> str:
@@ -107,13 +111,19 @@ class ConsumeQueue:
         while done < len(phys):
             q = queue_offset + done
             mf = self.files.file_for_write(q * ENTRY_SIZE)
-            e = mf.typed(ENTRY)
             i = q - mf.start // ENTRY_SIZE
             n = min(len(phys) - done, self.per_file - i)
-            block = e[i:i + n]
-            block["phys"] = phys[done:done + n]
-            block["tags"] = tags[done:done + n]
-            block["size"] = size[done:done + n]     # last: size > 0 is what makes an entry valid
+            if n <= FEW_ENTRIES:                    # struct: three numpy field writes cost more
+                at = i * ENTRY_SIZE
+                for k in range(done, done + n):
+                    _PHYS_TAGS.pack_into(mf.mm, at, int(phys[k]), int(tags[k]))
+                    _SIZE.pack_into(mf.mm, at + 8, int(size[k]))     # last, as below
+                    at += ENTRY_SIZE
+            else:
+                block = mf.typed(ENTRY)[i:i + n]
+                block["phys"] = phys[done:done + n]
+                block["tags"] = tags[done:done + n]
+                block["size"] = size[done:done + n]     # last: size > 0 is what makes an entry valid
             done += n
         self.max_offset = queue_offset + len(phys)
         self.max_phys = int(phys[-1]) + int(size[-1])

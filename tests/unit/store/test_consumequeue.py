@@ -44,6 +44,32 @@ def test_roll_reopen_and_idempotent_put(tmp_path):
     cq.close()
 
 
+def test_a_few_entries_at_a_time_write_the_bytes_of_one_block(tmp_path):
+    """Runs of up to FEW_ENTRIES go through struct, longer ones through numpy: same file bytes,
+    across a file roll, from arrays and from lists."""
+    from store.consumequeue import FEW_ENTRIES
+    size = file_size_for(20 * 25)
+    phys = np.arange(60, dtype=np.int64) * 1000 + 7
+    sizes, tags = np.arange(60) % 900 + 100, -(np.arange(60) * 2**35)          # tags: wide and negative
+    one = ConsumeQueue(str(tmp_path / "one"), "T", 0, size, True).load()
+    one.put(0, phys, sizes, tags)
+    few = ConsumeQueue(str(tmp_path / "few"), "T", 0, size, True).load()
+    at = 0
+    for n in (1, FEW_ENTRIES, 3, FEW_ENTRIES + 5, 2, 40):                       # the last run crosses files
+        n = min(n, 60 - at)
+        args = (phys[at:at + n], sizes[at:at + n], tags[at:at + n])
+        few.put(at, *(a.tolist() for a in args) if n % 2 else args)
+        at += n
+    assert at == 60 and few.max_offset == one.max_offset == 60 and few.max_phys == one.max_phys
+    for cq in (one, few):
+        cq.close()
+    names = sorted(os.listdir(tmp_path / "one/consumequeue/T/0"))
+    assert len(names) == 3 and names == sorted(os.listdir(tmp_path / "few/consumequeue/T/0"))
+    for name in names:
+        assert (open(tmp_path / "few/consumequeue/T/0" / name, "rb").read()
+                == open(tmp_path / "one/consumequeue/T/0" / name, "rb").read()), name
+
+
 def test_gap_is_corruption(tmp_path):
     cq = ConsumeQueue(str(tmp_path), "T", 0, 100, True).load()
     cq.put(0, arr(0), arr(10), arr(0))
