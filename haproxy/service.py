@@ -4,7 +4,10 @@ HAProxy (Debian's package) listens on ``listenPort`` and on ``listenPort - 2`` (
 clients send to when ``sendMessageWithVIPChannel`` is on) and balances client TCP connections over
 the reader processes (least connections).  Each reader is health-checked every second: a reader
 that dies is out of rotation after one failed check — connections it held are closed, clients
-reconnect to a live one — and back in after one good check once the supervisor restarts it.
+reconnect to a live one — and back in after one good check once the supervisor restarts it.  A
+reader out of rotation is checked every ``DOWN_CHECK_MS``: with a 1 s interval there, a restarted
+reader could listen for up to a second before HAProxy used it, and if both readers had died,
+HAProxy closed every new connection meanwhile.
 
 The config is generated from broker.conf into ``<store>/run/haproxy.cfg`` at every start; this
 role runs ``haproxy -db`` as its child and stops it with SIGTERM.
@@ -19,6 +22,7 @@ import subprocess
 
 log = logging.getLogger("rocketbox.haproxy")
 TIMEOUT_CLIENT_S = 180        # above the 120 s idle close of readers and the 30 s heartbeats
+DOWN_CHECK_MS = 200           # how often a reader out of rotation is checked: back soon after it listens
 
 
 def binary(cfg) -> str:
@@ -41,8 +45,8 @@ def max_connections() -> int:
 
 
 def render(cfg) -> str:
-    servers = "\n".join(f"    server reader-{i} 127.0.0.1:{cfg.reader_port(i)} check inter 1s fall 1 rise 1 "
-                        f"send-proxy-v2 check-send-proxy" for i in range(cfg.readerProcessNums))
+    servers = "\n".join(f"    server reader-{i} 127.0.0.1:{cfg.reader_port(i)} check inter 1s downinter {DOWN_CHECK_MS}ms "
+                        f"fall 1 rise 1 send-proxy-v2 check-send-proxy" for i in range(cfg.readerProcessNums))
     return f"""# generated from {cfg.source} by rocketbox; edits are overwritten at the next start
 global
     maxconn {max_connections()}
