@@ -28,8 +28,9 @@ ENTRY_SIZE = 20
 assert ENTRY.itemsize == ENTRY_SIZE
 BLANK_ENTRY = (0, 0x7FFFFFFF, 0)   # fills the front of a queue whose first file starts late
 FEW_ENTRIES = 8                    # a run of at most this many entries is written with struct
-_PHYS_TAGS = struct.Struct(">q4xq")                  # an entry with size 0 ...
-_SIZE = struct.Struct(">i")                           # ... then its size, which makes it valid
+# ENTRY's layout again, for those struct writes: phys and tags (size left 0), then the size
+_PHYS_TAGS, _SIZE, _SIZE_AT = struct.Struct(">q4xq"), struct.Struct(">i"), ENTRY.fields["size"][1]
+assert _PHYS_TAGS.size == ENTRY_SIZE and [ENTRY.fields[f][1] for f in ("phys", "size", "tags")] == [0, _SIZE_AT, 12]
 
 
 def queue_dir(root: str, topic: str, queue_id: int) -> str:
@@ -117,7 +118,7 @@ class ConsumeQueue:
                 at = i * ENTRY_SIZE
                 for k in range(done, done + n):
                     _PHYS_TAGS.pack_into(mf.mm, at, int(phys[k]), int(tags[k]))
-                    _SIZE.pack_into(mf.mm, at + 8, int(size[k]))     # last, as below
+                    _SIZE.pack_into(mf.mm, at + _SIZE_AT, int(size[k]))     # last, as below
                     at += ENTRY_SIZE
             else:
                 block = mf.typed(ENTRY)[i:i + n]
