@@ -77,7 +77,7 @@ class NameServer:
 
     # ------------------------------------------------------------ handlers
     def register_broker(self, cmd, _conn):
-        h = headers.decode(cmd.code, cmd.ext)
+        h = headers.decode(cmd)
         if h["bodyCrc32"] and h["bodyCrc32"] != zlib.crc32(cmd.body) & 0x7FFFFFFF:
             return cmd.response(RC.SYSTEM_ERROR, "crc32 not match")
         try:
@@ -89,12 +89,12 @@ class NameServer:
         return cmd.response(ext=headers.encode({"haServerAddr": master_ha, "masterAddr": master}))
 
     def unregister_broker(self, cmd, _conn):
-        h = headers.decode(cmd.code, cmd.ext)
+        h = headers.decode(cmd)
         self.routes.unregister(h["brokerName"], h["brokerAddr"], h["brokerId"])
         return cmd.response()
 
     def route(self, cmd, _conn):
-        h = headers.decode(cmd.code, cmd.ext)
+        h = headers.decode(cmd)
         data = self.routes.route(h["topic"])
         if data is None:
             return cmd.response(RC.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {h['topic']}")
@@ -107,24 +107,24 @@ class NameServer:
         return cmd.response(body=_body({"topicList": sorted(self.routes.topics)}))
 
     def put_kv(self, cmd, _conn):
-        h = headers.decode(cmd.code, cmd.ext)
+        h = headers.decode(cmd)
         self.routes.kv.setdefault(h["namespace"], {})[h["key"]] = h["value"]
         return cmd.response()
 
     def get_kv(self, cmd, _conn):
-        h = headers.decode(cmd.code, cmd.ext)
+        h = headers.decode(cmd)
         value = self.routes.kv.get(h["namespace"], {}).get(h["key"])
         if value is None:
             return cmd.response(RC.QUERY_NOT_FOUND, f"No config item, Namespace: {h['namespace']} Key: {h['key']}")
         return cmd.response(ext={"value": value})
 
     def delete_kv(self, cmd, _conn):
-        h = headers.decode(cmd.code, cmd.ext)
+        h = headers.decode(cmd)
         self.routes.kv.get(h["namespace"], {}).pop(h["key"], None)
         return cmd.response()
 
     def kv_list(self, cmd, _conn):
-        h = headers.decode(cmd.code, cmd.ext)
+        h = headers.decode(cmd)
         table = self.routes.kv.get(h["namespace"])
         if not table:
             return cmd.response(RC.QUERY_NOT_FOUND, f"No config item, Namespace: {h['namespace']}")

@@ -33,7 +33,7 @@ class AdminProcessor:
 
     # ------------------------------------------------------------ consumer offsets
     def query_offset(self, cmd, _conn):
-        h = headers.decode(cmd.code, cmd.ext)
+        h = headers.decode(cmd)
         off = self.link.committed_offset(offset_key(h["topic"], h["consumerGroup"]), h["queueId"])
         if off is None or off < 0:
             lo = self.view.offsets(h["topic"], h["queueId"])
@@ -44,7 +44,7 @@ class AdminProcessor:
         return cmd.response(ext={"offset": str(off)})
 
     def update_offset(self, cmd, _conn):
-        h = headers.decode(cmd.code, cmd.ext)
+        h = headers.decode(cmd)
         self.link.commit_offset(offset_key(h["topic"], h["consumerGroup"]), h["queueId"], h["commitOffset"])
         return None if cmd.is_oneway else self._applied(cmd)
 
@@ -56,7 +56,7 @@ class AdminProcessor:
 
     # ------------------------------------------------------------ queue offsets and times
     def _bounds(self, cmd):
-        h = headers.decode(cmd.code, cmd.ext)
+        h = headers.decode(cmd)
         return h, self.view.offsets(h["topic"], h["queueId"]) or (0, 0)
 
     def max_offset(self, cmd, _conn):
@@ -98,7 +98,7 @@ class AdminProcessor:
         return cmd.response(ext={"offset": str(a)})
 
     def view_message(self, cmd, _conn):
-        h = headers.decode(cmd.code, cmd.ext)
+        h = headers.decode(cmd)
         phys = h["offset"]
         if not int(self.link.ctl[C.MIN_PHYS]) <= phys < int(self.link.ctl[C.WRITTEN]):
             return cmd.response(RC.SYSTEM_ERROR, f"can not find message by the offset, {phys}")
@@ -111,7 +111,7 @@ class AdminProcessor:
 
     # ------------------------------------------------------------ topics
     def create_topic(self, cmd, _conn):
-        h = headers.decode(cmd.code, cmd.ext)
+        h = headers.decode(cmd)
         topic = h["topic"]
         try:
             message.check_topic(topic)

@@ -63,14 +63,14 @@ class ClientProcessor:
         return cmd.response()
 
     def unregister(self, cmd, _conn):
-        h = headers.decode(cmd.code, cmd.ext)
+        h = headers.decode(cmd)
         if h["consumerGroup"] and self.members.remove(h["consumerGroup"], h["clientID"]):
             log.info("consumer %s left group %s", h["clientID"], h["consumerGroup"])
             self.notify_changes()
         return cmd.response()
 
     def consumer_list(self, cmd, _conn):
-        h = headers.decode(cmd.code, cmd.ext)
+        h = headers.decode(cmd)
         ids = self.members.group_members(h["consumerGroup"])
         if not ids:
             return cmd.response(RC.SYSTEM_ERROR, f"no consumer for this group, {h['consumerGroup']}")

@@ -43,7 +43,7 @@ class PullProcessor:
         return {R.PULL_MESSAGE: self.pull}
 
     def pull(self, cmd, conn):
-        h = headers.decode(cmd.code, cmd.ext)
+        h = headers.decode(cmd)
         topic, qid, group = h["topic"], h["queueId"], h["consumerGroup"]
         tidx = self.link.topics.lookup(topic)
         if tidx is None:

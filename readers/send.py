@@ -48,7 +48,7 @@ class SendProcessor:
         return {R.SEND_MESSAGE: self.send, R.SEND_MESSAGE_V2: self.send, R.SEND_BATCH_MESSAGE: self.send}
 
     def send(self, cmd, conn):
-        h = headers.decode(cmd.code, cmd.ext)
+        h = headers.decode(cmd)
         topic = h["topic"]
         if topic not in self.topic_bytes:
             try:

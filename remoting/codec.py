@@ -39,15 +39,33 @@ class FrameError(Exception):
 
 
 class Command:
-    """One request or response.  ``ext`` is extFields (str -> str); ``body`` raw bytes."""
-    __slots__ = ("code", "language", "version", "opaque", "flag", "remark", "ext", "body", "serialize_type")
+    """One request or response.  ``ext`` is extFields (str -> str); ``body`` raw bytes.
+
+    A binary header whose extFields have a layout this connection has seen before is not made
+    into a dict: ``fields`` holds (names, raw ASCII values) in wire order, which
+    ``remoting.headers.decode`` types in one generated step, and ``ext`` is built from them
+    only when something reads it (after which ``fields`` is None)."""
+    __slots__ = ("code", "language", "version", "opaque", "flag", "remark", "_ext", "fields", "body",
+                 "serialize_type")
 
     def __init__(self, code: int, ext: dict | None = None, body: bytes = b"", *, opaque: int = 0, flag: int = 0,
                  remark: str | None = None, language: str = "PYTHON", version: int = SERVER_VERSION,
-                 serialize_type: int = JSON):
-        self.code, self.ext, self.body = code, ext if ext is not None else {}, body
+                 serialize_type: int = JSON, fields: tuple[tuple[str, ...], tuple[bytes, ...]] | None = None):
+        self.code, self.body = code, body
+        self._ext, self.fields = (None, fields) if fields is not None else (ext if ext is not None else {}, None)
         self.opaque, self.flag, self.remark = opaque, flag, remark
         self.language, self.version, self.serialize_type = language, version, serialize_type
+
+    @property
+    def ext(self) -> dict:
+        if self._ext is None:
+            names, values = self.fields
+            self._ext, self.fields = dict(zip(names, map(bytes.decode, values))), None
+        return self._ext
+
+    @ext.setter
+    def ext(self, ext: dict) -> None:
+        self._ext, self.fields = ext, None
 
     @property
     def is_response(self) -> bool:
@@ -118,7 +136,7 @@ def _json_header(raw: bytes) -> Command:
                    version=_int(h.get("version", 0), "version"), serialize_type=JSON)
 
 
-def _binary_header(buf: bytes, at: int, end: int) -> Command:
+def _binary_header(buf: bytes, at: int, end: int, layouts: Layouts | None) -> Command:
     """The ROCKETMQ header in ``buf[at:end]``."""
     try:
         if end - at < _BIN_FIXED.size + 4:
@@ -133,22 +151,25 @@ def _binary_header(buf: bytes, at: int, end: int) -> Command:
         at += 4
         if ext_len < 0 or at + ext_len > end:
             raise FrameError(f"extFields length {ext_len} runs past the header")
-        ext = _ext_map(buf[at:at + ext_len])
+        raw = buf[at:at + ext_len]
+        fields = layouts.match(raw) if layouts is not None else None
+        ext = None if fields is not None else _ext_map(raw, layouts)
     except struct.error as e:
         raise FrameError(f"binary header too short: {e}") from None
     except UnicodeDecodeError as e:
         raise FrameError(f"binary header holds invalid UTF-8: {e}") from None
     return Command(code, ext, opaque=opaque, flag=flag, remark=remark, language=_LANG_NAMES.get(lang, "OTHER"),
-                   version=version, serialize_type=ROCKETMQ)
+                   version=version, serialize_type=ROCKETMQ, fields=fields)
 
 
-def _ext_map(raw: bytes) -> dict:
+def _ext_map(raw: bytes, layouts: Layouts | None = None) -> dict:
     """extFields of a binary header: (i16 key length, key, i32 value length, value)...; empty
     keys and values are dropped, as Java does.  An all-ASCII map (the usual case) is decoded
-    once and sliced, instead of two decodes per entry."""
+    once and sliced, instead of two decodes per entry; its layout goes to ``layouts``."""
     ext, at, n = {}, 0, len(raw)
     text = raw.decode("latin-1") if raw.isascii() else None
     k16, v32 = _I16.unpack_from, _I32.unpack_from
+    lens = [] if text is not None and layouts is not None and layouts.learning else None
     while at < n:
         (klen,) = k16(raw, at)
         key = at + 2
@@ -162,10 +183,57 @@ def _ext_map(raw: bytes) -> dict:
                 ext[text[key:key + klen]] = text[val:at]
             else:
                 ext[raw[key:key + klen].decode("utf-8")] = raw[val:at].decode("utf-8")
+        if lens is not None:
+            lens.append((text[key:key + klen], vlen))
+    if lens:
+        layouts.learn(raw, lens)
     return ext
 
 
-def _frame(buf: bytes, at: int, end: int) -> Command:
+class Layouts:
+    """The extFields layouts one connection's clients send, by the map's byte length.
+
+    A client sends the same keys in the same order request after request, and most values keep
+    their length (a queue id, a timestamp, a message's UNIQ_KEY).  For such a layout one
+    ``struct`` unpack cuts the whole map into its length fields, keys and values, and comparing
+    the lengths and keys it read with the layout's proves the map has that layout: no loop
+    over entries.  A map of another layout (or with non-ASCII bytes) is read entry by entry,
+    and its layout is learnt, up to ``MAX`` per connection."""
+
+    MAX = 64
+
+    def __init__(self):
+        self.by_size: dict[int, tuple] = {}     # map bytes -> (struct, lengths, keys, names)
+        self.learnt = 0
+
+    @property
+    def learning(self) -> bool:
+        return self.learnt < self.MAX
+
+    def match(self, raw: bytes) -> tuple[tuple[str, ...], tuple[bytes, ...]] | None:
+        """(names, values) of a map of a known layout, else None."""
+        known = self.by_size.get(len(raw))
+        if known is None or not raw.isascii():
+            return None
+        layout, lens, keys, names = known
+        t = layout.unpack(raw)
+        if t[0::4] + t[2::4] != lens or t[1::4] != keys:
+            return None
+        return names, t[3::4]
+
+    def learn(self, raw: bytes, entries: list[tuple[str, int]]) -> None:
+        """Remember the layout of ASCII map ``raw``: its (key, value length) entries in order.
+        A map with an empty key or value is not learnt (Java drops those entries)."""
+        if any(not k or not v for k, v in entries):
+            return
+        self.learnt += 1
+        fmt = ">" + "".join(["h%dsi%ds" % (len(k), v) for k, v in entries])
+        lens = tuple(len(k) for k, _ in entries) + tuple(v for _, v in entries)
+        self.by_size[len(raw)] = (struct.Struct(fmt), lens, tuple(k.encode() for k, _ in entries),
+                                  tuple(k for k, _ in entries))
+
+
+def _frame(buf: bytes, at: int, end: int, layouts: Layouts | None = None) -> Command:
     """The frame in ``buf[at:end]``, after its length field."""
     if end - at < 4:
         raise FrameError(f"frame of {end - at} bytes has no header length")
@@ -175,7 +243,7 @@ def _frame(buf: bytes, at: int, end: int) -> Command:
     if hlen > end - at:
         raise FrameError(f"header length {hlen} runs past the {end - at + 4}-byte frame")
     if stype == ROCKETMQ:
-        cmd = _binary_header(buf, at, at + hlen)
+        cmd = _binary_header(buf, at, at + hlen, layouts)
     elif stype == JSON:
         cmd = _json_header(buf[at:at + hlen])
     else:
@@ -200,6 +268,7 @@ class Decoder:
         self.buf = bytearray()          # an unfinished frame's bytes
         self.need = 4                   # how many it must reach before parsing resumes
         self.max_frame = max_frame
+        self.layouts = Layouts()        # this stream's extFields layouts
 
     def feed(self, data: bytes) -> list[Command]:
         if type(data) is not bytes:
@@ -216,7 +285,7 @@ class Decoder:
                 raise FrameError(self._bad_length(length, data[at:at + 16]))
             if n - at - 4 < length:
                 break
-            out.append(_frame(data, at + 4, at + 4 + length))
+            out.append(_frame(data, at + 4, at + 4 + length, self.layouts))
             at += 4 + length
         if at < n:
             self.buf = bytearray(data[at:])

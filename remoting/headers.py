@@ -94,13 +94,16 @@ def _value(field: Field, raw: str):
 _SHORT_NAMES = {f.name: short for short, f in zip("abcdefghijklmn", SEND)}
 _V2_CODES = (R.SEND_MESSAGE_V2, R.SEND_BATCH_MESSAGE, R.SEND_REPLY_MESSAGE_V2)
 _MAX_DIGITS = {I: 9, L: 18}         # a decimal this long is always in range: int() it directly
+_SMALL = {str(n): n for n in range(1024)}          # the usual ints: queue ids, flags, counts
+_SMALL_ASCII = {k.encode(): n for k, n in _SMALL.items()}
 
 
 def _compile(code: int, fields: tuple[Field, ...]):
     """One straight-line decoder per schema (the loop over fields, its lookups and calls cost
     more than the work on a send's 14 fields).  Same rules as ``_value``, which the generated
     code calls for anything but the common case."""
-    env, lines = {"HeaderError": HeaderError, "_value": _value}, ["def decode(ext):", "    g = ext.get", "    out = {}"]
+    env = {"HeaderError": HeaderError, "_value": _value, "_small": _SMALL.get}
+    lines = ["def decode(ext):", "    g = ext.get", "    out = {}"]
     for i, f in enumerate(fields):
         env[f"F{i}"] = f
         short = _SHORT_NAMES[f.name] if code in _V2_CODES else None
@@ -115,7 +118,8 @@ def _compile(code: int, fields: tuple[Field, ...]):
         elif f.kind == B:
             value = "raw.strip().lower() in ('true', '1')"
         else:
-            value = f"int(raw) if raw.isdecimal() and len(raw) <= {_MAX_DIGITS[f.kind]} else _value(F{i}, raw)"
+            value = (f"n if (n := _small(raw)) is not None else int(raw) "
+                     f"if raw.isdecimal() and len(raw) <= {_MAX_DIGITS[f.kind]} else _value(F{i}, raw)")
         lines += [f"    if {missing}: {absent}", f"    else: out[{f.name!r}] = {value}"]
     lines.append("    return out")
     exec("\n".join(lines), env)          # noqa: S102 - generated from the schema table above only
@@ -125,10 +129,51 @@ def _compile(code: int, fields: tuple[Field, ...]):
 _DECODERS = {code: _compile(code, fields) for code, fields in SCHEMAS.items()}
 
 
-def decode(code: int, ext: dict[str, str]) -> dict:
-    """Typed fields of request ``code``'s header (absent optional fields are None).  V2 codes
+def _compile_layout(code: int, names: tuple[str, ...]):
+    """One straight-line decoder for request ``code``'s header sent with extFields ``names`` in
+    this order (``Command.fields``): it takes the raw ASCII values and types them by the rules
+    of ``_compile``'s decoders, for the same result (a name sent twice: its last value)."""
+    env, at = {"HeaderError": HeaderError, "_value": _value, "_small": _SMALL_ASCII.get}, {n: i for i, n in enumerate(names)}
+    lines = ["def decode(v):", f"    {''.join(f'v{i}, ' for i in range(len(names)))}= v"]
+    for j, f in enumerate(SCHEMAS[code]):
+        short = _SHORT_NAMES[f.name] if code in _V2_CODES else None
+        i = at.get(short) if short else None
+        i = at.get(f.name) if i is None else i
+        if i is None:
+            lines.append(f"    raise HeaderError('the custom field <{f.name}> is null')" if f.required
+                         else f"    o{j} = None")
+            continue
+        x = f"v{i}"
+        if f.kind == S:
+            lines.append(f"    o{j} = {x}.decode()")
+        elif f.kind == B:
+            lines.append(f"    o{j} = {x}.strip().lower() in (b'true', b'1')")
+        else:
+            env[f"F{j}"] = f
+            lines += [f"    o{j} = _small({x})", f"    if o{j} is None:",
+                      f"        o{j} = int({x}) if {x}.isdigit() and len({x}) <= {_MAX_DIGITS[f.kind]} "
+                      f"else _value(F{j}, {x}.decode())"]
+    lines.append("    return {" + ", ".join(f"{f.name!r}: o{j}" for j, f in enumerate(SCHEMAS[code])) + "}")
+    exec("\n".join(lines), env)          # noqa: S102 - generated from the schema table above only
+    return env["decode"]
+
+
+_LAYOUT_DECODERS: dict[tuple[int, tuple[str, ...]], object] = {}
+
+
+def decode(cmd) -> dict:
+    """Typed fields of request ``cmd``'s header (absent optional fields are None).  V2 codes
     take the one-letter names and, failing that, the long ones."""
-    return _DECODERS[code](ext)
+    fields = cmd.fields
+    if fields is None:
+        return _DECODERS[cmd.code](cmd.ext)
+    key = (cmd.code, fields[0])
+    dec = _LAYOUT_DECODERS.get(key)
+    if dec is None:
+        if len(_LAYOUT_DECODERS) >= 1024:
+            _LAYOUT_DECODERS.clear()
+        dec = _LAYOUT_DECODERS[key] = _compile_layout(*key)
+    return dec(fields[1])
 
 
 def encode(values: dict) -> dict[str, str]:

@@ -154,6 +154,70 @@ def test_garbage_raises_only_frame_error():
             pass
 
 
+def _binary(path) -> tuple[Command, bytes]:
+    """A capture's command, and its bytes re-encoded with the binary header."""
+    (cmd,) = Decoder().feed(_read(path))
+    cmd.serialize_type = codec.ROCKETMQ
+    return cmd, codec.encode(cmd)
+
+
+def _seen(cmd):
+    return (cmd.code, cmd.opaque, cmd.flag, cmd.remark, cmd.ext, cmd.body) if isinstance(cmd, Command) else cmd
+
+
+def test_a_learnt_layout_reads_every_capture_alike():
+    for path in REMOTING:
+        sent, raw = _binary(path)
+        first, second = Decoder().feed(raw + raw)
+        # learnt: a map of ASCII, with no empty value (the binary header carries those, empty)
+        learnt = bool(sent.ext) and all(k.isascii() and v.isascii() and v for k, v in sent.ext.items())
+        assert first.fields is None and (second.fields is not None) == learnt, path
+        assert _seen(second) == _seen(first), path
+        assert second.fields is None                    # reading ext made the dict
+
+
+def test_a_map_of_a_learnt_size_but_another_layout_is_read_entry_by_entry():
+    a = Command(30, {"topic": "TopicA", "queueId": "12"}, serialize_type=codec.ROCKETMQ)
+    b = Command(30, {"topic": "TopicAB", "queueId": "1"}, serialize_type=codec.ROCKETMQ)   # same map size
+    c = Command(30, {"topix": "TopicA", "queueId": "12"}, serialize_type=codec.ROCKETMQ)   # another key
+    got = Decoder().feed(b"".join(codec.encode(x) for x in (a, a, b, b, c, a)))
+    assert [g.fields is not None for g in got] == [False, True, False, True, False, False]   # the last learnt wins
+    assert [g.ext for g in got] == [a.ext, a.ext, b.ext, b.ext, c.ext, a.ext]
+
+
+def test_a_connection_learns_a_bounded_number_of_layouts():
+    d = Decoder()
+    frames = [codec.encode(Command(30, {"topic": "T" * n, "queueId": "1"}, serialize_type=codec.ROCKETMQ))
+              for n in range(1, codec.Layouts.MAX + 11)]
+    for f in frames:
+        d.feed(f)
+    assert d.layouts.learnt == codec.Layouts.MAX and len(d.layouts.by_size) == codec.Layouts.MAX
+    (late,) = d.feed(frames[-1])                     # learnt after the bound: still read entry by entry
+    (early,) = d.feed(frames[0])
+    assert late.fields is None and early.fields is not None and early.ext == {"topic": "T", "queueId": "1"}
+
+
+def test_garbage_reads_the_same_with_and_without_learnt_layouts():
+    """Frames one client sent, changed in a few bytes: a decoder that learnt their layouts must read
+    what a fresh one reads, or refuse them as it does."""
+    rnd = random.Random(12)
+    seeds = [_binary(p)[1] for p in REMOTING]
+    primed = Decoder()
+    primed.feed(b"".join(seeds))
+    for _ in range(3000):
+        raw = bytearray(rnd.choice(seeds))
+        for _ in range(rnd.randint(1, 3)):
+            raw[rnd.randrange(8, len(raw))] = rnd.choice((0, 1, 0x7f, 0xff, rnd.randrange(256)))
+        outcomes = []
+        for d in (Decoder(), primed):
+            try:
+                outcomes.append([_seen(c) for c in d.feed(bytes(raw))])
+            except FrameError as e:
+                outcomes.append(str(e))
+            d.buf, d.need = bytearray(), 4           # a fresh stream for the next frame
+        assert outcomes[0] == outcomes[1]
+
+
 def test_the_codec_does_no_io():
     import remoting.codec as mod
     import remoting.codes as codes_mod
