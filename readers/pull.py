@@ -89,9 +89,8 @@ class PullProcessor:
         """The pull's answer now: (response code, encoded response)."""
         count = max(1, min(max_nums, self.cfg.maxTransferCountOnMessageInMemory))
         p = self.view.pull(topic, qid, offset, count, codes, self.cfg.maxTransferBytesOnMessageInMemory)
-        body = b""
         if p.status == SV.FOUND:
-            code, status, body = RC.SUCCESS, "FOUND", p.body()
+            code, status = RC.SUCCESS, "FOUND"
         elif p.status == SV.NO_MATCHED:
             code, status = RC.PULL_RETRY_IMMEDIATELY, "NO_MATCHED_MESSAGE"
         elif p.status == SV.NO_NEW:
@@ -104,4 +103,4 @@ class PullProcessor:
             code = RC.PULL_OFFSET_MOVED
             status = "OFFSET_TOO_SMALL" if offset < p.min_offset else "OFFSET_OVERFLOW_BADLY"
         values = ("0", str(p.next_offset), str(p.min_offset), str(p.max_offset))
-        return code, _ANSWER.encode(cmd, code, status, values, body)
+        return code, _ANSWER.encode(cmd, code, status, values, p.parts)

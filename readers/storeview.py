@@ -111,15 +111,20 @@ class StoreView:
         e = self.entries(topic, queue_id, queue_offset, max(max_count, 1) * 4 if tag_codes else max_count)
         if tag_codes is not None:
             idx = np.flatnonzero(np.isin(e["tags"].astype(np.int64), np.asarray(tag_codes, np.int64)))
-            take, rows = idx[:max_count].tolist(), e[idx[:max_count]].tolist()
+            take, picked = idx[:max_count].tolist(), e[idx[:max_count]]
             matched = len(idx)
         else:                                        # no filter: the first entries, no index arrays
-            rows = e[:max_count].tolist()
-            take, matched = range(len(rows)), len(e)
-        if not rows:
+            picked = e[:max_count]
+            take, matched = range(len(picked)), len(e)
+        if not len(picked):
             return Pulled(NO_MATCHED, queue_offset + len(e), lo, hi, [])
-        parts, n = self._spans(rows, max_bytes)
-        if n < len(rows):
+        phys, sizes = picked["phys"], picked["size"]
+        start, end = int(phys[0]), int(phys[-1]) + int(sizes[-1])
+        if end - start <= max_bytes and end - start == int(sizes.sum()):
+            parts, n = [self.span(start, end)], len(picked)    # the usual pull: one run, under the cap
+        else:
+            parts, n = self._spans(picked.tolist(), max_bytes)
+        if n < len(picked):
             scanned = take[n]                        # the byte cap stopped it here
         elif matched >= max_count:
             scanned = take[-1] + 1

@@ -367,23 +367,26 @@ class ResponseTemplate:
         self._bin_static = _ext_bytes(static)
         self._lang = _LANG_CODES["JAVA"]
 
-    def encode(self, req: Command, code: int, remark: str | None, values: tuple[str, ...], body: bytes = b"") -> bytes:
+    def encode(self, req: Command, code: int, remark: str | None, values: tuple[str, ...], body=()) -> bytes:
+        """``body``: its pieces (bytes-likes: a pull's views of the CommitLog), joined straight
+        into the frame."""
+        body_len = sum(map(len, body))
         if req.serialize_type == ROCKETMQ:
-            parts = []
+            pieces = []
             for prefix, v in zip(self._bin_keys, values):
                 vb = v.encode("utf-8")
-                parts += (prefix, _I32.pack(len(vb)), vb)
-            parts.append(self._bin_static)
-            ext = b"".join(parts)
+                pieces += (prefix, _I32.pack(len(vb)), vb)
+            pieces.append(self._bin_static)
+            ext = b"".join(pieces)
             rb = remark.encode("utf-8") if remark else b""
             hlen = _BIN_FIXED.size + len(rb) + 4 + len(ext)
-            return b"".join((_BIN_FRAME_HEAD.pack(4 + hlen + len(body), (ROCKETMQ << 24) | hlen, code, self._lang,
+            return b"".join((_BIN_FRAME_HEAD.pack(4 + hlen + body_len, (ROCKETMQ << 24) | hlen, code, self._lang,
                                                   SERVER_VERSION, req.opaque, RPC_RESPONSE, len(rb)),
-                             rb, _I32.pack(len(ext)), ext, body))
+                             rb, _I32.pack(len(ext)), ext, *body))
         else:
             enc = json.encoder.encode_basestring
             ext = "".join([k + enc(v) for k, v in zip(self._json_keys, values)])
             remark = "" if remark is None else ',"remark":' + enc(remark)
             header = (f'{{"code":{code},"extFields":{{{ext}{self._json_static}{self._json_end}{req.opaque}'
                       f'{self._json_version}{remark}}}').encode("utf-8")
-        return _framed(req.serialize_type, header, body)
+        return b"".join((_PREFIX.pack(4 + len(header) + body_len, (JSON << 24) | len(header)), header, *body))

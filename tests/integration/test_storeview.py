@@ -35,6 +35,18 @@ def test_pull_filter_and_long_poll(appliance_factory):
         got = view.pull("TBW102", 0, 5, 32, max_bytes=3 * size + 1)       # the byte cap
         assert [r.body for r in got.records()] == [b"m5", b"m6", b"m7"] and got.next_offset == 8
         assert view.pull("TBW102", 0, 5, 32, max_bytes=1).count == 1      # the first record always
+        got = view.pull("TBW102", 0, 5, 3, max_bytes=3 * size)             # one run, exactly the cap
+        assert [r.body for r in got.records()] == [b"m5", b"m6", b"m7"] and len(got.parts) == 1
+        assert got.next_offset == 8
+        mixed = [PutRequest("TBW102", 1 + i % 2, [f"q{i}".encode()], [{}]) for i in range(10)]
+        assert all(r.ok for r in client.put(mixed))                      # queues 1 and 2 interleaved
+        deadline = time.monotonic() + 5
+        while view.offsets("TBW102", 1) != (0, 5):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        got = view.pull("TBW102", 1, 0, 32)
+        assert [r.body for r in got.records()] == [b"q0", b"q2", b"q4", b"q6", b"q8"]
+        assert len(got.parts) == 5 and got.next_offset == 5
         assert view.pull("TBW102", 0, 50, 32).status == NO_NEW
         assert view.pull("TBW102", 0, 51, 32).status == OFFSET_MOVED
         while sh.control[C.DISPATCHED] < sh.control[C.WRITTEN]:

@@ -6,6 +6,7 @@ import os
 import random
 import struct
 
+import numpy as np
 import pytest
 
 from remoting import codec
@@ -88,10 +89,12 @@ def test_a_response_template_encodes_the_bytes_command_response_does(stype):
         assert back.is_response and back.opaque == 991 and back.code == code
     pull_keys = ("suggestWhichBrokerId", "nextBeginOffset", "minOffset", "maxOffset")   # a pull's: no static part
     pull, req = codec.ResponseTemplate(pull_keys, {}), Command(11, opaque=5, serialize_type=stype)
-    for code, remark, body in ((0, "FOUND", bytes(range(256)) * 3), (19, "OFFSET_OVERFLOW_ONE", b"")):
+    store = np.frombuffer(bytes(range(256)) * 3, dtype=np.uint8)
+    for code, remark, parts in ((0, "FOUND", [store[:100], store[100:]]), (0, "FOUND", [store]),
+                                (19, "OFFSET_OVERFLOW_ONE", [])):
         values = ("0", "42", "0", "42")
-        want = codec.encode(req.response(code, remark, ext=dict(zip(pull_keys, values)), body=body))
-        assert pull.encode(req, code, remark, values, body) == want
+        want = codec.encode(req.response(code, remark, ext=dict(zip(pull_keys, values)), body=b"".join(parts)))
+        assert pull.encode(req, code, remark, values, parts) == want
 
 
 def test_binary_extfields_in_utf8_decode_and_invalid_utf8_is_a_frame_error():
