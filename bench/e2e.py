@@ -80,6 +80,15 @@ class Rocketbox:
         return out
 
     @staticmethod
+    def pull_frame(queue_id: int, offset: int) -> bytes:
+        """PULL_MESSAGE of up to 32 messages from ``queue_id`` at ``offset``, ``opaque`` the queue id."""
+        return codec.encode(Command(R.PULL_MESSAGE, {
+            "consumerGroup": GROUP, "topic": TOPIC, "queueId": str(queue_id), "queueOffset": str(offset),
+            "maxMsgNums": "32", "sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "0",
+            "subscription": "*", "subVersion": "0", "expressionType": "TAG"}, opaque=queue_id,
+            serialize_type=codec.ROCKETMQ))
+
+    @staticmethod
     def replies(buf: bytearray) -> tuple[list[int], int]:
         """Complete replies in ``buf``: their codes (0 = success), and the bytes they took."""
         codes, at, n = [], 0, len(buf)
@@ -240,15 +249,7 @@ def run_load(proto_name: str, port: int, frames, args, window: int, rate: float 
 def _consume_rocketbox(port: int, queues: list[int], out) -> None:
     """One pull in flight per queue, each queue read from offset 0 until a pull finds nothing."""
     s = _connect(port)
-    dec = codec.Decoder()
-
-    def pull(q: int, offset: int) -> bytes:
-        return codec.encode(Command(R.PULL_MESSAGE, {
-            "consumerGroup": GROUP, "topic": TOPIC, "queueId": str(q), "queueOffset": str(offset),
-            "maxMsgNums": "32", "sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "0",
-            "subscription": "*", "subVersion": "0", "expressionType": "TAG"}, opaque=q,
-            serialize_type=codec.ROCKETMQ))
-
+    dec, pull = codec.Decoder(), Rocketbox.pull_frame
     got, t0 = 0, time.perf_counter()
     s.sendall(b"".join(pull(q, 0) for q in queues))
     pending = len(queues)

@@ -1,4 +1,5 @@
-"""Per-message cost of the send path in one process, away from the noise of a shared box.
+"""Per-message cost of the send path (or, with ``--pull``, the pull path) in one process, away from
+the noise of a shared box.
 
 The reader's side runs for real: a ``net.server`` connection is fed the pipelined frames
 ``bench.e2e`` sends (16 single sends per read, or 4 batches of 32; ``--per-read 1`` for a lone
@@ -14,7 +15,12 @@ callgrind (two round counts; the difference is the steady state) and prints inst
 message for each of the three threads: the same figure on every run, so a change of a few percent
 shows, which this VM's ±20% timing noise hides.
 
-    .venv/bin/python -m bench.paths [--batch 1|32] [--json] [--per-read N] [--rounds 400] [--instructions]
+``--pull``: the store is first filled with batches of 32 to each of the 8 queues through the same
+send path, then each round one read brings a PULL_MESSAGE of 32 for every queue (``bench.e2e``'s
+consumer's requests) to a reader connection; the reader's CPU (or instructions) per message pulled,
+from frame in to responses out.  The last round's responses are read back in full and checked.
+
+    .venv/bin/python -m bench.paths [--batch 1|32] [--json] [--per-read N] [--rounds 400] [--pull] [--instructions]
 """
 from __future__ import annotations
 
@@ -31,11 +37,14 @@ import tempfile
 import threading
 import time
 
-from bench.e2e import TOPIC, Rocketbox
+from bench.e2e import QUEUES, TOPIC, Rocketbox
 from net.server import Connection, RemotingServer
 from readers.link import WriterLink
+from readers.pull import PullProcessor
 from readers.send import SendProcessor
 from remoting import codec
+from shm.layout import C
+from store import message
 from tests.unit.writer.rig import running_store, small_config
 from writer.topics import topic_config
 
@@ -51,6 +60,7 @@ class _Transport:
     def write(self, data) -> None:
         self.writes += 1
         self.bytes += len(data)
+        self.last = data
 
     def is_closing(self) -> bool:
         return False
@@ -63,68 +73,121 @@ class _Broker:
     def __init__(self, cfg, link):
         self.cfg, self.link = cfg, link
 
+    def group_exists(self, _group: str) -> bool:
+        return True                          # as with autoCreateSubscriptionGroup
+
 
 def _frames(batch: int, use_json: bool, per_read: int) -> bytes:
     frames = [f for f, _n, _r in Rocketbox.send_frames(os.urandom(1024), batch)]
-    if use_json:
-        cmds = [codec.Decoder().feed(f)[0] for f in frames]
-        for c in cmds:
-            c.serialize_type = codec.JSON
-        frames = [codec.encode(c) for c in cmds]
-    return b"".join(frames[i % len(frames)] for i in range(per_read))
+    return b"".join(_in_json(frames[i % len(frames)]) if use_json else frames[i % len(frames)] for i in range(per_read))
 
 
-def measure(batch: int, use_json: bool, rounds: int, base: str | None, per_read: int) -> dict:
-    blob = _frames(batch, use_json, per_read)
+def _in_json(frame: bytes) -> bytes:
+    (cmd,) = codec.Decoder().feed(frame)
+    cmd.serialize_type = codec.JSON
+    return codec.encode(cmd)
+
+
+def _connection(handlers: dict) -> tuple[Connection, "_Transport"]:
+    conn = Connection(RemotingServer("paths", handlers))
+    conn.head = None                         # no PROXY header in front
+    transport = _Transport()
+    conn.connection_made(transport)
+    return conn, transport
+
+
+def measure(batch: int, use_json: bool, rounds: int, base: str | None, per_read: int, pull: bool = False,
+            fill: int | None = None) -> dict:
+    """``pull``: the consume path instead, after ``fill`` rounds (default: enough) of batches."""
     root = tempfile.mkdtemp(prefix="rbx-paths-", dir=base)
     cfg = small_config(root, "paths", mappedFileSizeCommitLog=1 << 28, maxMessageSize=4 << 20,
                        ringRequestBytes=16 << 20, maxIndexNum=5_000_000, maxHashSlotNum=500_000, shmQueueSlots=1024)
     try:
         with running_store(cfg) as (sh, w, d, _c):
-            w.topics.upsert(topic_config(TOPIC, 8, 8))
+            w.topics.upsert(topic_config(TOPIC, QUEUES, QUEUES))
             writer = _Stepper(w, "the writer found no slab")                 # thread 2 under callgrind
             dispatcher = _Stepper(d, "the dispatcher found nothing written")  # thread 3
 
             async def run() -> dict:
                 link = WriterLink(cfg, sh)
-                sends = SendProcessor(_Broker(cfg, link))
-                conn = Connection(RemotingServer("paths", sends.handlers()))
-                conn.head = None                     # no PROXY header in front
-                transport = _Transport()
-                conn.connection_made(transport)
-                reader, w_cpu, d_cpu = [], [], []
                 try:
-                    for r in range(WARMUP_ROUNDS + rounds):
-                        t0 = time.thread_time()
-                        conn.data_received(blob)
-                        await asyncio.sleep(0)       # end of the loop turn: the slab is pushed
-                        t1 = time.thread_time()
-                        w_cpu.append(writer.step())
-                        d_cpu.append(dispatcher.step())
-                        t2 = time.thread_time()
-                        link.on_wake()               # the writer's replies, then the responses
-                        await asyncio.sleep(0)
-                        t3 = time.thread_time()
-                        if r >= WARMUP_ROUNDS:
-                            reader.append((t1 - t0) + (t3 - t2))
+                    if pull:
+                        return await _pulls(cfg, sh, link, writer, dispatcher, use_json, rounds,
+                                            fill or WARMUP_ROUNDS + rounds)
+                    return await _sends(cfg, link, writer, dispatcher, _frames(batch, use_json, per_read), rounds,
+                                        per_read * batch)
                 finally:
                     link.close()
                     writer.close()
                     dispatcher.close()
-                want = (WARMUP_ROUNDS + rounds)
-                if transport.writes != want:
-                    raise RuntimeError(f"{transport.writes} reply writes for {want} reads: a send went unanswered")
-                msgs = per_read * batch
-                med = {name: sorted(cpu)[len(cpu) // 2] / msgs * 1e6
-                       for name, cpu in (("reader_us", reader), ("writer_us", w_cpu[WARMUP_ROUNDS:]),
-                                         ("dispatcher_us", d_cpu[WARMUP_ROUNDS:]))}
-                return {**med, "writer_dispatcher_us": med["writer_us"] + med["dispatcher_us"], "msgs_per_round": msgs}
 
             import uvloop
             with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
                 return runner.run(run())
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+async def _sends(cfg, link, writer, dispatcher, blob: bytes, rounds: int, msgs: int) -> dict:
+    """The send path: ``blob`` (``msgs`` messages) fed to a reader connection per round, a writer
+    pass and a dispatcher pass, then the replies; CPU per message of each."""
+    conn, transport = _connection(SendProcessor(_Broker(cfg, link)).handlers())
+    reader, w_cpu, d_cpu = [], [], []
+    for r in range(WARMUP_ROUNDS + rounds):
+        t0 = time.thread_time()
+        conn.data_received(blob)
+        await asyncio.sleep(0)       # end of the loop turn: the slab is pushed
+        t1 = time.thread_time()
+        w_cpu.append(writer.step())
+        d_cpu.append(dispatcher.step())
+        t2 = time.thread_time()
+        link.on_wake()               # the writer's replies, then the responses
+        await asyncio.sleep(0)
+        t3 = time.thread_time()
+        if r >= WARMUP_ROUNDS:
+            reader.append((t1 - t0) + (t3 - t2))
+    want = WARMUP_ROUNDS + rounds
+    if transport.writes != want:
+        raise RuntimeError(f"{transport.writes} reply writes for {want} reads: a send went unanswered")
+    med = {name: sorted(cpu)[len(cpu) // 2] / msgs * 1e6
+           for name, cpu in (("reader_us", reader), ("writer_us", w_cpu[WARMUP_ROUNDS:]),
+                             ("dispatcher_us", d_cpu[WARMUP_ROUNDS:]))}
+    return {**med, "writer_dispatcher_us": med["writer_us"] + med["dispatcher_us"], "msgs_per_round": msgs}
+
+
+async def _pulls(cfg, sh, link, writer, dispatcher, use_json: bool, rounds: int, fill: int) -> dict:
+    """The consume path: ``fill`` rounds of a batch of 32 to each of the 8 queues, then per round
+    one PULL_MESSAGE of 32 per queue in one read, as ``bench.e2e``'s consumer sends them; the
+    reader's CPU per message pulled (frame in to response out)."""
+    if fill < WARMUP_ROUNDS + rounds:
+        raise ValueError(f"--fill {fill} leaves too few messages for {rounds} rounds")
+    sends, _ = _connection(SendProcessor(_Broker(cfg, link)).handlers())
+    batches = _frames(32, use_json, QUEUES)          # a batch of 32 to each queue
+    for _ in range(fill):
+        sends.data_received(batches)
+        await asyncio.sleep(0)
+        writer.step()
+        while sh.control[C.DISPATCHED] < sh.control[C.WRITTEN]:
+            dispatcher.step()
+        link.on_wake()
+        await asyncio.sleep(0)
+    conn, transport = _connection(PullProcessor(_Broker(cfg, link)).handlers())
+    queues = range(QUEUES)
+    per_round = 32 * QUEUES
+    cpu = []
+    for r in range(WARMUP_ROUNDS + rounds):
+        blob = b"".join(_in_json(f) if use_json else f for f in (Rocketbox.pull_frame(q, r * 32) for q in queues))
+        t0 = time.thread_time()
+        conn.data_received(blob)
+        await asyncio.sleep(0)                   # the responses go out
+        cpu.append(time.thread_time() - t0)
+        if transport.writes != r + 1 or transport.bytes < (r + 1) * per_round * 1024:
+            raise RuntimeError(f"round {r}: {transport.writes} writes of {transport.bytes} bytes in all")
+    got = codec.Decoder().feed(transport.last)        # the last round's responses, read in full
+    counts = [len(message.decode_records(c.body)) for c in got if c.code == 0]
+    if counts != [32] * len(queues):
+        raise RuntimeError(f"the last round's pulls found {counts} messages")
+    return {"reader_us": sorted(cpu[WARMUP_ROUNDS:])[rounds // 2] / per_round * 1e6, "msgs_per_round": per_round}
 
 
 class _Stepper:
@@ -162,20 +225,27 @@ class _Stepper:
 def instructions(args) -> dict:
     """Instructions per message of the reader's, the writer's and the dispatcher's threads (callgrind
     numbers threads in creation order: 1, 2, 3; any other thread would count as the dispatcher's),
-    from two callgrind runs."""
+    from two callgrind runs.  With ``--pull`` both runs fill the store alike, so only the reader's
+    pulls differ between them: its figure alone is given."""
     if not shutil.which("valgrind"):
         sys.exit("bench.paths: --instructions needs valgrind (apt-get install valgrind)")
     out_dir = tempfile.mkdtemp(prefix="rbx-paths-cg-", dir=args.dir)
     totals = {}
-    scale = max(1, 16 // (args.per_read * args.batch))      # at least 640 messages between the two runs
+    if args.pull:
+        runs, per_round = (10, 30), 32 * QUEUES
+    else:
+        scale = max(1, 16 // (args.per_read * args.batch))      # at least 640 messages between the two runs
+        runs, per_round = (20 * scale, 60 * scale), args.per_read * args.batch
     try:
-        for rounds in (20 * scale, 60 * scale):
+        for rounds in runs:
             out = os.path.join(out_dir, f"cg.{rounds}")
             cmd = ["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={out}",
                    sys.executable, "-m", "bench.paths", "--batch", str(args.batch), "--rounds", str(rounds),
                    "--per-read", str(args.per_read)]
             if args.json:
                 cmd.append("--json")
+            if args.pull:
+                cmd += ["--pull", "--fill", str(WARMUP_ROUNDS + runs[-1])]
             if args.dir:
                 cmd += ["--dir", args.dir]
             subprocess.run(cmd, check=True, capture_output=True, env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},
@@ -189,7 +259,9 @@ def instructions(args) -> dict:
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
     (r0, w0, d0), (r1, w1, d1) = totals.values()
-    msgs = 40 * scale * args.per_read * args.batch
+    msgs = (runs[1] - runs[0]) * per_round
+    if args.pull:
+        return {"reader_instructions": (r1 - r0) / msgs}
     return {"reader_instructions": (r1 - r0) / msgs, "writer_instructions": (w1 - w0) / msgs,
             "dispatcher_instructions": (d1 - d0) / msgs, "writer_dispatcher_instructions": (w1 + d1 - w0 - d0) / msgs}
 
@@ -203,21 +275,28 @@ def main() -> None:
                     help="requests per read (default 16 single sends or 4 batches; 1 = a lone request, as at low rates)")
     ap.add_argument("--instructions", action="store_true", help="count instructions under valgrind instead")
     ap.add_argument("--dir", default=None, help="where the store goes (default: system temp dir)")
+    ap.add_argument("--pull", action="store_true",
+                    help="the consume path instead: a PULL_MESSAGE of 32 to each of the 8 queues per read")
+    ap.add_argument("--fill", type=int, default=None, help=argparse.SUPPRESS)   # --pull: batches stored first
     args = ap.parse_args()
     if args.per_read is None:
         args.per_read = 16 if args.batch == 1 else 4
-    shape = f"batch={args.batch} headers={'JSON' if args.json else 'ROCKETMQ'} body=1024B " + \
-            f"per_read={args.per_read}"
+    headers = "JSON" if args.json else "ROCKETMQ"
+    if args.pull:
+        what, shape = "pull path", f"{QUEUES} pulls of 32 per read headers={headers} body=1024B"
+    else:
+        what, shape = "send path", f"batch={args.batch} headers={headers} body=1024B per_read={args.per_read}"
     if args.instructions:
         res = instructions(args)
-        print(f"# send path, instructions per message: {shape}")
-        print(f"reader {res['reader_instructions']:,.0f}   writer {res['writer_instructions']:,.0f}   "
-              f"dispatcher {res['dispatcher_instructions']:,.0f}")
+        print(f"# {what}, instructions per message: {shape}")
+        print("   ".join(f"{role} {res[role + '_instructions']:,.0f}" for role in ("reader", "writer", "dispatcher")
+                         if role + "_instructions" in res))
     else:
-        res = measure(args.batch, args.json, args.rounds, args.dir, args.per_read)
-        print(f"# send path, CPU per message (median of {args.rounds} rounds): {shape}")
-        print(f"reader {res['reader_us']:.1f} us   writer {res['writer_us']:.1f} us   dispatcher {res['dispatcher_us']:.1f} us")
-    print("# " + json.dumps({"batch": args.batch, "json": args.json, **res}))
+        res = measure(args.batch, args.json, args.rounds, args.dir, args.per_read, args.pull, args.fill)
+        print(f"# {what}, CPU per message (median of {args.rounds} rounds): {shape}")
+        print("   ".join(f"{role} {res[role + '_us']:.1f} us" for role in ("reader", "writer", "dispatcher")
+                         if role + "_us" in res))
+    print("# " + json.dumps({"pull": args.pull, "batch": args.batch, "json": args.json, **res}))
 
 
 if __name__ == "__main__":

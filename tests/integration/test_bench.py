@@ -43,7 +43,7 @@ def test_append_bench_prints_its_row_and_figures(tmp_path):
     assert os.listdir(tmp_path) == []                 # the appliance's temp dir is gone
 
 
-def test_paths_bench_times_and_counts_the_send_path(tmp_path):
+def test_paths_bench_times_and_counts_the_send_and_pull_paths(tmp_path):
     for extra, per_round in (([], 16), (["--batch", "32", "--json"], 128), (["--per-read", "1"], 1)):
         r = subprocess.run([sys.executable, "-m", "bench.paths", "--rounds", "30", "--dir", str(tmp_path), *extra],
                            cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -52,6 +52,12 @@ def test_paths_bench_times_and_counts_the_send_path(tmp_path):
         assert res["reader_us"] > 0 and res["writer_us"] > 0 and res["dispatcher_us"] > 0, res
         assert res["writer_dispatcher_us"] == res["writer_us"] + res["dispatcher_us"], res
         assert res["msgs_per_round"] == per_round and res["json"] == ("--json" in extra)
+    r = subprocess.run([sys.executable, "-m", "bench.paths", "--pull", "--rounds", "30", "--dir", str(tmp_path)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(r.stdout.splitlines()[-1][2:])      # it read the last round's 8 x 32 messages back itself
+    assert res["pull"] and res["msgs_per_round"] == 256 and 0 < res["reader_us"] < 1000, res
+    assert "writer_us" not in res, res
     r = subprocess.run([sys.executable, "-m", "bench.paths", "--instructions", "--dir", str(tmp_path)],
                        cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
