@@ -274,6 +274,10 @@ def encode_batch_records(batch: bytes, batch_props: bytes, max_body: int, t: Rec
     view, at, n, bodies = memoryview(batch), 0, len(batch), 0
     head, plen_at, hsize = _BATCH_HEAD.unpack_from, _I16.unpack_from, _BATCH_HEAD.size
     with_sep, plain = _SEP + batch_props, batch_props
+    # RecordTemplate.add, inlined with its fields in locals: the calls cost more than the packing
+    add_size, add_parts, crc32 = out.sizes.append, out.parts.extend, zlib.crc32
+    pack_head, pack_tail, fixed = t.head.pack, t.tail.pack, t.fixed
+    queue_id, lead, rest, topic, topic_len = t.queue_id, t.lead, t.rest, t.topic, len(t.topic)
     while at < n:
         if at + hsize + 2 > n:
             raise MessageRejected(MESSAGE_ILLEGAL, f"batch body truncated at byte {at}")
@@ -286,9 +290,14 @@ def encode_batch_records(batch: bytes, batch_props: bytes, max_body: int, t: Rec
         if plen < 0 or end > n or total != end - at:
             raise MessageRejected(MESSAGE_ILLEGAL, f"batch message {len(out.sizes)}: sizes do not add up (totalSize {total})")
         more = (plain if batch[end - 1] == 2 else with_sep) if plen and batch_props else plain
-        check_sizes(blen, plen + len(more), max_body)
+        props_len = plen + len(more)
+        if props_len > PROPERTIES_MAX_LEN or blen > max_body:
+            check_sizes(blen, props_len, max_body)
         bodies += blen
-        t.add(out, born_ts, view[at + hsize:end_body], view[end_body + 2:end], flag, more)
+        body, size = view[at + hsize:end_body], fixed + blen + props_len
+        add_size(size)
+        add_parts((pack_head(size, MAGIC, crc32(body) & 0x7FFFFFFF, queue_id, flag, lead, born_ts, rest, blen),
+                   body, pack_tail(topic_len, topic, props_len), view[end_body + 2:end], more))
         at = end
     if not out.sizes:
         raise MessageRejected(MESSAGE_ILLEGAL, "empty batch")

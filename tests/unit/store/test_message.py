@@ -118,16 +118,20 @@ def test_a_record_template_encodes_what_encode_record_does():
 
 
 def test_batch_records_are_the_messages_with_the_batch_properties_appended():
-    common = dict(sys_flag=0, born_ip=b"\x0a\0\0\x05", born_port=5555, store_ip=b"\x7f\0\0\x01",
-                  store_port=10911, reconsume_times=0, prepared_offset=0)
-    t = m.RecordTemplate(b"T", 2, **common)
     extra = b"WAIT\x01true\x02CLUSTER\x01C"
-    inner = [(7, b"two", "UNIQ_KEY\x01U2"), (8, b"three", "UNIQ_KEY\x01U3\x02"), (9, b"", "")]
-    got = m.encode_batch_records(m.encode_client_batch(inner), extra, 4096, t, 17)
-    props = [b"UNIQ_KEY\x01U2\x02" + extra, b"UNIQ_KEY\x01U3\x02" + extra, extra]   # a separator only if missing
-    want = [m.encode_record(topic=b"T", queue_id=2, body=b, properties=p, flag=f, born_ts=17, **common)
-            for (f, b, _), p in zip(inner, props)]
-    assert got.sizes == [len(r) for r in want] and b"".join(got.parts) == b"".join(want)
+    inner = [(7, b"two", "UNIQ_KEY\x01U2"), (8, b"three", "UNIQ_KEY\x01U3\x02"), (9, b"", ""), (-1, bytes(range(256)), "K\x01v")]
+    props = [b"UNIQ_KEY\x01U2\x02" + extra, b"UNIQ_KEY\x01U3\x02" + extra, extra, b"K\x01v\x02" + extra]   # a separator only if missing
+    for born_ip, store_ip, sys_flag in ((b"\x0a\0\0\x05", b"\x7f\0\0\x01", 0), (bytes(range(16)), b"\x7f\0\0\x01", 0),
+                                        (b"\x0a\0\0\x05", bytes(16), m.COMPRESSED)):
+        common = dict(sys_flag=sys_flag, born_ip=born_ip, born_port=5555, store_ip=store_ip,
+                      store_port=10911, reconsume_times=4, prepared_offset=0)
+        t = m.RecordTemplate(b"TopicT", 2, **common)
+        got = m.encode_batch_records(m.encode_client_batch(inner), extra, 4096, t, 17)
+        want = [m.encode_record(topic=b"TopicT", queue_id=2, body=b, properties=p, flag=f, born_ts=17, **common)
+                for (f, b, _), p in zip(inner, props)]
+        assert got.sizes == [len(r) for r in want] and b"".join(got.parts) == b"".join(want)
+    t = m.RecordTemplate(b"T", 2, sys_flag=0, born_ip=b"\x0a\0\0\x05", born_port=5555, store_ip=b"\x7f\0\0\x01",
+                         store_port=10911)
     batch = m.encode_client_batch(inner)
     wrong_total = struct.pack(">i", 99) + batch[4:]
     for bad, why in ((wrong_total, "sizes do not add up"), (batch[:10], "truncated"), (b"", "empty batch"),
