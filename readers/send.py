@@ -130,8 +130,8 @@ class SendProcessor:
             records = self.ring.batch_records(tb, qid, sys_flag, cmd.body, pbytes, born_ts, born_host,
                                               h["reconsumeTimes"] or 0)
         else:
-            records = self.ring.records(tb, qid, sys_flag, [cmd.body], [pbytes], [h["flag"]], born_ts,
-                                        born_host, h["reconsumeTimes"] or 0)
+            records = self.ring.record(tb, qid, sys_flag, cmd.body, pbytes, h["flag"], born_ts, born_host,
+                                       h["reconsumeTimes"] or 0)
         return RingClient.row(tidx, qid, sys_flag, born_host, len(records.sizes), wait), records, wait
 
     async def _create_topic(self, topic: str, h) -> int:

@@ -207,6 +207,14 @@ class RingClient:
             t.add(out, born_ts, body, pbytes, flag)
         return self._fits(out)
 
+    def record(self, topic: bytes, queue_id: int, sys_flag: int, body, props: bytes, flag: int, born_ts: int,
+               born_host: tuple, reconsume_times: int = 0) -> message.Records:
+        """``records`` of one message (a single send): the same bytes without the lists."""
+        message.check_sizes(len(body), len(props), self.cfg.maxMessageSize)
+        out = message.Records([], [])
+        self._template(topic, queue_id, sys_flag, born_host, reconsume_times, 0).add(out, born_ts, body, props, flag)
+        return self._fits(out)
+
     def batch_records(self, topic: bytes, queue_id: int, sys_flag: int, batch: bytes, batch_props: bytes,
                       born_ts: int, born_host: tuple, reconsume_times: int = 0) -> message.Records:
         """``records`` of a client's batch body (SEND_BATCH_MESSAGE), parsed and encoded in one pass."""

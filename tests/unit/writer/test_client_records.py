@@ -1,4 +1,6 @@
 """RingClient's stored records: the kept record templates never mix up two producers' fields."""
+import pytest
+
 from store import message as m
 from tests.unit.writer.rig import running_store, small_config
 
@@ -11,12 +13,26 @@ def test_records_from_kept_templates_are_each_producers_own(tmp_path):
                  (("10.0.0.1", 4000), m.TX_PREPARED, 0), (("10.0.0.1", 4000), 0, 3), (("10.0.0.1", 4000), 0, 0)]
         for i, (host, sys_flag, reconsume) in enumerate(cases * 2):
             got = c.records(b"T", i % 3, sys_flag, [b"body%d" % i], [b"K\x01v"], [i], 1000 + i, host, reconsume)
+            one = c.record(b"T", i % 3, sys_flag, b"body%d" % i, b"K\x01v", i, 1000 + i, host, reconsume)
             ip, port, _ = m.pack_host(host)
             want = m.encode_record(topic=b"T", queue_id=i % 3, body=b"body%d" % i, properties=b"K\x01v", flag=i,
                                    sys_flag=sys_flag, born_ts=1000 + i, born_ip=ip, born_port=port, store_ip=store_ip,
                                    store_port=store_port, reconsume_times=reconsume)
-            assert got.sizes == [len(want)] and b"".join(got.parts) == want, (host, sys_flag, reconsume)
+            for recs in (got, one):
+                assert recs.sizes == [len(want)] and b"".join(recs.parts) == want, (host, sys_flag, reconsume)
         assert len(c.templates) == len({(i % 3, *case) for i, case in enumerate(cases * 2)})
         for i in range(5000):                          # many producers: the kept templates stay bounded
             c.records(b"T", 0, 0, [b"x"], [b""], [0], 1, ("10.0.%d.%d" % (i // 256, i % 256), 1))
         assert len(c.templates) <= 4096
+
+
+def test_a_single_records_sizes_are_refused_as_in_a_list(tmp_path):
+    cfg = small_config(tmp_path / "store", "recs1")
+    with running_store(cfg) as (_sh, _w, _d, c):
+        for body, props, why in ((b"x" * (cfg.maxMessageSize + 1), b"", "body size exceeded"),
+                                 (b"x", b"K\x01" + b"v" * m.PROPERTIES_MAX_LEN, "properties length too long")):
+            for call in (lambda: c.record(b"T", 0, 0, body, props, 0, 1, ("10.0.0.1", 1)),
+                         lambda: c.records(b"T", 0, 0, [body], [props], [0], 1, ("10.0.0.1", 1))):
+                with pytest.raises(m.MessageRejected, match=why) as e:
+                    call()
+                assert e.value.code == m.MESSAGE_ILLEGAL
