@@ -118,9 +118,9 @@ def parse_properties(s: str) -> dict[str, str]:
     """Accepts both the 4.9.4+ and the older trailing-separator form; drops empty keys/values."""
     out: dict[str, str] = {}
     for seg in s.split(PROPERTY_SEP):
-        i = seg.find(NAME_VALUE_SEP)
-        if len(seg) >= 3 and 0 < i < len(seg) - 1:
-            out[seg[:i]] = seg[i + 1:]
+        name, _sep, value = seg.partition(NAME_VALUE_SEP)
+        if name and value:          # a pair without the separator has no value
+            out[name] = value
     return out
 
 

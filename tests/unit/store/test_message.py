@@ -63,6 +63,8 @@ def test_properties_both_dialects():
     assert m.encode_properties({"a": "1", "b": "2", "c": None}) == "a\x011\x02b\x012"
     assert m.parse_properties("a\x011\x02b\x012\x02") == {"a": "1", "b": "2"}
     assert m.parse_properties("a\x011\x02\x01x\x02y\x01\x02zz") == {"a": "1"}
+    # the first separator splits a pair (a value may hold \x01); a repeated name keeps its last value
+    assert m.parse_properties("k\x01v\x01w\x02a\x011\x02a\x012\x02\x01\x02\x01\x01") == {"k": "v\x01w", "a": "2"}
     assert m.property_value(b"XTAGS\x01no\x02TAGS\x01yes", b"TAGS") == b"yes"
     assert m.property_value(b"KEYS\x01a b", b"KEYS") == b"a b"
     assert m.property_value(b"KEYS\x01a b", b"TAGS") is None
