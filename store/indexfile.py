@@ -125,21 +125,25 @@ class IndexFile:
         if n0 <= 1:              # the very first entry sets the begin values
             begin_ts, begin_phys = store_ts[0], phys[0]
         newest: dict[int, int] = {}             # slot -> its newest entry from this call
-        for i in range(k):
-            n, slot = n0 + i, hashes[i] % self.max_slots
-            prev = newest.get(slot)
+        max_slots, max_entries = self.max_slots, self.max_entries
+        read_slot, write_slot, write_entry = SLOT_S.unpack_from, SLOT_S.pack_into, ENTRY_S.pack_into
+        for i, (key_hash, offset, ts) in enumerate(zip(hashes[:k], phys, store_ts)):
+            n, slot_at = n0 + i, HEADER_SIZE + key_hash % max_slots * 4
+            prev = newest.get(slot_at)
             if prev is None:
-                prev = SLOT_S.unpack_from(mm, HEADER_SIZE + slot * 4)[0]
-                for _ in range(self.max_entries):       # skip an uncommitted batch, as put_batch
-                    if prev < n0:
-                        break
-                    prev = ENTRY_S.unpack_from(mm, entries_at + prev * 20)[3] if prev < self.max_entries else 0
-                prev = max(prev, 0)
-                slot_count += prev == 0
-            diff = min(max((store_ts[i] - base) // 1000, 0), INT_MAX)
-            ENTRY_S.pack_into(mm, entries_at + n * 20, hashes[i], phys[i], diff, prev)
-            SLOT_S.pack_into(mm, HEADER_SIZE + slot * 4, n)
-            newest[slot] = n
+                (prev,) = read_slot(mm, slot_at)
+                if prev >= n0:                  # an uncommitted batch's entry: skip it, as put_batch
+                    for _ in range(max_entries):
+                        if prev < n0:
+                            break
+                        prev = ENTRY_S.unpack_from(mm, entries_at + prev * 20)[3] if prev < max_entries else 0
+                if prev <= 0:
+                    prev = 0
+                    slot_count += 1
+            diff = (ts - base) // 1000
+            write_entry(mm, entries_at + n * 20, key_hash, offset, 0 if diff < 0 else min(diff, INT_MAX), prev)
+            write_slot(mm, slot_at, n)
+            newest[slot_at] = n
         HEADER_S.pack_into(mm, 0, begin_ts, store_ts[k - 1], begin_phys, phys[k - 1], slot_count, n0 + k)
         return k
 

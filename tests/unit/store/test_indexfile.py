@@ -62,7 +62,8 @@ def test_uncommitted_batch_is_skipped_without_cutting_chains(tmp_path):
 
 def test_put_few_writes_the_bytes_put_batch_writes(tmp_path):
     """Same keys, same calls: the struct path and the numpy path leave identical files, through
-    slot collisions, chains across calls, an uncommitted batch after a crash, and a full file."""
+    slot collisions, chains across calls, an uncommitted batch after a crash, a clock gone back, and a
+    full file."""
     rng = np.random.default_rng(7)
     files = [IndexFile(str(tmp_path / name), 5, 60, True).open(create=True) for name in ("batch", "few")]
     batch, few = files
@@ -72,6 +73,8 @@ def test_put_few_writes_the_bytes_put_batch_writes(tmp_path):
         hashes = index_key_hashes([f"T#{int(x)}" for x in rng.integers(0, 12, k)])
         phys = 1000 * call + np.arange(k) * 10
         stamps = ts + call * 700 + np.arange(k) * 300
+        if call == 5:       # a clock that went back: before the file's begin time, a time diff of 0
+            stamps = stamps - 60_000
         if call == 12:      # a crash: entries and slots written, the header rolled back
             for ix in files:
                 saved = [ix.h(f) for f in ("index_count", "end_phys", "end_ts", "slot_count")]
