@@ -21,17 +21,20 @@ PREPARED, ROLLBACK = message.TX_PREPARED, message.TX_ROLLBACK
 
 def _requests():
     """Two topics whose names hash alike ("Aa" and "BB"), keys with spaces and non-ASCII, empty and
-    repeated properties, delayed messages, and prepared/rollback transaction records."""
+    repeated properties, delayed messages, prepared/rollback transaction records, and IPv6 born
+    hosts (a header 12 bytes longer, the store time further in)."""
     out = []
     for i in range(120):
         topic = ("Aa", "BB", "TBW102")[i % 3]
         props = {"UNIQ_KEY": f"U{i:05d}", "TAGS": ("TagA", "TagB", "标签", "")[i % 4],
                  "KEYS": ("k%d" % i, " a%d  b%d " % (i, i), "键%d" % i, "")[i % 4]}
         out.append(PutRequest(topic, i % 2, [b"m%d" % i], [props],
-                              sys_flag=PREPARED if i % 17 == 5 else ROLLBACK if i % 19 == 7 else 0))
+                              sys_flag=PREPARED if i % 17 == 5 else ROLLBACK if i % 19 == 7 else 0,
+                              born_host=("::1", 5000) if i % 5 == 1 else ("127.0.0.1", 0)))   # wider headers
     for level, i in ((1, 200), (3, 201), (99, 202), (0, 203)):
         out.append(PutRequest("SCHEDULE_TOPIC_XXXX", 0, [b"d"], [{"DELAY": str(level), "TAGS": "TagD",
-                                                                   "UNIQ_KEY": f"D{i}"}]))
+                                                                   "UNIQ_KEY": f"D{i}"}],
+                              born_host=("::1", 5000) if i == 201 else ("127.0.0.1", 0)))
     return out
 
 
@@ -73,7 +76,7 @@ def test_dispatch_matches_a_per_record_reading(tmp_path, few_records):
                 expect_queue.setdefault((req.topic, req.queue_id), []).append((phys, rec.total_size, tag))
             if tx != ROLLBACK:
                 keys = [props["UNIQ_KEY"]] + [k for k in props.get("KEYS", "").split(" ") if k]
-                expect_keys += [(f"{req.topic}#{k}", phys) for k in keys]
+                expect_keys += [(f"{req.topic}#{k}", phys, rec.store_ts) for k in keys]
 
         last = message.decode_record(bytes(view.record(results[-1].phys_offsets[0])))
         assert int(sh.control[C.DISPATCHED_TS]) == last.store_ts
@@ -86,9 +89,11 @@ def test_dispatch_matches_a_per_record_reading(tmp_path, few_records):
                                   cfg.maxIndexNum, False).open()
         assert idx.h("index_count") == len(expect_keys) + 1
         entries = idx.entries[1:len(expect_keys) + 1]
-        assert entries["phys"].tolist() == [p for _, p in expect_keys]        # record order kept
-        assert entries["hash"].tolist() == [index_key_hash(k) for k, _ in expect_keys]
-        for key, phys in expect_keys[::7]:
+        assert entries["phys"].tolist() == [p for _, p, _ in expect_keys]     # record order kept
+        assert entries["hash"].tolist() == [index_key_hash(k) for k, _, _ in expect_keys]
+        begin = idx.h("begin_ts")
+        assert entries["time_diff"].tolist() == [(ts - begin) // 1000 for _, _, ts in expect_keys]
+        for key, phys, _ in expect_keys[::7]:
             assert phys in idx.lookup(index_key_hash(key), 0, 1 << 62, 64)
         idx.mf.close()
         view.close()
