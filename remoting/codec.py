@@ -200,7 +200,7 @@ class Layouts:
     over entries.  A map of another layout (or with non-ASCII bytes) is read entry by entry,
     and its layout is learnt, up to ``MAX`` per connection."""
 
-    MAX = 64
+    MAX = 16                    # layouts learnt per connection (each ~3-5 KB)
 
     def __init__(self):
         self.by_size: dict[int, tuple] = {}     # map bytes -> (struct, lengths, keys, names)
