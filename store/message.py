@@ -103,8 +103,11 @@ def record_size(body_len: int, topic_len: int, props_len: int, sys_flag: int = 0
     return header_for(sys_flag).size + body_len + 1 + topic_len + 2 + props_len
 
 
+BODY_CRC_MASK = 0x7FFFFFFF       # UtilAll.crc32: the CRC32 as a non-negative Java int
+
+
 def body_crc(body) -> int:
-    return zlib.crc32(body) & 0x7FFFFFFF
+    return zlib.crc32(body) & BODY_CRC_MASK
 
 
 # ---------------------------------------------------------------- properties string
@@ -296,7 +299,7 @@ def encode_batch_records(batch: bytes, batch_props: bytes, max_body: int, t: Rec
         bodies += blen
         body, size = view[at + hsize:end_body], fixed + blen + props_len
         add_size(size)
-        add_parts((pack_head(size, MAGIC, crc32(body) & 0x7FFFFFFF, queue_id, flag, lead, born_ts, rest, blen),
+        add_parts((pack_head(size, MAGIC, crc32(body) & BODY_CRC_MASK, queue_id, flag, lead, born_ts, rest, blen),
                    body, pack_tail(topic_len, topic, props_len), view[end_body + 2:end], more))
         at = end
     if not out.sizes:
