@@ -52,10 +52,11 @@ WARMUP_ROUNDS = 5
 
 
 class _Transport:
-    """Where the connection's replies go: counted, not sent."""
+    """Where the connection's replies go: counted (the last write kept), not sent."""
 
     def __init__(self):
         self.writes = self.bytes = 0
+        self.last = b""
 
     def write(self, data) -> None:
         self.writes += 1
