@@ -38,6 +38,8 @@ from writer.topics import TopicTable
 log = logging.getLogger("rocketbox.writer")
 _TS_PATCH = np.arange(8)
 _Q, _QQ = struct.Struct(">q"), struct.Struct(">qq")   # QQ: queue then phys offset
+_STORE_TS_AT = (message.store_ts_at(0), message.store_ts_at(message.BORNHOST_V6))   # by the born-host width bit
+_TX_MASK, _TX_PREPARED, _TX_ROLLBACK = message.TX_MASK, message.TX_PREPARED, message.TX_ROLLBACK
 assert message.PHYS_OFFSET_AT == message.QUEUE_OFFSET_AT + 8
 FEW_REQUESTS = 32            # passes of at most this many requests take _put_few
 
@@ -264,6 +266,7 @@ class WriterService:
         the vector path's fixed cost (~100 numpy calls, ~0.5 ms here) would be most of the pass.
         Same checks, offsets, bytes and replies as the vector path; the writer tests run both."""
         meta, min_size, max_size = self.sh.views["topic_meta"], message.MIN_RECORD_SIZE, self.cfg.max_record_size
+        head, magic = message.HEAD.unpack_from, message.MAGIC
         stopping, n_topics = bool(self.ctl[C.STOPPING]), self.sh.topic_count()
         plan = []               # per slab: (j, request rows, records, [[status, tidx, qid, count, sys_flag, starts, sizes]])
         total, topics = 0, {}   # topics: index -> (live, queue count), read once per pass
@@ -278,10 +281,11 @@ class WriterService:
                                                                for r in req_l], [-1] * len(size_l)))))
                 continue
             rec_start = list(itertools.accumulate(size_l, initial=0))
+            total += rec_start[-1]
+            # records whose size is out of bounds or disagrees with their own TOTALSIZE and MAGIC
+            bad = [i for i, (st, z) in enumerate(zip(rec_start, size_l))
+                   if not min_size <= z <= max_size or head(recs, st) != (z, magic)]
             for (_rid, tidx, qid, sys_flag, count, _fl, _pad) in req_l:
-                starts, rsizes = rec_start[at:at + count], size_l[at:at + count]
-                at += count
-                total += sum(rsizes)
                 topic = topics.get(tidx)
                 if topic is None and 0 <= tidx < n_topics:
                     row = meta[tidx].tolist()
@@ -292,36 +296,38 @@ class WriterService:
                     status = P.TOPIC_NOT_EXIST
                 elif not 0 <= qid < topic[1]:
                     status = P.SYSTEM_ERROR
-                elif any(not min_size <= z <= max_size or message.HEAD.unpack_from(recs, st) != (z, message.MAGIC)
-                         for st, z in zip(starts, rsizes)):
+                elif bad and any(at <= i < at + count for i in bad):
                     status = P.MESSAGE_ILLEGAL
                 else:
                     status = P.SUCCESS
-                rows.append([status, tidx, qid, count, sys_flag, starts, rsizes])
+                rows.append([status, tidx, qid, count, sys_flag, rec_start[at:at + count], size_l[at:at + count]])
+                at += count
             plan.append((j, req_l, recs, rows))
         if any(r[0] == P.SUCCESS for *_, rows in plan for r in rows) and not self._ensure_files(total):
             for *_, rows in plan:
                 for r in rows:
                     if r[0] == P.SUCCESS:
                         r[0] = P.SERVICE_NOT_AVAILABLE
-        next_qoff = self.next_qoff
+        next_qoff, slot_of = self.next_qoff, self.slot_of
         for j, req_l, recs, rows in plan:
             results, phys_out = [], []
-            for (req_id, *_), (status, tidx, qid, count, sys_flag, starts, rsizes) in zip(req_l, rows):
+            for req, (status, tidx, qid, count, sys_flag, starts, rsizes) in zip(req_l, rows):
+                req_id = req[0]
                 if status != P.SUCCESS:
                     results.append((req_id, status, qid, 0, 0, 0, 0, count, 0))
                     phys_out += [-1] * count
                     continue
                 key = (tidx << 20) | qid
-                slot = self.slot_of.get(key)
+                slot = slot_of.get(key)
                 if slot is None:
                     slot = self._new_slot(key, tidx, qid)
-                tx = sys_flag & message.TX_MASK
-                queued = tx not in (message.TX_PREPARED, message.TX_ROLLBACK)
-                qoff0 = int(next_qoff[slot]) if queued else 0
+                tx = sys_flag & _TX_MASK
+                queued = tx != _TX_PREPARED and tx != _TX_ROLLBACK
+                qoff0 = next_qoff.item(slot) if queued else 0
                 if queued:
                     next_qoff[slot] = qoff0 + count
-                phys = self._append_few(recs, starts, rsizes, qoff0 if queued else None, message.store_ts_at(sys_flag), ts)
+                phys = self._append_few(recs, starts, rsizes, qoff0 if queued else None,
+                                        _STORE_TS_AT[(sys_flag >> 4) & 1], ts)
                 phys_out += phys
                 results.append((req_id, status, qid, qoff0, phys[0], phys[-1] + rsizes[-1], ts, count, 0))
             out.append((j, (P.PUT_RESULT, P.result_bytes(results, phys_out))))

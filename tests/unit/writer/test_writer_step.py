@@ -1,5 +1,6 @@
 """Writer and dispatcher driven by ``step()`` in this process, on real shared memory and files:
 queue offsets, physical offsets, file roll with a BLANK filler, refusal codes, journal replay."""
+import itertools
 import struct
 
 import numpy as np
@@ -76,6 +77,30 @@ def test_writer_rechecks_records_it_is_handed(rig):
     w.step()
     assert c.collect(t, 1)[0].status == P.MESSAGE_ILLEGAL
     assert int(sh.control[C.WRITTEN]) == 0
+
+
+def test_only_the_requests_holding_a_broken_record_are_refused(rig):
+    """One slab: a good single, a batch with a record whose MAGIC is wrong, a good single, a single
+    whose TOTALSIZE is wrong, a good batch.  The broken two are refused whole, the rest stored with
+    dense queue offsets."""
+    cfg, sh, w, d, c = rig
+    reqs = [PutRequest("TBW102", 0, [b"a"], [{}]), PutRequest("TBW102", 0, [b"b1", b"b2", b"b3"], [{}] * 3),
+            PutRequest("TBW102", 0, [b"c"], [{}]), PutRequest("TBW102", 0, [b"d"], [{}]),
+            PutRequest("TBW102", 0, [b"e1", b"e2"], [{}] * 2)]
+    arr, sizes, recs, _ = c.encode(reqs)
+    starts = [0, *itertools.accumulate(int(z) for z in sizes)]
+    broken = bytearray(recs)
+    broken[starts[2] + 4:starts[2] + 8] = b"\0\0\0\0"                          # the batch's 2nd record: MAGIC
+    broken[starts[5]:starts[5] + 4] = struct.pack(">i", int(sizes[5]) + 1)     # the 4th request: TOTALSIZE
+    t = c.submit_encoded(arr, sizes, bytes(broken))
+    while w.step():
+        pass
+    got = c.collect(t, 1)
+    assert [r.status for r in got] == [P.SUCCESS, P.MESSAGE_ILLEGAL, P.SUCCESS, P.MESSAGE_ILLEGAL, P.SUCCESS]
+    assert [r.queue_offset for r in got if r.ok] == [0, 1, 2]
+    while d.step():
+        pass
+    assert check(cfg).records == 4
 
 
 def test_journal_releases_rings_of_a_committed_batch(rig):
