@@ -33,9 +33,6 @@ SCHEDULE_TOPIC = b"SCHEDULE_TOPIC_XXXX"
 _NAMES = (b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY")     # the properties the dispatcher reads
 FEW_RECORDS = 64        # a pass of at most this many records goes record by record (_dispatch_few)
 _I16, _I32, _I64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
-# (STORETIMESTAMP's offset, header size) of a record, by its host-width bits ((sysflag >> 4) & 3)
-_RECORD_SHAPE = tuple((message.store_ts_at(w << 4), message.header_for(w << 4).size) for w in range(4))
-_TX_MASK, _TX_PREPARED, _TX_ROLLBACK = message.TX_MASK, message.TX_PREPARED, message.TX_ROLLBACK
 
 
 def _gather(view: np.ndarray, at: np.ndarray, width: int, dtype: str) -> np.ndarray:
@@ -213,16 +210,17 @@ class DispatcherService:
         skip_below = self.index.h("end_phys") if indexing and self.index is not None and self.index.h("index_count") > 1 else -1
         prefix, i16, i32, i64, parse = message.PREFIX.unpack_from, _I16.unpack_from, _I32.unpack_from, \
             _I64.unpack_from, message.parse_properties
+        shapes = message.RECORD_SHAPES
         for at in starts:
             size, _m, _c, queue_id, _f, qoff, _p, sys_flag = prefix(mm, at)
-            phys, (ts_at, header) = base + at, _RECORD_SHAPE[(sys_flag >> 4) & 3]
+            phys, (ts_at, header) = base + at, shapes[(sys_flag >> 4) & 3]
             (store_ts,) = i64(mm, at + ts_at)
             topic_at = at + header + i32(mm, at + header - 4)[0]
             props_at = topic_at + 3 + mm[topic_at]
             topic = mm[topic_at + 1:props_at - 2]
             props = parse(mm[props_at:props_at + i16(mm, props_at - 2)[0]].decode("utf-8", "replace"))
-            slot, tx = self._slot(topic, queue_id), sys_flag & _TX_MASK
-            if tx != _TX_PREPARED and tx != _TX_ROLLBACK:
+            slot, tx = self._slot(topic, queue_id), sys_flag & message.TX_MASK
+            if tx != message.TX_PREPARED and tx != message.TX_ROLLBACK:
                 tag = props.get("TAGS")
                 code = self._tag_code(tag) if tag else 0
                 delay = props.get("DELAY")
@@ -237,7 +235,7 @@ class DispatcherService:
                 q[1].append(phys)
                 q[2].append(size)
                 q[3].append(code)
-            if indexing and phys > skip_below and tx != _TX_ROLLBACK:
+            if indexing and phys > skip_below and tx != message.TX_ROLLBACK:
                 seed = self._key_seed(topic)
                 for key in [props.get("UNIQ_KEY", ""), *props.get("KEYS", "").split(" ")]:
                     if key:

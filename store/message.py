@@ -99,6 +99,11 @@ def store_ts_at(sys_flag: int) -> int:
     return 56 + (12 if sys_flag & BORNHOST_V6 else 0)
 
 
+# RECORD_SHAPES[(sysflag >> 4) & 3]: (STORETIMESTAMP's offset, header size), as HEADERS is indexed
+# (a table for the record-by-record loops of the writer and the dispatcher)
+RECORD_SHAPES = tuple((store_ts_at(w << 4), HEADERS[w].size) for w in range(4))
+
+
 def record_size(body_len: int, topic_len: int, props_len: int, sys_flag: int = 0) -> int:
     return header_for(sys_flag).size + body_len + 1 + topic_len + 2 + props_len
 

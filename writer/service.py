@@ -38,8 +38,6 @@ from writer.topics import TopicTable
 log = logging.getLogger("rocketbox.writer")
 _TS_PATCH = np.arange(8)
 _Q, _QQ = struct.Struct(">q"), struct.Struct(">qq")   # QQ: queue then phys offset
-_STORE_TS_AT = (message.store_ts_at(0), message.store_ts_at(message.BORNHOST_V6))   # by the born-host width bit
-_TX_MASK, _TX_PREPARED, _TX_ROLLBACK = message.TX_MASK, message.TX_PREPARED, message.TX_ROLLBACK
 assert message.PHYS_OFFSET_AT == message.QUEUE_OFFSET_AT + 8
 FEW_REQUESTS = 32            # passes of at most this many requests take _put_few
 
@@ -321,13 +319,13 @@ class WriterService:
                 slot = slot_of.get(key)
                 if slot is None:
                     slot = self._new_slot(key, tidx, qid)
-                tx = sys_flag & _TX_MASK
-                queued = tx != _TX_PREPARED and tx != _TX_ROLLBACK
+                tx = sys_flag & message.TX_MASK
+                queued = tx != message.TX_PREPARED and tx != message.TX_ROLLBACK
                 qoff0 = next_qoff.item(slot) if queued else 0
                 if queued:
                     next_qoff[slot] = qoff0 + count
                 phys = self._append_few(recs, starts, rsizes, qoff0 if queued else None,
-                                        _STORE_TS_AT[(sys_flag >> 4) & 1], ts)
+                                        message.RECORD_SHAPES[(sys_flag >> 4) & 3][0], ts)
                 phys_out += phys
                 results.append((req_id, status, qid, qoff0, phys[0], phys[-1] + rsizes[-1], ts, count, 0))
             out.append((j, (P.PUT_RESULT, P.result_bytes(results, phys_out))))
