@@ -9,8 +9,8 @@ complete; the reader's 1 s tick does the same, so nothing hangs on a lost wake.
 Appends are batched per loop turn: every request that arrives on any connection before the loop
 comes round again goes into one slab (one ring entry; a new one when the entry or its reply would
 not fit), held and growing while the writer still works on this reader's last slab.  No future or
-task per message: each request carries a ``waiter`` callable, called with its outcome when the
-slab's reply is read, and SYNC_FLUSH waits are a queue ordered by end offset (replies come in
+task per message: each ``append`` (a loop turn's sends, together) carries one ``waiter`` callable,
+called with its requests' outcomes when the slab's reply is read, and SYNC_FLUSH waits are a queue ordered by end offset (replies come in
 append order) with one timer for the oldest.
 """
 from __future__ import annotations
@@ -24,7 +24,6 @@ import numpy as np
 from readers.storeview import StoreView
 from shm.layout import C, S
 from shm.tables import OffsetIndex, TopicIndex
-from store.message import Records
 from writer import protocol as P
 from writer.client import LOST, RingClient
 
@@ -100,25 +99,47 @@ class WriterLink:
         """Appends or flush waits not answered yet."""
         return bool(self.slab or self.ring.in_flight or self.flush_waits)
 
-    def append(self, row: tuple, records: Records, waiter) -> None:
-        """Queue one request (its P.REQUEST ``row`` and stored records) for this loop turn's slab.
-        ``waiter(status, queue_id, queue_offset, phys_offsets, end_offset, remark)`` gets its outcome."""
-        sizes = records.sizes
-        size = P.REQUEST.itemsize + sum(sizes) + 4 * len(sizes)
+    def append(self, rows: list[tuple], sizes: list[int], parts: list, waiter) -> None:
+        """Queue requests for this loop turn's slab: their P.REQUEST rows, every record's size in
+        request order, and the pieces (bytes-likes) whose concatenation is the records.
+        ``waiter(first, n, results, phys, failure)`` gets the writer's P.RESULT tuples of requests
+        ``first`` to ``first + n`` of ``rows`` and their records' physical offsets, or (None,
+        None, why) when the slab was lost (a restarted writer) or could not be pushed: one call,
+        or one per slab when the requests do not all fit one (each slab takes whole requests)."""
+        nbytes = P.REQUEST.itemsize * len(rows) + sum(sizes) + 4 * len(sizes)
         slab = self.slab
-        if slab is not None and (slab.nbytes + size > self.slab_budget
+        if slab is not None and (slab.nbytes + nbytes > self.slab_budget
                                  or len(slab.sizes) + len(sizes) > self.slab_records):
             self.slab = None
             self._push(slab)
-            slab = None
-        if slab is None:
-            slab = self.slab = _Slab()
+        if nbytes > self.slab_budget or len(sizes) > self.slab_records:
+            self._append_split(rows, sizes, b"".join(parts), waiter)
+        else:
+            self._slab().add(rows, sizes, parts, nbytes, waiter, 0)
+
+    def _slab(self) -> "_Slab":
+        if self.slab is None:
+            self.slab = _Slab()
             self.loop.call_soon(self._submit)
-        slab.rows.append(row)
-        slab.sizes += sizes
-        slab.records += records.parts
-        slab.waiters.append(waiter)
-        slab.nbytes += size
+        return self.slab
+
+    def _append_split(self, rows: list[tuple], sizes: list[int], data: bytes, waiter) -> None:
+        """``append`` of more than a slab holds: whole requests per slab, all but the last pushed."""
+        view, first, rec, at = memoryview(data), 0, 0, 0
+        while first < len(rows):
+            last, end_rec, nbytes = first, rec, 0
+            while last < len(rows):                      # a lone request always fits (RingClient._fits)
+                count = rows[last][4]
+                more = P.REQUEST.itemsize + sum(sizes[end_rec:end_rec + count]) + 4 * count
+                if last > first and (nbytes + more > self.slab_budget or end_rec + count - rec > self.slab_records):
+                    break
+                last, end_rec, nbytes = last + 1, end_rec + count, nbytes + more
+            size = sum(sizes[rec:end_rec])
+            self._slab().add(rows[first:last], sizes[rec:end_rec], [view[at:at + size]], nbytes, waiter, first)
+            if last < len(rows):
+                slab, self.slab = self.slab, None
+                self._push(slab)
+            first, rec, at = last, end_rec, at + size
 
     def _submit(self) -> None:
         """End of a loop turn: push the slab, unless the writer has not finished with the last
@@ -139,8 +160,7 @@ class WriterLink:
             self.ring.push_rows(slab.rows, slab.sizes, b"".join(slab.records), slab.answered)
             self.pushed_end = self.ring.requests.write_pos
         except Exception as e:              # e.g. a request larger than a ring entry
-            for waiter in slab.waiters:
-                waiter(P.SYSTEM_ERROR, -1, -1, [], -1, str(e))
+            slab.answered(None, None, str(e))
 
     # ------------------------------------------------------------ SYNC_FLUSH
     def after_flush(self, end_offset: int, timeout_s: float, callback) -> None:
@@ -272,25 +292,32 @@ class WriterLink:
 
 
 class _Slab:
-    """The requests of one ring entry and who waits for each."""
-    __slots__ = ("rows", "sizes", "records", "waiters", "nbytes", "scheduled")
+    """The requests of one ring entry and who waits for them: spans of (waiter, first, n)."""
+    __slots__ = ("rows", "sizes", "records", "spans", "nbytes", "scheduled")
 
     def __init__(self):
-        self.rows, self.sizes, self.records, self.waiters, self.nbytes = [], [], [], [], 0
+        self.rows, self.sizes, self.records, self.spans, self.nbytes = [], [], [], [], 0
         self.scheduled = True           # a _submit is due at the end of this loop turn
 
-    def answered(self, res: list | None, phys: list | None) -> None:
+    def add(self, rows: list[tuple], sizes: list[int], parts: list, nbytes: int, waiter, first: int) -> None:
+        self.rows += rows
+        self.sizes += sizes
+        self.records += parts
+        self.nbytes += nbytes
+        self.spans.append((waiter, first, len(rows)))
+
+    def answered(self, res: list | None, phys: list | None, failure: str = LOST) -> None:
         """The writer's reply: P.RESULT tuples and each record's physical offset (``res`` None:
-        lost with a restarted writer)."""
-        if res is None:
-            outcomes = [(P.SYSTEM_ERROR, -1, -1, [], -1, LOST)] * len(self.waiters)
-        else:
-            i, outcomes = 0, []
-            for _rid, status, qid, qoff, _p0, end, _ts, count, _pad in res:
-                outcomes.append((status, qid, qoff, phys[i:i + count], end, ""))
-                i += count
-        for waiter, outcome in zip(self.waiters, outcomes):
+        lost with a restarted writer, or ``failure``)."""
+        i = j = 0
+        for waiter, first, n in self.spans:
+            if res is None:
+                part, m = None, 0
+            else:
+                part = res[i:i + n]
+                m = sum([r[7] for r in part])
             try:
-                waiter(*outcome)
+                waiter(first, n, part, phys[j:j + m] if part is not None else None, None if part is not None else failure)
             except Exception:       # one broken waiter must not cost the others their replies
                 log.exception("append waiter failed")
+            i, j = i + n, j + m

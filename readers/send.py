@@ -43,11 +43,14 @@ class SendProcessor:
         self.msg_id = message.MsgIds(self.ring.store_ip, self.ring.store_port)
         self.sync_flush, self.flush_timeout_s = self.cfg.sync_flush, self.cfg.syncFlushTimeout / 1000
         self.topic_bytes: dict[str, bytes] = {}      # names that passed the checks, encoded
+        self.turn: list[tuple] = []                  # this loop turn's sends: (cmd, conn, header, topic index)
 
     def handlers(self) -> dict:
         return {R.SEND_MESSAGE: self.send, R.SEND_MESSAGE_V2: self.send, R.SEND_BATCH_MESSAGE: self.send}
 
     def send(self, cmd, conn):
+        """Checks that need no writer, then the request joins this loop turn's sends (``_turn``),
+        which are encoded and appended together."""
         h = headers.decode(cmd)
         topic = h["topic"]
         if topic not in self.topic_bytes:
@@ -63,47 +66,78 @@ class SendProcessor:
         tidx = self.link.topics.lookup(topic)
         if tidx is None:
             return self._create_then_append(cmd, conn, h)
-        return self._append(cmd, conn, h, tidx)
+        if not self.turn:
+            self.link.loop.call_soon(self._turn)
+        self.turn.append((cmd, conn, h, tidx))
+        return DEFERRED
 
     async def _create_then_append(self, cmd, conn, h):
         try:
             tidx = await self._create_topic(h["topic"], h)
         except MessageRejected as e:
             return self._refused(cmd, e)
-        resp = self._append(cmd, conn, h, tidx)
-        return None if resp is DEFERRED else resp
+        self._append([(cmd, conn, h, tidx)])
+        return None
 
     def _refused(self, cmd, e: MessageRejected):
         return cmd.response(e.code, e.remark, ext=dict(self.region))
 
-    def _append(self, cmd, conn, h, tidx: int):
-        try:
-            row, records, wait = self._request(cmd, conn, h, tidx)
-        except MessageRejected as e:          # a check here or in store.message refused it
-            return self._refused(cmd, e)
-        self.link.append(row, records, functools.partial(self._stored, cmd, conn, wait))
-        return DEFERRED
+    def _turn(self) -> None:
+        turn, self.turn = self.turn, []
+        self._append(turn)
 
-    def _stored(self, cmd, conn, wait: bool, status: int, qid: int, qoff: int, phys: list, end: int,
-                remark: str) -> None:
-        """The writer's answer (WriterLink waiter)."""
-        if status != P.SUCCESS:
-            conn.send_reply(cmd, cmd.response(status, remark or f"put failed with status {status}",
-                                              ext=dict(self.region)))
-        elif self.sync_flush and wait:
-            self.link.after_flush(end, self.flush_timeout_s, functools.partial(self._reply, cmd, conn, qid, qoff, phys))
-        else:
-            self._reply(cmd, conn, qid, qoff, phys, True)
+    def _append(self, sends: list[tuple]) -> None:
+        """Encode each send's records (a refusal answered at once) and append them all in one go."""
+        rows, sizes, parts, sent = [], [], [], []
+        for cmd, conn, h, tidx in sends:
+            try:
+                row, records, wait = self._request(cmd, conn, h, tidx)
+            except MessageRejected as e:          # a check here or in store.message refused it
+                conn.send_reply(cmd, self._refused(cmd, e))
+                continue
+            except Exception as e:
+                conn.send_reply(cmd, conn.failure(cmd, e))
+                continue
+            rows.append(row)
+            sizes += records.sizes
+            parts += records.parts
+            sent.append((cmd, conn, wait))
+        if rows:
+            self.link.append(rows, sizes, parts, functools.partial(self._stored, sent))
 
-    def _reply(self, cmd, conn, qid: int, qoff: int, phys: list, flushed: bool) -> None:
-        if cmd.is_oneway:
+    def _stored(self, sent: list[tuple], first: int, n: int, results: list | None, phys: list | None,
+                failure: str | None) -> None:
+        """The writer's answer to ``sent[first:first + n]`` (a WriterLink waiter)."""
+        if results is None:
+            for cmd, conn, _wait in sent[first:first + n]:
+                conn.send_reply(cmd, cmd.response(RC.SYSTEM_ERROR, failure, ext=dict(self.region)))
             return
-        ids = self.msg_id(phys[0]) if len(phys) == 1 else ",".join(map(self.msg_id, phys))
-        values = (ids, str(qid), str(qoff))
+        j, flush_waits, last_end = 0, [], -1
+        for (cmd, conn, wait), (_rid, status, qid, qoff, _p0, end, _ts, count, _pad) in zip(sent[first:first + n],
+                                                                                            results):
+            if status != P.SUCCESS:
+                conn.send_reply(cmd, cmd.response(status, f"put failed with status {status}", ext=dict(self.region)))
+            elif self.sync_flush and wait:
+                flush_waits.append((cmd, conn, qid, qoff, phys[j:j + count]))
+                last_end = end
+            elif not cmd.is_oneway:
+                conn.write(self._reply(cmd, qid, qoff, phys[j] if count == 1 else phys[j:j + count], True))
+            j += count
+        if flush_waits:
+            self.link.after_flush(last_end, self.flush_timeout_s, functools.partial(self._flushed, flush_waits))
+
+    def _flushed(self, waits: list[tuple], flushed: bool) -> None:
+        """SYNC_FLUSH: the CommitLog is on disk through the last of ``waits`` (or the time is up)."""
+        for cmd, conn, qid, qoff, phys in waits:
+            if not cmd.is_oneway:
+                conn.write(self._reply(cmd, qid, qoff, phys[0] if len(phys) == 1 else phys, flushed))
+
+    def _reply(self, cmd, qid: int, qoff: int, phys, flushed: bool) -> bytes:
+        """The frame of a stored send: ``phys`` is the record's offset, or a batch's list of them."""
+        ids = self.msg_id(phys) if type(phys) is int else ",".join(map(self.msg_id, phys))
         if flushed:
-            conn.write(self.stored_reply.encode(cmd, RC.SUCCESS, None, values))
-        else:
-            conn.write(self.stored_reply.encode(cmd, RC.FLUSH_DISK_TIMEOUT, "FLUSH_DISK_TIMEOUT", values))
+            return self.stored_reply.encode(cmd, RC.SUCCESS, None, (ids, str(qid), str(qoff)))
+        return self.stored_reply.encode(cmd, RC.FLUSH_DISK_TIMEOUT, "FLUSH_DISK_TIMEOUT", (ids, str(qid), str(qoff)))
 
     def _request(self, cmd, conn, h, tidx: int) -> tuple[tuple, message.Records, bool]:
         """-> (the P.REQUEST row, the stored records, whether the producer waits for the flush)."""

@@ -130,14 +130,17 @@ def _json_header(raw: bytes) -> Command:
             ext = {str(k): _ext_value(v) for k, v in ext.items() if v is not None}
             break
     remark = h.get("remark")
-    return Command(_int(h["code"], "code"), ext,
-                   opaque=_int(h.get("opaque", 0), "opaque"), flag=_int(h.get("flag", 0), "flag"),
-                   remark=remark if isinstance(remark, str) else None, language=_language(h.get("language", "JAVA")),
-                   version=_int(h.get("version", 0), "version"), serialize_type=JSON)
+    return _command(_int(h["code"], "code"), _language(h.get("language", "JAVA")), _int(h.get("version", 0), "version"),
+                    _int(h.get("opaque", 0), "opaque"), _int(h.get("flag", 0), "flag"),
+                    remark if isinstance(remark, str) else None, ext, None, JSON)
 
 
 def _binary_header(buf: bytes, at: int, end: int, layouts: Layouts | None) -> Command:
     """The ROCKETMQ header in ``buf[at:end]``."""
+    if layouts is not None:
+        cmd = layouts.match(buf, at, end - at)
+        if cmd is not None:
+            return cmd
     try:
         if end - at < _BIN_FIXED.size + 4:
             raise FrameError(f"binary header of {end - at} bytes is too short")
@@ -151,15 +154,25 @@ def _binary_header(buf: bytes, at: int, end: int, layouts: Layouts | None) -> Co
         at += 4
         if ext_len < 0 or at + ext_len > end:
             raise FrameError(f"extFields length {ext_len} runs past the header")
-        raw = buf[at:at + ext_len]
-        fields = layouts.match(raw) if layouts is not None else None
-        ext = None if fields is not None else _ext_map(raw, layouts)
+        # only a header without a remark, whose map fills the rest of it, has a layout to learn
+        learn = layouts if layouts is not None and not remark_len and at + ext_len == end else None
+        ext = _ext_map(buf[at:at + ext_len], learn)
     except struct.error as e:
         raise FrameError(f"binary header too short: {e}") from None
     except UnicodeDecodeError as e:
         raise FrameError(f"binary header holds invalid UTF-8: {e}") from None
-    return Command(code, ext, opaque=opaque, flag=flag, remark=remark, language=_LANG_NAMES.get(lang, "OTHER"),
-                   version=version, serialize_type=ROCKETMQ, fields=fields)
+    return _command(code, _LANG_NAMES.get(lang, "OTHER"), version, opaque, flag, remark, ext, None, ROCKETMQ)
+
+
+def _command(code, language, version, opaque, flag, remark, ext, fields, serialize_type) -> Command:
+    """A decoded ``Command``, its slots set directly (the keyword constructor costs twice as much)."""
+    cmd = _new(Command)
+    cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag, cmd.remark = code, language, version, opaque, flag, remark
+    cmd._ext, cmd.fields, cmd.body, cmd.serialize_type = ext, fields, b"", serialize_type
+    return cmd
+
+
+_new = object.__new__
 
 
 def _ext_map(raw: bytes, layouts: Layouts | None = None) -> dict:
@@ -185,52 +198,61 @@ def _ext_map(raw: bytes, layouts: Layouts | None = None) -> dict:
                 ext[raw[key:key + klen].decode("utf-8")] = raw[val:at].decode("utf-8")
         if lens is not None:
             lens.append((text[key:key + klen], vlen))
-    if lens:
-        layouts.learn(raw, lens)
+    if lens is not None:
+        layouts.learn(n, lens)
     return ext
 
 
 class Layouts:
-    """The extFields layouts one connection's clients send, by the map's byte length.
+    """The binary header layouts one connection's clients send, by the header's byte length.
 
     A client sends the same keys in the same order request after request, and most values keep
-    their length (a queue id, a timestamp, a message's UNIQ_KEY).  For such a layout one
-    ``struct`` unpack cuts the whole map into its length fields, keys and values, and comparing
-    the lengths and keys it read with the layout's proves the map has that layout: no loop
-    over entries.  A map of another layout (or with non-ASCII bytes) is read entry by entry,
-    and its layout is learnt, up to ``MAX`` per connection."""
+    their length (a queue id, a timestamp, a message's UNIQ_KEY).  For a header without a remark
+    whose extFields map has such a layout, one ``struct`` unpack cuts the whole header into its
+    fixed fields, the map's values, and the bytes between the values (each entry's key with its
+    length fields); comparing those with the layout's proves the header has that layout: no loop
+    over entries.  A header of another layout (or whose map holds non-ASCII bytes) is read entry
+    by entry, and its layout is learnt, up to ``MAX`` per connection."""
 
     MAX = 16                    # layouts learnt per connection (each ~3-5 KB)
 
     def __init__(self):
-        self.by_size: dict[int, tuple] = {}     # map bytes -> (struct, lengths, keys, names)
+        self.by_size: dict[int, tuple] = {}     # header bytes -> (struct, bytes between values, names)
         self.learnt = 0
 
     @property
     def learning(self) -> bool:
         return self.learnt < self.MAX
 
-    def match(self, raw: bytes) -> tuple[tuple[str, ...], tuple[bytes, ...]] | None:
-        """(names, values) of a map of a known layout, else None."""
-        known = self.by_size.get(len(raw))
-        if known is None or not raw.isascii():
+    def match(self, buf: bytes, at: int, size: int) -> Command | None:
+        """The command of the ``size``-byte header at ``buf[at]`` if it has a known layout, else None."""
+        known = self.by_size.get(size)
+        if known is None:
             return None
-        layout, lens, keys, names = known
-        t = layout.unpack(raw)
-        if t[0::4] + t[2::4] != lens or t[1::4] != keys:
+        layout, between, names = known
+        t = layout.unpack_from(buf, at)
+        if t[5::2] != between or not buf[at + _MAP_AT:at + size].isascii():
             return None
-        return names, t[3::4]
+        return _command(t[0], _LANG_NAMES.get(t[1], "OTHER"), t[2], t[3], t[4], None, None, (names, t[6::2]),
+                        ROCKETMQ)
 
-    def learn(self, raw: bytes, entries: list[tuple[str, int]]) -> None:
-        """Remember the layout of ASCII map ``raw``: its (key, value length) entries in order.
-        A map with an empty key or value is not learnt (Java drops those entries)."""
-        if any(not k or not v for k, v in entries):
+    def learn(self, map_len: int, entries: list[tuple[str, int]]) -> None:
+        """Remember the layout of a header without a remark whose ASCII map of ``map_len`` bytes
+        holds these (key, value length) entries in order.  A map with an empty key or value is not
+        learnt (Java drops those entries), nor an empty one."""
+        if not entries or any(not k or not v for k, v in entries):
             return
         self.learnt += 1
-        fmt = ">" + "".join(["h%dsi%ds" % (len(k), v) for k, v in entries])
-        lens = tuple(len(k) for k, _ in entries) + tuple(v for _, v in entries)
-        self.by_size[len(raw)] = (struct.Struct(fmt), lens, tuple(k.encode() for k, _ in entries),
-                                  tuple(k for k, _ in entries))
+        between, fmt, lead = [], [_BIN_FIXED.format[:-1]], struct.pack(">ii", 0, map_len)   # remark length 0, map length
+        for k, v in entries:
+            kb = k.encode()
+            between.append(lead + _I16.pack(len(kb)) + kb + _I32.pack(v))
+            fmt += ["%ds%ds" % (len(between[-1]), v)]
+            lead = b""
+        self.by_size[_MAP_AT + map_len] = (struct.Struct("".join(fmt)), tuple(between), tuple(k for k, _ in entries))
+
+
+_MAP_AT = _BIN_FIXED.size + 4           # where a header without a remark has its extFields map
 
 
 def _frame(buf: bytes, at: int, end: int, layouts: Layouts | None = None) -> Command:

@@ -289,11 +289,10 @@ class RingClient:
             ticket.missing = 1 if len(arr) else 0
             answered = functools.partial(ticket.fill, 0, 0, len(arr))
         arr["req_id"] = self._next_ids(len(arr))
-        if len(arr):
+        end = self._push(P.PUT, P.slab_parts(arr, sizes, records))
+        if len(arr):                        # (waited for once pushed: a refused push leaves nothing behind)
             rid = int(arr["req_id"][0])
             self.in_flight[rid] = answered
-        end = self._push(P.PUT, P.slab_parts(arr, sizes, records))
-        if len(arr):
             self.awaiting[rid] = end
         return ticket
 
@@ -302,8 +301,8 @@ class RingClient:
         ring entry built with ``struct``, cheaper than numpy for the few requests of a loop turn."""
         rid = self._reserve_ids(len(rows))
         rows = [(rid + i, *r[1:]) for i, r in enumerate(rows)]
-        self.in_flight[rid] = answered
         self.awaiting[rid] = self._push(P.PUT, P.slab_bytes(rows, sizes, records))
+        self.in_flight[rid] = answered
 
     def _push(self, kind: int, parts) -> int:
         """One ring entry, waiting (and reading replies) while the ring is full; wakes the writer.

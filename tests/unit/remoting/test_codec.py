@@ -165,7 +165,8 @@ def _binary(path) -> tuple[Command, bytes]:
 
 
 def _seen(cmd):
-    return (cmd.code, cmd.opaque, cmd.flag, cmd.remark, cmd.ext, cmd.body) if isinstance(cmd, Command) else cmd
+    return ((cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag, cmd.remark, cmd.ext, cmd.body, cmd.serialize_type)
+            if isinstance(cmd, Command) else cmd)
 
 
 def test_a_learnt_layout_reads_every_capture_alike():
@@ -186,6 +187,16 @@ def test_a_map_of_a_learnt_size_but_another_layout_is_read_entry_by_entry():
     got = Decoder().feed(b"".join(codec.encode(x) for x in (a, a, b, b, c, a)))
     assert [g.fields is not None for g in got] == [False, True, False, True, False, False]   # the last learnt wins
     assert [g.ext for g in got] == [a.ext, a.ext, b.ext, b.ext, c.ext, a.ext]
+
+
+def test_a_header_of_a_learnt_size_with_a_remark_is_read_entry_by_entry():
+    """The same header length with a remark (and a map that much shorter) is not the layout."""
+    a = Command(30, {"topic": "TopicAB", "queueId": "12"}, serialize_type=codec.ROCKETMQ)
+    b = Command(30, {"topic": "Top", "queueId": "12"}, remark="abcd", serialize_type=codec.ROCKETMQ)
+    assert len(codec.encode(a)) == len(codec.encode(b))
+    got = Decoder().feed(b"".join(codec.encode(x) for x in (a, a, b, a)))
+    assert [g.fields is not None for g in got] == [False, True, False, True]
+    assert [(g.remark, g.ext) for g in got] == [(None, a.ext), (None, a.ext), ("abcd", b.ext), (None, a.ext)]
 
 
 def test_a_connection_learns_a_bounded_number_of_layouts():
