@@ -375,8 +375,12 @@ def encode(cmd: Command) -> bytes:
 class ResponseTemplate:
     """Responses of one shape, encoded without a ``Command``: extFields ``keys`` (values given
     per response) then ``static`` (fixed), everything else as ``Command.response`` sets it.  The
-    bytes are exactly ``encode(req.response(code, remark, ext))``'s, in either serialization;
-    the fixed parts are encoded once.  For the replies sent per request: a send's, a pull's."""
+    bytes are exactly ``encode(req.response(code, remark, ext))``'s, in either serialization.
+    The fixed parts are encoded once, and a binary header's once per remark and run of value
+    lengths (``_bin_shape``), so a binary response is one pack and one ``%``.  For the replies
+    sent per request: a send's, a pull's."""
+
+    SHAPES = 256        # (remark, value lengths) remembered: a pull's offsets gain a digit now and then
 
     def __init__(self, keys: tuple[str, ...], static: dict[str, str]):
         enc = json.encoder.encode_basestring        # json.dumps' own, for ensure_ascii=False
@@ -388,27 +392,40 @@ class ResponseTemplate:
         self._bin_keys = tuple(_key_prefix(k) for k in keys)
         self._bin_static = _ext_bytes(static)
         self._lang = _LANG_CODES["JAVA"]
+        self._bin_shapes: dict[tuple, tuple[int, int, bytes]] = {}
+
+    def _bin_shape(self, shape: tuple) -> tuple[int, int, bytes]:
+        """For ``(remark, *value byte lengths)``: the header's length, the remark's, and what
+        follows the header's fixed fields as a ``%`` template with a ``%s`` for each value (the
+        remark, every length field and key filled in)."""
+        remark, lens = shape[0], shape[1:]
+        rb = remark.encode("utf-8") if remark else b""
+        ext_len = sum(len(k) + 4 + n for k, n in zip(self._bin_keys, lens)) + len(self._bin_static)
+        pieces, lead = [], rb + _I32.pack(ext_len)
+        for k, n in zip(self._bin_keys, lens):
+            pieces.append(lead + k + _I32.pack(n))
+            lead = b""
+        pieces.append(lead + self._bin_static)
+        if len(self._bin_shapes) >= self.SHAPES:
+            self._bin_shapes.clear()
+        got = self._bin_shapes[shape] = (_BIN_FIXED.size + len(rb) + 4 + ext_len, len(rb),
+                                         b"%s".join(p.replace(b"%", b"%%") for p in pieces))
+        return got
 
     def encode(self, req: Command, code: int, remark: str | None, values: tuple[str, ...], body=()) -> bytes:
         """``body``: its pieces (bytes-likes: a pull's views of the CommitLog), joined straight
         into the frame."""
-        body_len = sum(map(len, body))
+        body_len = sum(map(len, body)) if body else 0
         if req.serialize_type == ROCKETMQ:
-            pieces = []
-            for prefix, v in zip(self._bin_keys, values):
-                vb = v.encode("utf-8")
-                pieces += (prefix, _I32.pack(len(vb)), vb)
-            pieces.append(self._bin_static)
-            ext = b"".join(pieces)
-            rb = remark.encode("utf-8") if remark else b""
-            hlen = _BIN_FIXED.size + len(rb) + 4 + len(ext)
-            return b"".join((_BIN_FRAME_HEAD.pack(4 + hlen + body_len, (ROCKETMQ << 24) | hlen, code, self._lang,
-                                                  SERVER_VERSION, req.opaque, RPC_RESPONSE, len(rb)),
-                             rb, _I32.pack(len(ext)), ext, *body))
-        else:
-            enc = json.encoder.encode_basestring
-            ext = "".join([k + enc(v) for k, v in zip(self._json_keys, values)])
-            remark = "" if remark is None else ',"remark":' + enc(remark)
-            header = (f'{{"code":{code},"extFields":{{{ext}{self._json_static}{self._json_end}{req.opaque}'
-                      f'{self._json_version}{remark}}}').encode("utf-8")
+            vb = tuple([v.encode("utf-8") for v in values])
+            shape = (remark, *map(len, vb))
+            hlen, rlen, rest = self._bin_shapes.get(shape) or self._bin_shape(shape)
+            head = _BIN_FRAME_HEAD.pack(4 + hlen + body_len, (ROCKETMQ << 24) | hlen, code, self._lang,
+                                        SERVER_VERSION, req.opaque, RPC_RESPONSE, rlen)
+            return b"".join((head, rest % vb, *body)) if body else head + rest % vb
+        enc = json.encoder.encode_basestring
+        ext = "".join([k + enc(v) for k, v in zip(self._json_keys, values)])
+        remark = "" if remark is None else ',"remark":' + enc(remark)
+        header = (f'{{"code":{code},"extFields":{{{ext}{self._json_static}{self._json_end}{req.opaque}'
+                  f'{self._json_version}{remark}}}').encode("utf-8")
         return b"".join((_PREFIX.pack(4 + len(header) + body_len, (JSON << 24) | len(header)), header, *body))

@@ -202,7 +202,7 @@ class MsgIds:
         self.prefix = (store_ip + struct.pack(">i", store_port)).hex().upper()
 
     def __call__(self, phys_offset: int) -> str:
-        return f"{self.prefix}{phys_offset & 0xFFFFFFFFFFFFFFFF:016X}"
+        return "%s%016X" % (self.prefix, phys_offset & 0xFFFFFFFFFFFFFFFF)
 
 
 def parse_offset_msg_id(msg_id: str) -> tuple[bytes, int, int]:

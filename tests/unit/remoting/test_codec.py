@@ -92,9 +92,18 @@ def test_a_response_template_encodes_the_bytes_command_response_does(stype):
     store = np.frombuffer(bytes(range(256)) * 3, dtype=np.uint8)
     for code, remark, parts in ((0, "FOUND", [store[:100], store[100:]]), (0, "FOUND", [store]),
                                 (19, "OFFSET_OVERFLOW_ONE", [])):
-        values = ("0", "42", "0", "42")
-        want = codec.encode(req.response(code, remark, ext=dict(zip(pull_keys, values)), body=b"".join(parts)))
-        assert pull.encode(req, code, remark, values, parts) == want
+        for values in (("0", "42", "0", "42"), ("0", "1042", "7", "12345678901")):
+            want = codec.encode(req.response(code, remark, ext=dict(zip(pull_keys, values)), body=b"".join(parts)))
+            assert pull.encode(req, code, remark, values, parts) == want
+
+
+def test_a_response_template_remembers_a_bounded_number_of_binary_shapes():
+    t, req = codec.ResponseTemplate(("queueOffset",), {"TRACE_ON": "true"}), Command(310, opaque=3, serialize_type=codec.ROCKETMQ)
+    for n in range(codec.ResponseTemplate.SHAPES + 40):          # as many value lengths, remarks too
+        value, remark = "9" * (n % 300 + 1), None if n % 2 else f"r{n}"
+        assert t.encode(req, n % 7, remark, (value,)) == codec.encode(req.response(n % 7, remark, ext={
+            "queueOffset": value, "TRACE_ON": "true"}))
+        assert len(t._bin_shapes) <= codec.ResponseTemplate.SHAPES
 
 
 def test_binary_extfields_in_utf8_decode_and_invalid_utf8_is_a_frame_error():
