@@ -25,7 +25,7 @@ from readers.storeview import StoreView
 from shm.layout import C, S
 from shm.tables import OffsetIndex, TopicIndex
 from writer import protocol as P
-from writer.client import LOST, RingClient
+from writer.client import LOST, SLAB_SLACK, RingClient
 
 log = logging.getLogger("rocketbox.reader")
 
@@ -40,7 +40,7 @@ class WriterLink:
         self.row = shared.slots[self.ring.slot]
         self.loop = asyncio.get_running_loop()
         self.slab: _Slab | None = None                              # this loop turn's appends
-        self.slab_budget = self.ring.requests.max_entry - 256
+        self.slab_budget = self.ring.requests.max_entry - SLAB_SLACK
         self.slab_records = self.ring.responses.capacity // (4 * (P.RESULT.itemsize + 8))   # so its reply fits
         self.flush_waits: collections.deque = collections.deque()  # (end offset, loop-time deadline, callback)
         self.flush_timer: asyncio.TimerHandle | None = None

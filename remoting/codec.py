@@ -136,11 +136,7 @@ def _json_header(raw: bytes) -> Command:
 
 
 def _binary_header(buf: bytes, at: int, end: int, layouts: Layouts | None) -> Command:
-    """The ROCKETMQ header in ``buf[at:end]``."""
-    if layouts is not None:
-        cmd = layouts.match(buf, at, end - at)
-        if cmd is not None:
-            return cmd
+    """The ROCKETMQ header in ``buf[at:end]``, read entry by entry (its layout learnt)."""
     try:
         if end - at < _BIN_FIXED.size + 4:
             raise FrameError(f"binary header of {end - at} bytes is too short")
@@ -265,7 +261,7 @@ def _frame(buf: bytes, at: int, end: int, layouts: Layouts | None = None) -> Com
     if hlen > end - at:
         raise FrameError(f"header length {hlen} runs past the {end - at + 4}-byte frame")
     if stype == ROCKETMQ:
-        cmd = _binary_header(buf, at, at + hlen, layouts)
+        cmd = (layouts.match(buf, at, hlen) if layouts is not None else None) or _binary_header(buf, at, at + hlen, layouts)
     elif stype == JSON:
         cmd = _json_header(buf[at:at + hlen])
     else:

@@ -27,6 +27,7 @@ from store import message
 from writer import protocol as P
 
 EPOCH_SHIFT = 40
+SLAB_SLACK = 256           # a slab's head and a request row, beside its records, in one ring entry
 LOST = "writer restarted; outcome unknown"
 
 
@@ -210,10 +211,13 @@ class RingClient:
     def record(self, topic: bytes, queue_id: int, sys_flag: int, body, props: bytes, flag: int, born_ts: int,
                born_host: tuple, reconsume_times: int = 0) -> message.Records:
         """``records`` of one message (a single send): the same bytes without the lists."""
-        message.check_sizes(len(body), len(props), self.cfg.maxMessageSize)
+        if len(body) > self.cfg.maxMessageSize or len(props) > message.PROPERTIES_MAX_LEN:
+            message.check_sizes(len(body), len(props), self.cfg.maxMessageSize)
+        t = self.templates.get((topic, queue_id, sys_flag, born_host, reconsume_times, 0)) \
+            or self._template(topic, queue_id, sys_flag, born_host, reconsume_times, 0)
         out = message.Records([], [])
-        self._template(topic, queue_id, sys_flag, born_host, reconsume_times, 0).add(out, born_ts, body, props, flag)
-        return self._fits(out)
+        t.add(out, born_ts, body, props, flag)
+        return out if out.sizes[0] + 4 + SLAB_SLACK <= self.requests.max_entry else self._fits(out)
 
     def batch_records(self, topic: bytes, queue_id: int, sys_flag: int, batch: bytes, batch_props: bytes,
                       born_ts: int, born_host: tuple, reconsume_times: int = 0) -> message.Records:
@@ -237,14 +241,14 @@ class RingClient:
         return t
 
     def _fits(self, recs: message.Records) -> message.Records:
-        if sum(recs.sizes) + 4 * len(recs.sizes) + 256 > self.requests.max_entry:
+        if sum(recs.sizes) + 4 * len(recs.sizes) + SLAB_SLACK > self.requests.max_entry:
             raise message.MessageRejected(P.MESSAGE_ILLEGAL, "batch too large for one append")
         return recs
 
     @staticmethod
     def row(tidx: int, queue_id: int, sys_flag: int, born_host: tuple, count: int, wait: bool) -> tuple:
         """The request's P.REQUEST row (req_id filled in when its slab is pushed)."""
-        if message.pack_host(born_host)[2]:
+        if ":" in born_host[0]:                 # an IPv6 address (pack_host's test, without parsing)
             sys_flag |= message.BORNHOST_V6
         return (0, tidx, queue_id, sys_flag, count, P.FLAG_WAIT if wait else 0, 0)
 

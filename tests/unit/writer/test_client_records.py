@@ -36,3 +36,15 @@ def test_a_single_records_sizes_are_refused_as_in_a_list(tmp_path):
                 with pytest.raises(m.MessageRejected, match=why) as e:
                     call()
                 assert e.value.code == m.MESSAGE_ILLEGAL
+
+
+@pytest.mark.parametrize("host, v6", [(("10.0.0.1", 1), False), (("::1", 1), True), (("fe80::1", 2), True),
+                                      (("::ffff:10.0.0.1", 3), True), (("0.0.0.0", 0), False)])
+def test_a_request_row_marks_an_ipv6_born_host_as_its_records_do(host, v6):
+    """The writer finds a record's store time by the row's host bits: they must be the record's."""
+    from writer.client import RingClient
+    row = RingClient.row(3, 1, m.TX_PREPARED, host, 2, True)
+    assert row[3] == m.TX_PREPARED | (m.BORNHOST_V6 if v6 else 0) and m.pack_host(host)[2] == v6
+    rec = m.decode_record(m.encode_record(topic=b"T", queue_id=1, body=b"b", properties=b"", sys_flag=row[3],
+                                          born_ip=m.pack_host(host)[0]))
+    assert rec.sys_flag & m.BORNHOST_V6 == row[3] & m.BORNHOST_V6
