@@ -204,6 +204,11 @@ class MsgIds:
     def __call__(self, phys_offset: int) -> str:
         return "%s%016X" % (self.prefix, phys_offset & 0xFFFFFFFFFFFFFFFF)
 
+    def join(self, phys_offsets: list[int]) -> str:
+        """``",".join(map(self, phys_offsets))`` (a batch's msgId), every offset turned to hex at once."""
+        return self.prefix + struct.pack(f">{len(phys_offsets)}q", *phys_offsets).hex(",", 8).upper().replace(
+            ",", "," + self.prefix)
+
 
 def parse_offset_msg_id(msg_id: str) -> tuple[bytes, int, int]:
     raw = bytes.fromhex(msg_id)

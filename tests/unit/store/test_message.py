@@ -51,6 +51,13 @@ def test_round_trip_decode():
     assert r.msg_id == "0A00000100002A9F00000000000004D2"
 
 
+@pytest.mark.parametrize("ip", [bytes([127, 0, 0, 1]), bytes(range(16))])
+def test_a_batch_of_msg_ids_is_each_id_comma_joined(ip):
+    ids = m.MsgIds(ip, 10911)
+    for offsets in ([0], [5, 2**40 + 5], [2**63 - 1, -1, 17], list(range(0, 32 * 1100, 1100))):
+        assert ids.join(offsets) == ",".join(m.offset_msg_id(ip, 10911, o) for o in offsets)
+
+
 def test_offset_msg_id_round_trip():
     mid = m.offset_msg_id(bytes([127, 0, 0, 1]), 10911, 2**40 + 5)
     assert mid == "7F00000100002A9F0000010000000005"
