@@ -114,7 +114,7 @@ TABLE = (
     ("shmTopicSlots", _int_in(16, 2**22), "16384", "most topics the appliance can hold"),
     ("shmOffsetSlots", _int_in(16, 2**22), "65536", "most (topic, group, queue) consumer offsets the appliance can hold"),
     ("writerBatchBytes", _int_in(64 * 1024, 2**31), "8388608", "most bytes the writer takes from one ring per pass"),
-    ("dispatchPaceMs", _int_in(0, 1000), "5", "under load, a dispatcher pass at most every N ms unless a long poll waits (0: every write)"),
+    ("dispatchPaceMs", _int_in(0, 1000), "10", "under load, a dispatcher pass at most every N ms unless a long poll waits (0: every write)"),
 )
 _BY_KEY = {row[0]: row for row in TABLE}
 ALIASES = {"mapedFileSizeConsumeQueue": "mappedFileSizeConsumeQueue", "mapedFileSizeCommitLog": "mappedFileSizeCommitLog"}
