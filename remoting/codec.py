@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 import struct
 
+import orjson
+
 from remoting.codes import SERVER_VERSION, LanguageCode, ResponseCode
 
 MAX_FRAME = 16 * 1024 * 1024      # Netty LengthFieldBasedFrameDecoder limit, length field included
@@ -117,9 +119,12 @@ def _language(v) -> str:
 
 def _json_header(raw: bytes) -> Command:
     try:
-        h = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise FrameError(f"JSON header does not parse: {e}") from None
+        h = orjson.loads(raw)           # ~2.5x json.loads on a send's header
+    except orjson.JSONDecodeError:      # what only json reads (NaN, lone surrogates, huge ints), or nothing
+        try:
+            h = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise FrameError(f"JSON header does not parse: {e}") from None
     if not isinstance(h, dict) or "code" not in h:
         raise FrameError("JSON header is not an object with a code")
     ext = h.get("extFields") or {}
