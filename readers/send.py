@@ -117,7 +117,7 @@ class SendProcessor:
                                                                                             results):
             if status != P.SUCCESS:
                 conn.send_reply(cmd, cmd.response(status, f"put failed with status {status}", ext=dict(self.region)))
-            elif self.sync_flush and wait:
+            elif wait:
                 flush_waits.append((cmd, conn, qid, qoff, phys[j:j + count]))
                 last_end = end
             elif not cmd.is_oneway:
@@ -153,7 +153,8 @@ class SendProcessor:
                                                    f"Producer: {conn.peer}")
         props = (h["properties"] or "").rstrip(_SEP)
         pbytes = (props + self.cluster_prop if props else self.cluster_prop[1:]).encode()
-        wait = message.property_value(pbytes, b"WAIT") != b"false"
+        # the producer waits for the flush (SYNC_FLUSH) unless it said WAIT=false
+        wait = self.sync_flush and message.property_value(pbytes, b"WAIT") != b"false"
         sys_flag, tb = h["sysFlag"], self.topic_bytes.get(topic) or topic.encode()
         born_host, born_ts = conn.peer_addr, h["bornTimestamp"] or int(time.time() * 1000)
         if h["batch"] or cmd.code == R.SEND_BATCH_MESSAGE:

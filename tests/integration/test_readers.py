@@ -212,7 +212,8 @@ def test_sync_flush_replies_after_the_flush(appliance_factory):
 
 def test_sync_flush_times_out_while_the_flusher_is_frozen_and_recovers(appliance_factory):
     """The flusher stopped (SIGSTOP): each pipelined send gets FLUSH_DISK_TIMEOUT after
-    syncFlushTimeout, stored all the same; once it runs again sends succeed."""
+    syncFlushTimeout, stored all the same, but one that says WAIT=false is answered at once;
+    once the flusher runs again sends succeed."""
     app = appliance_factory(flushDiskType="SYNC_FLUSH", syncFlushTimeout="700").start()
     w = Wire("127.0.0.1", app.cfg.listenPort)
     flusher = app.role_pid("flusher")
@@ -222,6 +223,9 @@ def test_sync_flush_times_out_while_the_flusher_is_frozen_and_recovers(appliance
         t0 = time.monotonic()
         opaques = [w.send(R.SEND_MESSAGE_V2, send_ext("Durable", queue=i % 4), f"frozen-{i}".encode())
                    for i in range(6)]
+        no_wait = w.send(R.SEND_MESSAGE_V2, send_ext("Durable", "WAIT\x01false", queue=3), b"no-wait")
+        first = w.read_response()
+        assert first.opaque == no_wait and first.code == RC.SUCCESS and time.monotonic() - t0 < 0.5
         replies = {r.opaque: r for r in (w.read_response() for _ in opaques)}
         waited = time.monotonic() - t0
         assert [replies[o].code for o in opaques] == [RC.FLUSH_DISK_TIMEOUT] * 6
@@ -229,8 +233,8 @@ def test_sync_flush_times_out_while_the_flusher_is_frozen_and_recovers(appliance
         assert 0.6 < waited < 5, waited
         os.kill(flusher, signal.SIGCONT)
         assert send_v2(w, "Durable", b"after").code == RC.SUCCESS
-        got = sum((pull_n(w, "Durable", n, queue=q) for q, n in ((0, 4), (1, 2), (2, 1), (3, 1))), [])
-        assert sorted(got) == sorted([b"first", b"after"] + [f"frozen-{i}".encode() for i in range(6)])
+        got = sum((pull_n(w, "Durable", n, queue=q) for q, n in ((0, 4), (1, 2), (2, 1), (3, 2))), [])
+        assert sorted(got) == sorted([b"first", b"after", b"no-wait"] + [f"frozen-{i}".encode() for i in range(6)])
     finally:
         os.kill(flusher, signal.SIGCONT)
         w.close()
