@@ -308,7 +308,7 @@ class WriterService:
                         r[0] = P.SERVICE_NOT_AVAILABLE
         next_qoff, slot_of = self.next_qoff, self.slot_of
         for j, req_l, recs, rows in plan:
-            results, phys_out = [], []
+            results, phys_out, copies = [], [], []
             for req, (status, tidx, qid, count, sys_flag, starts, rsizes) in zip(req_l, rows):
                 req_id = req[0]
                 if status != P.SUCCESS:
@@ -325,30 +325,38 @@ class WriterService:
                 if queued:
                     next_qoff[slot] = qoff0 + count
                 phys = self._append_few(recs, starts, rsizes, qoff0 if queued else None,
-                                        message.RECORD_SHAPES[(sys_flag >> 4) & 3][0], ts)
+                                        message.RECORD_SHAPES[(sys_flag >> 4) & 3][0], ts, copies)
                 phys_out += phys
                 results.append((req_id, status, qid, qoff0, phys[0], phys[-1] + rsizes[-1], ts, count, 0))
+            for st, p, z in copies:
+                mf = self.commitlog.file_for_write(p)
+                mf.mm[p - mf.start:p - mf.start + z] = recs[st:st + z]
             out.append((j, (P.PUT_RESULT, P.result_bytes(results, phys_out))))
         return out
 
-    def _append_few(self, recs, starts: list, sizes: list, qoff0, ts_at: int, ts: int) -> list:
-        """One request's records (contiguous in ``recs``) stamped and copied into the CommitLog:
-        in one copy when they all fit in the current file, else record by record (the file rolls
-        among them).  ``qoff0``: the first queue offset, None for records that take none.
-        -> each record's physical offset."""
-        pos, run = self.write_pos, sum(sizes)
+    def _append_few(self, recs, starts: list, sizes: list, qoff0, ts_at: int, ts: int, copies: list) -> list:
+        """One request's records (contiguous in ``recs``) stamped, and their copy into the CommitLog
+        added to ``copies`` ([start in recs, physical offset, length]): one copy when they all fit
+        in the current file, joined to the last copy when both sides are adjacent (a slab's
+        successive requests, so a run of single sends is one copy), else record by record (the
+        file rolls among them).  ``qoff0``: the first queue offset, None for records that take
+        none.  -> each record's physical offset."""
+        pos, st0 = self.write_pos, starts[0]
+        run = sizes[0] if len(sizes) == 1 else sum(sizes)
         if pos % self.file_size + run + message.END_FILE_MIN_BLANK <= self.file_size:
-            phys = [pos + st - starts[0] for st in starts]
-            self.write_pos, copies = pos + run, [(starts[0], pos, run)]
+            phys = [pos] if len(starts) == 1 else [pos + st - st0 for st in starts]
+            self.write_pos = pos + run
+            last = copies[-1] if copies else None
+            if last is not None and last[0] + last[2] == st0 and last[1] + last[2] == pos:
+                last[2] += run
+            else:
+                copies.append([st0, pos, run])
         else:
             phys = [self._place_one(z) for z in sizes]
-            copies = zip(starts, phys, sizes)
+            copies += ([st, p, z] for st, p, z in zip(starts, phys, sizes))
         for k, st in enumerate(starts):
             _QQ.pack_into(recs, st + message.QUEUE_OFFSET_AT, 0 if qoff0 is None else qoff0 + k, phys[k])
             _Q.pack_into(recs, st + ts_at, ts)
-        for st, p, z in copies:
-            mf = self.commitlog.file_for_write(p)
-            mf.mm[p - mf.start:p - mf.start + z] = recs[st:st + z]
         return phys
 
     def _place_one(self, size: int) -> int:

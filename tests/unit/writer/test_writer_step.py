@@ -214,7 +214,8 @@ def test_a_writer_restart_fails_what_the_old_writer_took_but_never_answered_as_u
 
 def test_the_few_requests_path_writes_what_the_vector_path_writes(tmp_path, monkeypatch, put_path):
     """The same passes through both paths: identical CommitLog bytes (store timestamps aside),
-    offsets and replies, across batches, transaction records, refusals and a file roll."""
+    offsets and replies, across batches, transaction records, runs of single sends, refusals and
+    file rolls."""
     from writer import service
     if put_path == "few":
         pytest.skip("compares both paths itself")
@@ -227,6 +228,9 @@ def test_the_few_requests_path_writes_what_the_vector_path_writes(tmp_path, monk
                                [{"UNIQ_KEY": f"U{i}-{k}"} for k in range(1 + i % 4)], sys_flag=tx, born_ts=1000 + i)]
             if i % 7 == 0:
                 reqs += [PutRequest("TBW102", 99, [b"x"], [{}]), PutRequest("NoSuchTopic", 0, [b"x"], [{}])]
+            if i % 5 == 0:                      # a run of single sends: one copy on the few path, unless a file rolls
+                reqs += [PutRequest("TBW102", k % 3, [b"s%d-%d" % (i, k) * 90], [{"UNIQ_KEY": f"S{i}-{k}"}], born_ts=7 + k)
+                         for k in range(7)]
             out.append(reqs)
         return out
 
@@ -256,7 +260,7 @@ def test_the_few_requests_path_writes_what_the_vector_path_writes(tmp_path, monk
         stores.append((replies, bytes(log), written))
     (rv, lv, wv), (rf, lf, wf) = stores
     assert wv == wf > 128 * 1024                  # past the first file: a roll happened
-    assert rv == rf and sum(r[0] == P.SUCCESS for r in rv) == 120
+    assert rv == rf and sum(r[0] == P.SUCCESS for r in rv) == 120 + 24 * 7
     assert lv == lf
 
 
