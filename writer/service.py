@@ -39,7 +39,8 @@ log = logging.getLogger("rocketbox.writer")
 _TS_PATCH = np.arange(8)
 _Q, _QQ = struct.Struct(">q"), struct.Struct(">qq")   # QQ: queue then phys offset
 assert message.PHYS_OFFSET_AT == message.QUEUE_OFFSET_AT + 8
-FEW_REQUESTS = 32            # passes of at most this many requests take _put_few
+FEW_REQUESTS = 48            # passes of at most this many requests take _put_few: the crossover, fitted from
+                             # bench.paths (scalar ~153k a pass + ~28k a request; vector ~1.3M + ~4k a record)
 
 
 def _be64(values: np.ndarray) -> np.ndarray:
