@@ -3,11 +3,13 @@
 
 The checks RocketMQ makes before a store sees the message (topic name, system topics, unknown
 topic and auto-create from ``defaultTopic``, queue id, batch rules) answer here with Java's codes.
-The stored records are built here and appended to this loop turn's slab (WriterLink.append); the
-handler returns ``DEFERRED`` and the reply goes out when the writer's answer is read: after the
-append (ASYNC_FLUSH) or after the flush (SYNC_FLUSH, FLUSH_DISK_TIMEOUT after ``syncFlushTimeout``),
-with msgId (offsetMsgId; comma-joined for a batch), queueId and queueOffset.  Only a send to an
-unknown topic takes a coroutine (it waits for the writer to create the topic first).
+The handler checks what needs no writer and returns ``DEFERRED``; a loop turn's sends (from every
+connection) are then taken together: their stored records built and appended to the turn's slab
+in one ``WriterLink.append``, with one waiter for all.  Each reply goes out when the writer's
+answer is read: after the append (ASYNC_FLUSH) or after the flush (SYNC_FLUSH, FLUSH_DISK_TIMEOUT
+after ``syncFlushTimeout``), with msgId (offsetMsgId; comma-joined for a batch), queueId and
+queueOffset.  Only a send to an unknown topic takes a coroutine (it waits for the writer to create
+the topic first).
 """
 from __future__ import annotations
 
