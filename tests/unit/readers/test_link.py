@@ -10,102 +10,94 @@ from writer.client import PutRequest, RingClient
 from writer.topics import topic_config
 
 
-def test_a_slab_waits_while_the_writer_works_on_the_last_one(tmp_path):
-    cfg = small_config(tmp_path / "store", "link")
+def _with_link(tmp_path, tag: str, test) -> None:
+    """Run ``await test(link, w)`` on a WriterLink over an in-process store (writer ``w``)."""
+    cfg = small_config(tmp_path / "store", tag)
     with running_store(cfg) as (sh, w, _d, _c):
         async def main():
             link = WriterLink(cfg, sh)
-            got = []
-            tidx = link.topics.lookup("TBW102")
-            host = ("127.0.0.1", 5555)
-
-            def send(i):
-                recs = link.ring.records(b"TBW102", 0, 0, [b"m%d" % i], [b""], [0], 1, host)
-                link.append([RingClient.row(tidx, 0, 0, host, 1, False)], recs.sizes, recs.parts,
-                            lambda first, n, res, phys, failure: got.extend((i, r[1], r[3]) for r in res))
-
-            def in_ring():
-                return len(link.ring.requests.entries())
-
             try:
-                send(0)
-                await asyncio.sleep(0)            # end of the loop turn: the idle writer gets it
-                assert in_ring() == 1 and link.slab is None
-                send(1)
-                await asyncio.sleep(0)
-                send(2)
-                await asyncio.sleep(0)            # the writer has not taken slab 0: these wait
-                assert in_ring() == 1 and len(link.slab.rows) == 2
-                assert w.step()                   # answers slab 0 and posts the slot's pipe
-                await asyncio.sleep(0.05)
-                assert got == [(0, 0, 0)]
-                assert in_ring() == 1 and link.slab is None    # the held two went as one entry
-                assert w.step()
-                await asyncio.sleep(0.05)
-                assert got == [(0, 0, 0), (1, 0, 1), (2, 0, 2)] and not link.busy
+                await test(link, w)
             finally:
                 link.close()
         asyncio.run(main())
+
+
+def test_a_slab_waits_while_the_writer_works_on_the_last_one(tmp_path):
+    async def test(link, w):
+        got = []
+        tidx, host = link.topics.lookup("TBW102"), ("127.0.0.1", 5555)
+
+        def send(i):
+            recs = link.ring.records(b"TBW102", 0, 0, [b"m%d" % i], [b""], [0], 1, host)
+            link.append([RingClient.row(tidx, 0, 0, host, 1, False)], recs.sizes, recs.parts,
+                        lambda first, n, res, phys, failure: got.extend((i, r[1], r[3]) for r in res))
+
+        def in_ring():
+            return len(link.ring.requests.entries())
+
+        send(0)
+        await asyncio.sleep(0)            # end of the loop turn: the idle writer gets it
+        assert in_ring() == 1 and link.slab is None
+        send(1)
+        await asyncio.sleep(0)
+        send(2)
+        await asyncio.sleep(0)            # the writer has not taken slab 0: these wait
+        assert in_ring() == 1 and len(link.slab.rows) == 2
+        assert w.step()                   # answers slab 0 and posts the slot's pipe
+        await asyncio.sleep(0.05)
+        assert got == [(0, 0, 0)]
+        assert in_ring() == 1 and link.slab is None    # the held two went as one entry
+        assert w.step()
+        await asyncio.sleep(0.05)
+        assert got == [(0, 0, 0), (1, 0, 1), (2, 0, 2)] and not link.busy
+    _with_link(tmp_path, "link", test)
 
 
 def test_requests_that_do_not_fit_one_slab_go_in_several_whole(tmp_path):
     """One append of seven requests (one a batch of three) where a slab holds three single ones:
     whole requests per slab (the batch alone), the waiter told which requests each answer covers,
     queue offsets dense, every record where its answer says."""
-    cfg = small_config(tmp_path / "store", "split")
-    with running_store(cfg) as (sh, w, _d, _c):
-        async def main():
-            link = WriterLink(cfg, sh)
-            tidx, host = link.topics.lookup("TBW102"), ("127.0.0.1", 5555)
-            rows, sizes, parts, bodies = [], [], [], [[b"a" * 100], [b"b" * 100], [b"c" * 100, b"d" * 100, b"e" * 100],
-                                                     [b"f" * 100], [b"g" * 100], [b"h" * 100], [b"i" * 100]]
-            for msgs in bodies:
-                recs = link.ring.records(b"TBW102", 0, 0, msgs, [b""] * len(msgs), [0] * len(msgs), 1, host)
-                rows.append(RingClient.row(tidx, 0, 0, host, len(msgs), False))
-                sizes += recs.sizes
-                parts += recs.parts
-            one = sizes[0] + 4 + 64                      # a request of one record, with room to spare
-            link.slab_budget = 3 * one
-            calls = []
-            try:
-                link.append(rows, sizes, parts, lambda first, n, res, phys, failure: calls.append((first, n, res, phys)))
-                assert len(link.ring.requests.entries()) == 3 and len(link.slab.rows) == 1   # the last, held
-                await asyncio.sleep(0)
-                while w.step():
-                    link.on_wake()
-                    await asyncio.sleep(0)
-                assert [(first, n) for first, n, _res, _phys in calls] == [(0, 2), (2, 1), (3, 3), (6, 1)]
-                qoffs = [r[3] for _f, _n, res, _p in calls for r in res]
-                assert qoffs == [0, 1, 2, 5, 6, 7, 8]        # the batch took 2, 3 and 4
-                phys = [p for _f, _n, _r, ps in calls for p in ps]
-                mf = w.commitlog.file_for(0)
-                got = [message.decode_records(bytes(mf.view[p:p + s]))[0].body for p, s in zip(phys, sizes)]
-                assert got == [b for msgs in bodies for b in msgs]
-            finally:
-                link.close()
-        asyncio.run(main())
+    async def test(link, w):
+        tidx, host = link.topics.lookup("TBW102"), ("127.0.0.1", 5555)
+        rows, sizes, parts, bodies = [], [], [], [[b"a" * 100], [b"b" * 100], [b"c" * 100, b"d" * 100, b"e" * 100],
+                                                 [b"f" * 100], [b"g" * 100], [b"h" * 100], [b"i" * 100]]
+        for msgs in bodies:
+            recs = link.ring.records(b"TBW102", 0, 0, msgs, [b""] * len(msgs), [0] * len(msgs), 1, host)
+            rows.append(RingClient.row(tidx, 0, 0, host, len(msgs), False))
+            sizes += recs.sizes
+            parts += recs.parts
+        link.slab_budget = 3 * (sizes[0] + 4 + 64)          # three requests of one record, with room to spare
+        calls = []
+        link.append(rows, sizes, parts, lambda first, n, res, phys, failure: calls.append((first, n, res, phys)))
+        assert len(link.ring.requests.entries()) == 3 and len(link.slab.rows) == 1   # the last, held
+        await asyncio.sleep(0)
+        while w.step():
+            link.on_wake()
+            await asyncio.sleep(0)
+        assert [(first, n) for first, n, _res, _phys in calls] == [(0, 2), (2, 1), (3, 3), (6, 1)]
+        assert [r[3] for _f, _n, res, _p in calls for r in res] == [0, 1, 2, 5, 6, 7, 8]   # the batch: 2, 3, 4
+        phys = [p for _f, _n, _r, ps in calls for p in ps]
+        mf = w.commitlog.file_for(0)
+        got = [message.decode_records(bytes(mf.view[p:p + s]))[0].body for p, s in zip(phys, sizes)]
+        assert got == [b for msgs in bodies for b in msgs]
+    _with_link(tmp_path, "split", test)
 
 
 def test_a_slab_that_cannot_be_pushed_fails_every_request_in_it_with_the_reason(tmp_path):
-    cfg = small_config(tmp_path / "store", "nopush")
-    with running_store(cfg) as (sh, w, _d, _c):
-        async def main():
-            link = WriterLink(cfg, sh)
-            tidx, host = link.topics.lookup("TBW102"), ("127.0.0.1", 5555)
-            link.slab_budget = 1 << 30                   # past the ring's own entry limit
-            calls = []
-            try:
-                for body in (b"small", b"x" * link.ring.requests.max_entry):
-                    rec = message.encode_record(topic=b"TBW102", queue_id=0, body=body, properties=b"")
-                    link.append([RingClient.row(tidx, 0, 0, host, 1, False)] * 2, [len(rec)] * 2, [rec, rec],
-                                lambda first, n, res, phys, failure: calls.append((first, n, res, phys, failure)))
-                await asyncio.sleep(0)
-                assert [c[:4] for c in calls] == [(0, 2, None, None)] * 2
-                assert all("exceeds the ring's limit" in c[4] for c in calls)
-                assert link.ring.requests.entries() == [] and not w.step() and not link.busy
-            finally:
-                link.close()
-        asyncio.run(main())
+    async def test(link, w):
+        tidx, host = link.topics.lookup("TBW102"), ("127.0.0.1", 5555)
+        link.slab_budget = 1 << 30                       # past the ring's own entry limit
+        calls = []
+        for body in (b"small", b"x" * link.ring.requests.max_entry):
+            rec = message.encode_record(topic=b"TBW102", queue_id=0, body=body, properties=b"")
+            link.append([RingClient.row(tidx, 0, 0, host, 1, False)] * 2, [len(rec)] * 2, [rec, rec],
+                        lambda first, n, res, phys, failure: calls.append((first, n, res, phys, failure)))
+        await asyncio.sleep(0)
+        assert [c[:4] for c in calls] == [(0, 2, None, None)] * 2
+        assert all("exceeds the ring's limit" in c[4] for c in calls)
+        assert link.ring.requests.entries() == [] and not w.step() and not link.busy
+    _with_link(tmp_path, "nopush", test)
 
 
 def test_held_pulls_end_once_each_when_their_queue_grows_or_their_time_is_up(tmp_path):
