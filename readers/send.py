@@ -155,8 +155,9 @@ class SendProcessor:
                                                    f"Producer: {conn.peer}")
         props = (h["properties"] or "").rstrip(_SEP)
         pbytes = (props + self.cluster_prop if props else self.cluster_prop[1:]).encode()
-        # the producer waits for the flush (SYNC_FLUSH) unless it said WAIT=false
-        wait = self.sync_flush and message.property_value(pbytes, b"WAIT") != b"false"
+        # the producer waits for the flush (SYNC_FLUSH) unless its WAIT is not "true" (Java's
+        # Message.isWaitStoreMsgOK: absent is true, else Boolean.parseBoolean)
+        wait = self.sync_flush and (message.property_value(pbytes, b"WAIT") or b"true").lower() == b"true"
         sys_flag, tb = h["sysFlag"], self.topic_bytes.get(topic) or topic.encode()
         born_host, born_ts = conn.peer_addr, h["bornTimestamp"] or int(time.time() * 1000)
         if h["batch"] or cmd.code == R.SEND_BATCH_MESSAGE:

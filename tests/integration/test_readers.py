@@ -212,8 +212,8 @@ def test_sync_flush_replies_after_the_flush(appliance_factory):
 
 def test_sync_flush_times_out_while_the_flusher_is_frozen_and_recovers(appliance_factory):
     """The flusher stopped (SIGSTOP): each pipelined send gets FLUSH_DISK_TIMEOUT after
-    syncFlushTimeout, stored all the same, but one that says WAIT=false is answered at once;
-    once the flusher runs again sends succeed."""
+    syncFlushTimeout, stored all the same (WAIT=TRUE too), but those whose WAIT is not true (Java's
+    Boolean.parseBoolean) are answered at once; once the flusher runs again sends succeed."""
     app = appliance_factory(flushDiskType="SYNC_FLUSH", syncFlushTimeout="700").start()
     w = Wire("127.0.0.1", app.cfg.listenPort)
     flusher = app.role_pid("flusher")
@@ -221,11 +221,13 @@ def test_sync_flush_times_out_while_the_flusher_is_frozen_and_recovers(appliance
         assert send_v2(w, "Durable", b"first").code == RC.SUCCESS
         os.kill(flusher, signal.SIGSTOP)
         t0 = time.monotonic()
-        opaques = [w.send(R.SEND_MESSAGE_V2, send_ext("Durable", queue=i % 4), f"frozen-{i}".encode())
-                   for i in range(6)]
-        no_wait = w.send(R.SEND_MESSAGE_V2, send_ext("Durable", "WAIT\x01false", queue=3), b"no-wait")
-        first = w.read_response()
-        assert first.opaque == no_wait and first.code == RC.SUCCESS and time.monotonic() - t0 < 0.5
+        opaques = [w.send(R.SEND_MESSAGE_V2, send_ext("Durable", "WAIT\x01TRUE" if i == 5 else "", queue=i % 4),
+                          f"frozen-{i}".encode()) for i in range(6)]
+        no_wait = {w.send(R.SEND_MESSAGE_V2, send_ext("Durable", f"WAIT\x01{v}", queue=3), f"no-wait-{v}".encode())
+                   for v in ("false", "FALSE", "no")}
+        first = [w.read_response() for _ in no_wait]
+        assert {r.opaque for r in first} == no_wait and {r.code for r in first} == {RC.SUCCESS}
+        assert time.monotonic() - t0 < 0.5
         replies = {r.opaque: r for r in (w.read_response() for _ in opaques)}
         waited = time.monotonic() - t0
         assert [replies[o].code for o in opaques] == [RC.FLUSH_DISK_TIMEOUT] * 6
@@ -233,8 +235,9 @@ def test_sync_flush_times_out_while_the_flusher_is_frozen_and_recovers(appliance
         assert 0.6 < waited < 5, waited
         os.kill(flusher, signal.SIGCONT)
         assert send_v2(w, "Durable", b"after").code == RC.SUCCESS
-        got = sum((pull_n(w, "Durable", n, queue=q) for q, n in ((0, 4), (1, 2), (2, 1), (3, 2))), [])
-        assert sorted(got) == sorted([b"first", b"after", b"no-wait"] + [f"frozen-{i}".encode() for i in range(6)])
+        got = sum((pull_n(w, "Durable", n, queue=q) for q, n in ((0, 4), (1, 2), (2, 1), (3, 4))), [])
+        assert sorted(got) == sorted([b"first", b"after", b"no-wait-false", b"no-wait-FALSE", b"no-wait-no"]
+                                     + [f"frozen-{i}".encode() for i in range(6)])
     finally:
         os.kill(flusher, signal.SIGCONT)
         w.close()
