@@ -10,8 +10,8 @@ Appends are batched per loop turn: every request that arrives on any connection 
 comes round again goes into one slab (one ring entry; a new one when the entry or its reply would
 not fit), held and growing while the writer still works on this reader's last slab.  No future or
 task per message: each ``append`` (a loop turn's sends, together) carries one ``waiter`` callable,
-called with its requests' outcomes when the slab's reply is read, and SYNC_FLUSH waits are a queue ordered by end offset (replies come in
-append order) with one timer for the oldest.
+called with its requests' outcomes when the slab's reply is read, and SYNC_FLUSH waits are a queue
+ordered by end offset (replies come in append order) with one timer for the oldest.
 """
 from __future__ import annotations
 
@@ -312,12 +312,13 @@ class _Slab:
         i = j = 0
         for waiter, first, n in self.spans:
             if res is None:
-                part, m = None, 0
+                part, got, why, m = None, None, failure, 0
             else:
-                part = res[i:i + n]
+                part, why = res[i:i + n], None
                 m = sum([r[7] for r in part])
+                got = phys[j:j + m]
             try:
-                waiter(first, n, part, phys[j:j + m] if part is not None else None, None if part is not None else failure)
+                waiter(first, n, part, got, why)
             except Exception:       # one broken waiter must not cost the others their replies
                 log.exception("append waiter failed")
             i, j = i + n, j + m

@@ -168,8 +168,8 @@ def _binary_header(buf: bytes, at: int, end: int, layouts: Layouts | None) -> Co
 def _command(code, language, version, opaque, flag, remark, ext, fields, serialize_type) -> Command:
     """A decoded ``Command``, its slots set directly (the keyword constructor costs twice as much)."""
     cmd = _new(Command)
-    cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag, cmd.remark = code, language, version, opaque, flag, remark
-    cmd._ext, cmd.fields, cmd.body, cmd.serialize_type = ext, fields, b"", serialize_type
+    cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag = code, language, version, opaque, flag
+    cmd.remark, cmd._ext, cmd.fields, cmd.body, cmd.serialize_type = remark, ext, fields, b"", serialize_type
     return cmd
 
 
@@ -244,7 +244,8 @@ class Layouts:
         if not entries or any(not k or not v for k, v in entries):
             return
         self.learnt += 1
-        between, fmt, lead = [], [_BIN_FIXED.format[:-1]], struct.pack(">ii", 0, map_len)   # remark length 0, map length
+        lead = struct.pack(">ii", 0, map_len)              # the remark's length (none), the map's
+        between, fmt = [], [_BIN_FIXED.format[:-1]]         # the fixed fields but the remark's length
         for k, v in entries:
             kb = k.encode()
             between.append(lead + _I16.pack(len(kb)) + kb + _I32.pack(v))
@@ -266,7 +267,9 @@ def _frame(buf: bytes, at: int, end: int, layouts: Layouts | None = None) -> Com
     if hlen > end - at:
         raise FrameError(f"header length {hlen} runs past the {end - at + 4}-byte frame")
     if stype == ROCKETMQ:
-        cmd = (layouts.match(buf, at, hlen) if layouts is not None else None) or _binary_header(buf, at, at + hlen, layouts)
+        cmd = layouts.match(buf, at, hlen) if layouts is not None else None
+        if cmd is None:
+            cmd = _binary_header(buf, at, at + hlen, layouts)
     elif stype == JSON:
         cmd = _json_header(buf[at:at + hlen])
     else:
