@@ -45,7 +45,7 @@ class SendProcessor:
         self.msg_id = message.MsgIds(self.ring.store_ip, self.ring.store_port)
         self.sync_flush, self.flush_timeout_s = self.cfg.sync_flush, self.cfg.syncFlushTimeout / 1000
         self.topic_bytes: dict[str, bytes] = {}      # names that passed the checks, encoded
-        self.turn: list[tuple] = []                  # this loop turn's sends: (cmd, conn, header, topic index)
+        self.turn: list[tuple] = []                  # this loop turn's sends: (cmd, conn, header, topic index, row)
 
     def handlers(self) -> dict:
         return {R.SEND_MESSAGE: self.send, R.SEND_MESSAGE_V2: self.send, R.SEND_BATCH_MESSAGE: self.send}
@@ -65,12 +65,12 @@ class SendProcessor:
             if len(self.topic_bytes) >= 4096:
                 self.topic_bytes.clear()
             self.topic_bytes[topic] = topic.encode()
-        tidx = self.link.topics.lookup(topic)
+        tidx, meta = self.link.topics.live(topic)
         if tidx is None:
             return self._create_then_append(cmd, conn, h)
         if not self.turn:
             self.link.loop.call_soon(self._turn)
-        self.turn.append((cmd, conn, h, tidx))
+        self.turn.append((cmd, conn, h, tidx, meta))
         return DEFERRED
 
     async def _create_then_append(self, cmd, conn, h):
@@ -78,7 +78,7 @@ class SendProcessor:
             tidx = await self._create_topic(h["topic"], h)
         except MessageRejected as e:
             return self._refused(cmd, e)
-        self._append([(cmd, conn, h, tidx)])
+        self._append([(cmd, conn, h, tidx, self.link.topics.row(tidx))])
         return None
 
     def _refused(self, cmd, e: MessageRejected):
@@ -91,9 +91,9 @@ class SendProcessor:
     def _append(self, sends: list[tuple]) -> None:
         """Encode each send's records (a refusal answered at once) and append them all in one go."""
         rows, sizes, parts, sent = [], [], [], []
-        for cmd, conn, h, tidx in sends:
+        for cmd, conn, h, tidx, meta in sends:
             try:
-                row, records, wait = self._request(cmd, conn, h, tidx)
+                row, records, wait = self._request(cmd, conn, h, tidx, meta)
             except MessageRejected as e:          # a check here or in store.message refused it
                 conn.send_reply(cmd, self._refused(cmd, e))
                 continue
@@ -141,10 +141,10 @@ class SendProcessor:
             return self.stored_reply.encode(cmd, RC.SUCCESS, None, (ids, str(qid), str(qoff)))
         return self.stored_reply.encode(cmd, RC.FLUSH_DISK_TIMEOUT, "FLUSH_DISK_TIMEOUT", (ids, str(qid), str(qoff)))
 
-    def _request(self, cmd, conn, h, tidx: int) -> tuple[tuple, message.Records, bool]:
-        """-> (the P.REQUEST row, the stored records, whether the producer waits for the flush)."""
+    def _request(self, cmd, conn, h, tidx: int, meta: list[int]) -> tuple[tuple, message.Records, bool]:
+        """-> (the P.REQUEST row, the stored records, whether the producer waits for the flush);
+        ``meta``: the topic's row, as read when the send arrived this loop turn."""
         topic = h["topic"]
-        meta = self.link.topics.row(tidx)
         if not meta[T.PERM] & PERM_WRITE:
             raise MessageRejected(RC.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
         qid = h["queueId"]

@@ -26,13 +26,16 @@ class TopicIndex:
 
     def lookup(self, topic: str) -> int | None:
         """Index of a live topic, or None."""
+        return self.live(topic)[0]
+
+    def live(self, topic: str) -> tuple[int, list[int]] | tuple[None, None]:
+        """(index, meta row) of a live topic, or (None, None)."""
         i = self.by_name.get(topic)
         if i is None:
             self.refresh()
             i = self.by_name.get(topic)
-        if i is None or not self.row(i)[T.LIVE]:
-            return None
-        return i
+        row = self.row(i) if i is not None else None
+        return (i, row) if row is not None and row[T.LIVE] else (None, None)
 
     def row(self, idx: int) -> list[int]:
         """Topic ``idx``'s meta row (index it with ``T``), read from shared memory again only

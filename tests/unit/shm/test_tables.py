@@ -18,3 +18,6 @@ def test_a_cached_topic_row_follows_the_writers_changes(tmp_path):
         row = topics.row(i)
         assert (row[T.READ_QUEUE_NUMS], row[T.WRITE_QUEUE_NUMS], row[T.PERM]) == (8, 8, 4)
         assert topics.queue_nums(i) == 8 and topics.lookup("Other") is None
+        assert topics.live("Cached") == (i, row) and topics.live("Other") == (None, None)
+        row[T.LIVE] = 0                                                    # a row that is not live
+        assert topics.live("Cached") == (None, None) and topics.lookup("Cached") is None
