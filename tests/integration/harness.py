@@ -2,6 +2,7 @@
 prefix, and runs producer processes against it.  Used by the integration and crash tests."""
 from __future__ import annotations
 
+import asyncio
 import collections
 import itertools
 import json
@@ -14,6 +15,7 @@ import time
 import psutil
 
 from appliance import config
+from shm.layout import C
 from shm.state import SharedState
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -136,10 +138,19 @@ class Appliance:
         self.log.close()
 
 
-async def read_topic(namesrv: str, topic: str) -> list:
-    """Every message of ``topic``, each queue read from offset 0 to its end with our pull consumer."""
+async def read_topic(app: Appliance, topic: str) -> list:
+    """Every message of ``topic``, each queue read from offset 0 to its end with our pull consumer,
+    once the dispatcher has caught up with everything written: a send is acknowledged after its
+    append, and its consume-queue entry follows within a dispatcher pass (``dispatchPaceMs``)."""
     from client.consumer import PullConsumer
-    pc = await PullConsumer("audit", namesrv).start()
+    sh = app.shared()
+    try:
+        deadline = time.monotonic() + 10
+        while sh.control[C.DISPATCHED] < sh.control[C.WRITTEN] and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+    finally:
+        sh.close()
+    pc = await PullConsumer("audit", app.namesrv).start()
     out = []
     for mq in await pc.queues(topic):
         await pc.assign([mq])

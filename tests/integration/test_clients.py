@@ -179,7 +179,7 @@ def test_a_reader_killed_with_kill9_loses_nothing_acknowledged(appliance_factory
                 await asyncio.sleep(0.2)          # the readers are restarting; the client reconnects
         assert killed and len(acked) > 300
         ids = collections.defaultdict(list)       # body -> the message id of each stored copy
-        for m in await read_topic(app.namesrv, "Crash"):
+        for m in await read_topic(app, "Crash"):
             ids[m.body].append(m.msg_id)
         await p.shutdown()
         return ids

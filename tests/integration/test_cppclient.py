@@ -44,7 +44,7 @@ def test_cpp_producer_sync_oneway_and_batch_are_stored_once_each(appliance_facto
     msgs: list = []
     deadline = time.monotonic() + 10               # oneway sends are not acknowledged: wait for them
     while time.monotonic() < deadline:
-        msgs = asyncio.run(read_topic(app.namesrv, "CppSend"))
+        msgs = asyncio.run(read_topic(app, "CppSend"))
         if {m.body.decode() for m in msgs} >= want:
             break
         time.sleep(0.2)

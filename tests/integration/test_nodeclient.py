@@ -54,7 +54,7 @@ def test_node_client_produces_and_its_push_consumer_filters_by_tag(appliance_fac
     assert [s["status"] for s in sent] == ["SEND_OK"] * 20
     assert {s["queue"] for s in sent} <= set(range(4)) and len({s["msg_id"] for s in sent}) == 20
 
-    stored = asyncio.run(read_topic(app.namesrv, "NodeTopic"))     # our own client reads the store back
+    stored = asyncio.run(read_topic(app, "NodeTopic"))     # our own client reads the store back
     count = collections.Counter(m.body.decode() for m in stored)
     assert set(count) == {f"node-{i}" for i in range(20)} and set(count.values()) == {1}, count
     for m in stored:
