@@ -24,6 +24,7 @@ from nameserver.routes import BROKER_EXPIRE_S, RouteTable
 from remoting import headers
 from remoting.codes import V4_9_4, RequestCode as R, ResponseCode as RC
 from store.configfile import loads_tolerant
+from store.message import body_crc
 
 log = logging.getLogger("rocketbox.nameserver")
 SCAN_S = 10.0
@@ -78,7 +79,7 @@ class NameServer:
     # ------------------------------------------------------------ handlers
     def register_broker(self, cmd, _conn):
         h = headers.decode(cmd)
-        if h["bodyCrc32"] and h["bodyCrc32"] != zlib.crc32(cmd.body) & 0x7FFFFFFF:
+        if h["bodyCrc32"] and h["bodyCrc32"] != body_crc(cmd.body):      # UtilAll.crc32, as the body CRC
             return cmd.response(RC.SYSTEM_ERROR, "crc32 not match")
         try:
             topics = parse_register_body(cmd.body, bool(h["compressed"]))

@@ -8,12 +8,12 @@ import asyncio
 import json
 import logging
 import os
-import zlib
 
 from net import client as net
 from remoting.codec import Command
 from remoting.codes import RequestCode as R, ResponseCode as RC
 from store import configfile
+from store.message import body_crc
 
 log = logging.getLogger("rocketbox.reader")
 PERIOD_S = 30.0
@@ -50,7 +50,7 @@ class Registrar:
     async def register_all(self) -> None:
         body = self._body()
         ext = {**self._fields(), "haServerAddr": f"{self.cfg.brokerIP1}:{self.cfg.listenPort + 1}",
-               "compressed": "false", "bodyCrc32": str(zlib.crc32(body) & 0x7FFFFFFF)}
+               "compressed": "false", "bodyCrc32": str(body_crc(body))}
         await asyncio.gather(*(self._register(a, Command(R.REGISTER_BROKER, dict(ext), body))
                                for a in addresses(self.cfg)))
 

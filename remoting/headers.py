@@ -133,7 +133,8 @@ def _compile_layout(code: int, names: tuple[str, ...]):
     """One straight-line decoder for request ``code``'s header sent with extFields ``names`` in
     this order (``Command.fields``): it takes the raw ASCII values and types them by the rules
     of ``_compile``'s decoders, for the same result (a name sent twice: its last value)."""
-    env, at = {"HeaderError": HeaderError, "_value": _value, "_small": _SMALL_ASCII.get}, {n: i for i, n in enumerate(names)}
+    env = {"HeaderError": HeaderError, "_value": _value, "_small": _SMALL_ASCII.get}
+    at = {n: i for i, n in enumerate(names)}
     lines = ["def decode(v):", f"    {''.join(f'v{i}, ' for i in range(len(names)))}= v"]
     for j, f in enumerate(SCHEMAS[code]):
         short = _SHORT_NAMES[f.name] if code in _V2_CODES else None
