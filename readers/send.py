@@ -136,10 +136,10 @@ class SendProcessor:
 
     def _reply(self, cmd, qid: int, qoff: int, phys, flushed: bool) -> bytes:
         """The frame of a stored send: ``phys`` is the record's offset, or a batch's list of them."""
-        ids = self.msg_id(phys) if type(phys) is int else self.msg_id.join(phys)
+        values = (self.msg_id(phys) if type(phys) is int else self.msg_id.join(phys), str(qid), str(qoff))
         if flushed:
-            return self.stored_reply.encode(cmd, RC.SUCCESS, None, (ids, str(qid), str(qoff)))
-        return self.stored_reply.encode(cmd, RC.FLUSH_DISK_TIMEOUT, "FLUSH_DISK_TIMEOUT", (ids, str(qid), str(qoff)))
+            return self.stored_reply.encode(cmd, RC.SUCCESS, None, values)
+        return self.stored_reply.encode(cmd, RC.FLUSH_DISK_TIMEOUT, "FLUSH_DISK_TIMEOUT", values)
 
     def _request(self, cmd, conn, h, tidx: int, meta: list[int]) -> tuple[tuple, message.Records, bool]:
         """-> (the P.REQUEST row, the stored records, whether the producer waits for the flush);
