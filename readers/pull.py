@@ -29,10 +29,12 @@ COMMIT_OFFSET, SUSPEND, SUBSCRIPTION = 0x1, 0x2, 0x4
 _ANSWER = codec.ResponseTemplate(("suggestWhichBrokerId", "nextBeginOffset", "minOffset", "maxOffset"), {})
 
 
-def tag_codes(expression: str | None) -> list[int] | None:
-    """``TagA || TagB`` -> their hash codes; None (no filter) for ``*`` or empty (FilterAPI)."""
+@functools.lru_cache(maxsize=1024)
+def tag_codes(expression: str | None) -> tuple[int, ...] | None:
+    """``TagA || TagB`` -> their hash codes; None (no filter) for ``*`` or empty (FilterAPI).
+    Kept per expression: a pull consumer sends its expression with every pull."""
     _expr, tags = parse_expression(expression)
-    return [string_hash(t) for t in tags] or None
+    return tuple([string_hash(t) for t in tags]) or None
 
 
 class PullProcessor:
@@ -45,10 +47,9 @@ class PullProcessor:
     def pull(self, cmd, conn):
         h = headers.decode(cmd)
         topic, qid, group = h["topic"], h["queueId"], h["consumerGroup"]
-        tidx = self.link.topics.lookup(topic)
-        if tidx is None:
+        meta = self.link.topics.live(topic)[1]
+        if meta is None:
             return cmd.response(RC.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
-        meta = self.link.topics.row(tidx)
         if not meta[T.PERM] & PERM_READ:
             return cmd.response(RC.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden")
         read_nums = meta[T.READ_QUEUE_NUMS]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,7 +18,7 @@ import numpy as np
 from shm.layout import C, S
 from shm.tables import QueueIndex
 from store import message
-from store.consumequeue import ConsumeQueue, file_size_for
+from store.consumequeue import ENTRY, ConsumeQueue, file_size_for
 from store.mappedfile import MappedFileQueue
 
 FOUND, NO_NEW, NO_MATCHED, OFFSET_MOVED, NO_QUEUE = "FOUND", "NO_NEW_MSG", "NO_MATCHED_MSG", "OFFSET_MOVED", "NO_QUEUE"
@@ -80,8 +81,11 @@ class StoreView:
         (may be shorter when the range crosses a CQ file: ask again from where it ends)."""
         off = self.offsets(topic, queue_id)
         if off is None:
-            return np.empty(0, dtype=[("phys", ">i8"), ("size", ">i4"), ("tags", ">i8")])
-        count = max(0, min(count, off[1] - queue_offset))
+            return np.empty(0, dtype=ENTRY)
+        return self._entries(topic, queue_id, queue_offset, max(0, min(count, off[1] - queue_offset)))
+
+    def _entries(self, topic: str, queue_id: int, queue_offset: int, count: int) -> np.ndarray:
+        """``entries`` of a count already capped at the published max."""
         cq = self._cq(topic, queue_id)
         e = cq.entries(queue_offset, count)
         if len(e) < count and cq.files.file_for(queue_offset * 20) is None:
@@ -97,7 +101,7 @@ class StoreView:
         return self.span(phys, phys + size)
 
     def pull(self, topic: str, queue_id: int, queue_offset: int, max_count: int,
-             tag_codes: list[int] | None = None, max_bytes: int = 256 * 1024) -> Pulled:
+             tag_codes: Sequence[int] | None = None, max_bytes: int = 256 * 1024) -> Pulled:
         """PULL_MESSAGE's store side: up to ``max_count`` records from ``queue_offset``,
         filtered by tag hash (``None`` = all) in one vector op."""
         off = self.offsets(topic, queue_id)
@@ -108,7 +112,8 @@ class StoreView:
             return Pulled(OFFSET_MOVED, lo if queue_offset < lo else hi, lo, hi, [])
         if queue_offset == hi:
             return Pulled(NO_NEW, queue_offset, lo, hi, [])
-        e = self.entries(topic, queue_id, queue_offset, max(max_count, 1) * 4 if tag_codes else max_count)
+        e = self._entries(topic, queue_id, queue_offset,
+                          min(max(max_count, 1) * 4 if tag_codes else max_count, hi - queue_offset))
         if tag_codes is not None:
             idx = np.flatnonzero(np.isin(e["tags"].astype(np.int64), np.asarray(tag_codes, np.int64)))
             take, picked = idx[:max_count].tolist(), e[idx[:max_count]]
