@@ -6,9 +6,11 @@ address) and ``redis-server`` with ``appendonly yes``.  Pairs: ASYNC_FLUSH again
 everysec``, SYNC_FLUSH against ``appendfsync always``.
 
 One load generator drives both (``--procs`` processes x ``--conns`` connections, blocking sockets and a
-selector): every request is pre-encoded once, each connection keeps ``--window`` requests in flight
-(pipelining, as RocketMQ's async sends and Redis pipelines do), and replies are matched to requests
-in order.  What differs is only the bytes:
+selector): every request is pre-encoded once (a pull all but its offset's digits), each connection
+keeps ``--window`` requests in flight (pipelining, as RocketMQ's async sends and Redis pipelines
+do), and replies are matched to requests in order, read only as far as the count needs (a reply's
+code; a pull's next offset and its records' lengths; an XREADGROUP's entries).  What differs is
+only the bytes:
 
   send single  rocketbox SEND_MESSAGE_V2, 1 message      Redis XADD bench * body <1 KiB>
   send batch   rocketbox SEND_BATCH_MESSAGE, --batch msgs Redis --batch XADDs written as one pipeline
@@ -54,6 +56,7 @@ from store.message import encode_client_batch, encode_properties
 
 TOPIC, QUEUES, GROUP = "BenchE2E", 8, "bench-consumers"
 _LEN = struct.Struct(">i")
+_REPLY_CODE = struct.Struct(">h")
 _REDIS_ENTRY_TAIL = b"*2\r\n$4\r\nbody\r\n"
 
 
@@ -81,12 +84,33 @@ class Rocketbox:
 
     @staticmethod
     def pull_frame(queue_id: int, offset: int) -> bytes:
-        """PULL_MESSAGE of up to 32 messages from ``queue_id`` at ``offset``, ``opaque`` the queue id."""
+        """PULL_MESSAGE of up to 32 messages from ``queue_id`` at ``offset``, ``opaque`` the queue
+        id; the offset's digits are the frame's last bytes (``PullFrames``)."""
         return codec.encode(Command(R.PULL_MESSAGE, {
-            "consumerGroup": GROUP, "topic": TOPIC, "queueId": str(queue_id), "queueOffset": str(offset),
-            "maxMsgNums": "32", "sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "0",
-            "subscription": "*", "subVersion": "0", "expressionType": "TAG"}, opaque=queue_id,
+            "consumerGroup": GROUP, "topic": TOPIC, "queueId": str(queue_id), "maxMsgNums": "32",
+            "sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "0", "subscription": "*",
+            "subVersion": "0", "expressionType": "TAG", "queueOffset": str(offset)}, opaque=queue_id,
             serialize_type=codec.ROCKETMQ))
+
+    @staticmethod
+    def pulled(buf: bytearray) -> tuple[list[tuple[int, int, int, int]], int]:
+        """Complete pull replies in ``buf`` (binary headers): (opaque, code, nextBeginOffset,
+        messages) of each, and the bytes they took."""
+        out, at, n = [], 0, len(buf)
+        while n - at >= 8:
+            size = _LEN.unpack_from(buf, at)[0] + 4
+            if n - at < size:
+                break
+            body = at + 8 + (_LEN.unpack_from(buf, at + 4)[0] & 0xFFFFFF)
+            code, opaque = _REPLY_CODE.unpack_from(buf, at + 8)[0], _LEN.unpack_from(buf, at + 13)[0]
+            k = buf.find(b"nextBeginOffset", at + 8, body) + len(b"nextBeginOffset")
+            next_offset = int(buf[k + 4:k + 4 + _LEN.unpack_from(buf, k)[0]])
+            msgs, at = 0, at + size
+            while body < at:
+                body += _LEN.unpack_from(buf, body)[0]
+                msgs += 1
+            out.append((opaque, code, next_offset, msgs))
+        return out, at
 
     @staticmethod
     def replies(buf: bytearray) -> tuple[list[int], int]:
@@ -99,6 +123,25 @@ class Rocketbox:
             codes.append(int.from_bytes(buf[at + 8:at + 10], "big", signed=True))
             at += size
         return codes, at
+
+
+class PullFrames:
+    """``Rocketbox.pull_frame`` without encoding a command per pull (the load generator's cost is
+    not the server's): per queue and number of digits in the offset, the frame but its last
+    bytes, the offset's digits."""
+
+    def __init__(self):
+        self.heads: dict[tuple[int, int], bytes] = {}
+
+    def __call__(self, queue_id: int, offset: int) -> bytes:
+        digits = b"%d" % offset
+        head = self.heads.get((queue_id, len(digits)))
+        if head is None:
+            probe = 10 ** (len(digits) - 1)
+            frame = Rocketbox.pull_frame(queue_id, probe)
+            assert frame.endswith(b"%d" % probe)
+            head = self.heads[(queue_id, len(digits))] = frame[:-len(digits)]
+        return head + digits
 
 
 class Redis:
@@ -249,7 +292,7 @@ def run_load(proto_name: str, port: int, frames, args, window: int, rate: float 
 def _consume_rocketbox(port: int, queues: list[int], out) -> None:
     """One pull in flight per queue, each queue read from offset 0 until a pull finds nothing."""
     s = _connect(port)
-    dec, pull = codec.Decoder(), Rocketbox.pull_frame
+    buf, pull = bytearray(), PullFrames()
     got, t0 = 0, time.perf_counter()
     s.sendall(b"".join(pull(q, 0) for q in queues))
     pending = len(queues)
@@ -257,15 +300,15 @@ def _consume_rocketbox(port: int, queues: list[int], out) -> None:
         data = s.recv(1 << 20)
         if not data:
             raise ConnectionError("rocketbox closed the connection")
-        for resp in dec.feed(data):
+        buf += data
+        replies, used = Rocketbox.pulled(buf)
+        del buf[:used]
+        for queue_id, code, next_offset, msgs in replies:
             pending -= 1
-            if resp.code != 0:                  # PULL_NOT_FOUND: this queue is read to its end
+            if code != 0:                       # PULL_NOT_FOUND: this queue is read to its end
                 continue
-            body, at = resp.body, 0
-            while at < len(body):
-                at += _LEN.unpack_from(body, at)[0]
-                got += 1
-            s.sendall(pull(resp.opaque, int(resp.ext["nextBeginOffset"])))
+            got += msgs
+            s.sendall(pull(queue_id, next_offset))
             pending += 1
     out.put({"msgs": got, "elapsed": time.perf_counter() - t0})
     s.close()

@@ -1,0 +1,39 @@
+"""The e2e load generator's lean consume path says what the codec says: ``PullFrames`` gives
+``Rocketbox.pull_frame``'s exact bytes, and ``Rocketbox.pulled`` reads pull replies (split
+anywhere) as the decoder does."""
+from bench.e2e import PullFrames, Rocketbox
+from readers.pull import _ANSWER
+from remoting import codec
+from remoting.codes import ResponseCode as RC
+from store.message import decode_records, encode_record
+
+
+def test_pull_frames_are_the_encoded_pull_requests():
+    frames = PullFrames()
+    for queue_id in (0, 3, 7):
+        for offset in (0, 1, 9, 10, 99, 100, 12345, 10 ** 12 - 1, 10 ** 12, 2 ** 63 - 1):
+            assert frames(queue_id, offset) == Rocketbox.pull_frame(queue_id, offset), (queue_id, offset)
+    assert len(frames.heads) == 3 * len({1, 2, 3, 5, 12, 13, 19})     # one head per queue and digit count
+
+
+def test_pulled_reads_replies_as_the_decoder_does():
+    records = [encode_record(topic=b"T", queue_id=1, body=b"x" * n, properties=b"TAGS\x01a") for n in (0, 5, 1024)]
+    reqs = [codec.Decoder().feed(Rocketbox.pull_frame(q, 40))[0] for q in range(3)]
+    stream = b"".join([
+        _ANSWER.encode(reqs[0], RC.SUCCESS, "FOUND", ("0", "43", "0", "43"), records),
+        _ANSWER.encode(reqs[1], RC.PULL_NOT_FOUND, "OFFSET_OVERFLOW_ONE", ("0", "40", "0", "40")),
+        _ANSWER.encode(reqs[2], RC.SUCCESS, "FOUND", ("0", "1234567", "7", "1234999"), records[2:]),
+    ])
+    want = [(r.opaque, r.code, int(r.ext["nextBeginOffset"]), len(decode_records(r.body or b"")))
+            for r in codec.Decoder().feed(stream)]
+    assert want == [(0, RC.SUCCESS, 43, 3), (1, RC.PULL_NOT_FOUND, 40, 0), (2, RC.SUCCESS, 1234567, 1)]
+    for cut in range(0, len(stream) + 1, 97):              # fed in two pieces, cut anywhere
+        buf, got = bytearray(stream[:cut]), []
+        replies, used = Rocketbox.pulled(buf)
+        got += replies
+        del buf[:used]
+        buf += stream[cut:]
+        replies, used = Rocketbox.pulled(buf)
+        assert used == len(buf), cut
+        assert got + replies == want, cut
+
