@@ -14,6 +14,7 @@ the topic first).
 from __future__ import annotations
 
 import functools
+import logging
 import random
 import time
 
@@ -33,6 +34,7 @@ SYSTEM_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "R
                            "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT"})
 RETRY_PREFIX = "%RETRY%"
 _SEP = message.PROPERTY_SEP
+log = logging.getLogger("rocketbox.reader")
 
 
 class SendProcessor:
@@ -104,8 +106,13 @@ class SendProcessor:
             sizes += records.sizes
             parts += records.parts
             sent.append((cmd, conn, wait))
-        if rows:
+        if not rows:
+            return
+        try:
             self.link.append(rows, sizes, parts, functools.partial(self._stored, sent))
+        except Exception as e:              # a bug: answered now rather than left to time out
+            log.exception("appending a loop turn's %d sends failed", len(sent))
+            self._stored(sent, 0, len(sent), None, None, f"{type(e).__name__}: {e}"[:500])
 
     def _stored(self, sent: list[tuple], first: int, n: int, results: list | None, phys: list | None,
                 failure: str | None) -> None:

@@ -1,0 +1,62 @@
+"""A loop turn's sends, taken together (readers/send.py): whatever goes wrong while they are
+appended, every send of the turn is answered, none left to time out."""
+import asyncio
+
+from bench.e2e import Rocketbox
+from bench.paths import _Broker, _Transport
+from net.server import Connection, RemotingServer
+from readers.link import WriterLink
+from readers.send import SendProcessor
+from remoting import codec
+from remoting.codes import ResponseCode as RC
+from tests.unit.writer.rig import running_store, small_config
+from writer.topics import topic_config
+
+
+class _Kept(_Transport):
+    def __init__(self):
+        super().__init__()
+        self.out = codec.Decoder()
+        self.replies = []
+
+    def write(self, data) -> None:
+        super().write(data)
+        self.replies += self.out.feed(data)
+
+
+def test_a_failing_append_answers_every_send_of_the_turn(tmp_path):
+    cfg = small_config(tmp_path / "store", "turn")
+    frames = [f for f, _n, _r in Rocketbox.send_frames(b"x" * 100, 1)][:3]
+    with running_store(cfg) as (sh, w, _d, _c):
+        w.topics.upsert(topic_config("BenchE2E", 8, 8))
+
+        async def main():
+            link = WriterLink(cfg, sh)
+            try:
+                conn = Connection(RemotingServer("t", SendProcessor(_Broker(cfg, link)).handlers()))
+                conn.head, out = None, _Kept()
+                conn.connection_made(out)
+                real, link.append = link.append, _boom
+                conn.data_received(b"".join(frames))
+                for _ in range(3):
+                    await asyncio.sleep(0)
+                assert [(r.code, r.opaque) for r in out.replies] == [(RC.SYSTEM_ERROR, f.opaque) for f in
+                                                                     codec.Decoder().feed(b"".join(frames))]
+                assert all(r.remark == "RuntimeError: boom" for r in out.replies), out.replies
+                assert link.ring.requests.entries() == [] and not link.busy    # nothing went to the writer
+                link.append, out.replies = real, []
+                conn.data_received(b"".join(frames))           # the next turn is served as usual
+                for _ in range(3):
+                    await asyncio.sleep(0)
+                assert w.step()
+                await asyncio.sleep(0.05)
+                assert [r.code for r in out.replies] == [RC.SUCCESS] * 3
+                assert sorted(int(r.ext["queueId"]) for r in out.replies) == [0, 1, 2]
+            finally:
+                link.close()
+
+        asyncio.run(main())
+
+
+def _boom(*_args):
+    raise RuntimeError("boom")
