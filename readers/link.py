@@ -127,14 +127,14 @@ class WriterLink:
         """``append`` of more than a slab holds: whole requests per slab, all but the last pushed."""
         view, first, rec, at = memoryview(data), 0, 0, 0
         while first < len(rows):
-            last, end_rec, nbytes = first, rec, 0
+            last, end_rec, nbytes, size = first, rec, 0, 0
             while last < len(rows):                      # a lone request always fits (RingClient._fits)
                 count = rows[last][4]
-                more = P.REQUEST.itemsize + sum(sizes[end_rec:end_rec + count]) + 4 * count
+                data = sum(sizes[end_rec:end_rec + count])
+                more = P.REQUEST.itemsize + data + 4 * count
                 if last > first and (nbytes + more > self.slab_budget or end_rec + count - rec > self.slab_records):
                     break
-                last, end_rec, nbytes = last + 1, end_rec + count, nbytes + more
-            size = sum(sizes[rec:end_rec])
+                last, end_rec, nbytes, size = last + 1, end_rec + count, nbytes + more, size + data
             self._slab().add(rows[first:last], sizes[rec:end_rec], [view[at:at + size]], nbytes, waiter, first)
             if last < len(rows):
                 slab, self.slab = self.slab, None
