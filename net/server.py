@@ -10,7 +10,8 @@ Rules, FACTS §1.7 and STYLE "errors at the edges":
 
 * bytes that are not a frame: one bounded log line, that connection closed, the server lives on;
 * no handler for the code: REQUEST_CODE_NOT_SUPPORTED, " request type N not supported";
-* ``HeaderError`` (a field missing or of the wrong type): SYSTEM_ERROR with its text as remark;
+* ``HeaderError`` (a field missing, of the wrong type, or past what the broker holds): SYSTEM_ERROR
+  with its text as remark;
 * any other exception in a handler: logged, SYSTEM_ERROR with the exception's text;
 * oneway requests are never answered; responses from clients (to requests we sent) are dropped;
 * a connection idle for ``idle_s`` (no read, no write) is closed, as Netty's 120 s;

@@ -10,14 +10,24 @@ import struct
 
 from readers.send import SYSTEM_TOPICS
 from remoting import headers
+from remoting.headers import HeaderError
 from remoting.codes import SERVER_VERSION, RequestCode as R, ResponseCode as RC
 from shm.layout import C
 from store import configfile, message
 from store.errors import StoreError
-from writer.groups import offset_key
+from writer import groups
 from writer.topics import topic_config
 
 SYSTEM_TOPICS_FOR_ADMIN = SYSTEM_TOPICS | {"TBW102"}
+
+
+def offset_key(topic: str, group: str) -> bytes:
+    """``writer.groups.offset_key``; a topic and group too long for the offset table are refused
+    as header values (SYSTEM_ERROR naming the limit), not as a failure of the reader."""
+    try:
+        return groups.offset_key(topic, group)
+    except ValueError as e:
+        raise HeaderError(str(e)) from None
 
 
 class AdminProcessor:

@@ -9,16 +9,14 @@ import json
 import logging
 import time
 
-from readers.members import Members
+from readers.members import Members, parse_heartbeat
 from remoting import headers
 from remoting.codec import RPC_ONEWAY, Command
 from remoting.codes import RequestCode as R, ResponseCode as RC
-from store.configfile import loads_tolerant
 from writer.groups import subscription_group
 from writer.topics import topic_config
 
 log = logging.getLogger("rocketbox.reader")
-GROUP_MAX_BYTES = 127
 _opaques = itertools.count(1)
 
 
@@ -35,29 +33,21 @@ class ClientProcessor:
     # ------------------------------------------------------------ handlers
     def heartbeat(self, cmd, conn):
         try:
-            data = loads_tolerant(cmd.body.decode("utf-8"))
-            client_id = data["clientID"]
-            consumers = list(data.get("consumerDataSet") or [])
-        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            client_id, consumers = parse_heartbeat(cmd.body)
+        except ValueError as e:
             return cmd.response(RC.SYSTEM_ERROR, f"heartbeat body does not parse: {e}")
-        for c in consumers:
-            group = c.get("groupName") or ""
-            if not group or len(group.encode()) > GROUP_MAX_BYTES:
-                return cmd.response(RC.SYSTEM_ERROR, f"consumer group name '{group[:200]}' is empty or longer "
-                                                     f"than {GROUP_MAX_BYTES} bytes")
         return self._heartbeat(cmd, conn, client_id, consumers)
 
     async def _heartbeat(self, cmd, conn, client_id, consumers):
         now = int(time.time() * 1000)
-        for c in consumers:
-            group = c["groupName"]
+        for group, subs in consumers:
             if group not in self.groups_sent and self.cfg.autoCreateSubscriptionGroup:
                 self.link.push_group(subscription_group(group))
                 self.groups_sent.add(group)
             retry = "%RETRY%" + group
             if self.link.topics.lookup(retry) is None:
                 await self.link.create_topic(topic_config(retry, 1, 1))
-            if self.members.heartbeat(conn, client_id, c, now):
+            if self.members.heartbeat(conn, client_id, group, subs, now):
                 log.info("consumer %s joined group %s from %s", client_id, group, conn.peer)
                 self.notify_changes()
         return cmd.response()

@@ -18,19 +18,61 @@ import numpy as np
 import psutil
 
 from shm.layout import CLIENT, CLIENT_ROWS, S
+from store.configfile import loads_tolerant
 
 CHANNEL_EXPIRE_MS = 120_000       # a client silent this long is gone (ClientHousekeepingService)
+GROUP_MAX_BYTES = 127
+
+
+def parse_heartbeat(body: bytes) -> tuple[str, list[tuple[str, list["Subscription"]]]]:
+    """A HEART_BEAT's HeartbeatData -> (client id, [(consumer group, its subscriptions)]), or
+    ValueError naming what does not fit.  Producers' data is not kept (nothing asks for it)."""
+    try:
+        data = loads_tolerant(body.decode("utf-8"))
+    except ValueError as e:                 # (UnicodeDecodeError and JSONDecodeError are ValueErrors)
+        raise ValueError(f"not JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    client_id = data.get("clientID")
+    if not isinstance(client_id, str) or not client_id:
+        raise ValueError("no clientID")
+    consumers = _list(data, "consumerDataSet", "the heartbeat")
+    out = []
+    for c in consumers:
+        if not isinstance(c, dict):
+            raise ValueError(f"consumerDataSet entry {str(c)[:80]} is not an object")
+        group = c.get("groupName")
+        if not isinstance(group, str) or not group or len(group.encode()) > GROUP_MAX_BYTES:
+            raise ValueError(f"consumer group name '{str(group)[:200]}' is empty or longer than "
+                             f"{GROUP_MAX_BYTES} bytes")
+        out.append((group, [Subscription(sd) for sd in _list(c, "subscriptionDataSet", f"group {group}")]))
+    return client_id, out
+
+
+def _list(d: dict, key: str, where: str) -> list:
+    got = d.get(key) or []
+    if not isinstance(got, list):
+        raise ValueError(f"{key} of {where} is not a list")
+    return got
 
 
 class Subscription:
-    __slots__ = ("topic", "expression", "codes", "tags", "sub_version")
+    """One SubscriptionData of a heartbeat (C++ clients send subVersion as a string)."""
+    __slots__ = ("topic", "expression", "codes", "sub_version")
 
     def __init__(self, d: dict):
-        self.topic = d.get("topic", "")
-        self.expression = d.get("subString") or "*"
-        self.tags = set(d.get("tagsSet") or [])
-        self.codes = [int(c) for c in (d.get("codeSet") or [])]
-        self.sub_version = int(d.get("subVersion") or 0)
+        if not isinstance(d, dict):
+            raise ValueError(f"subscriptionDataSet entry {str(d)[:80]} is not an object")
+        self.topic, self.expression = d.get("topic"), d.get("subString") or "*"
+        if not isinstance(self.topic, str) or not isinstance(self.expression, str):
+            raise ValueError(f"subscription {str(d)[:120]} has no topic or a subString that is not text")
+        try:
+            self.codes = [int(c) for c in _list(d, "codeSet", f"topic {self.topic}")]
+            if any(not -2**31 <= c < 2**31 for c in self.codes):
+                raise ValueError(f"codeSet {self.codes[:8]} holds a value past 32 bits")
+            self.sub_version = int(d.get("subVersion") or 0)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"subscription to {self.topic}: {e}") from None
 
     @property
     def tag_codes(self) -> list[int] | None:
@@ -49,7 +91,6 @@ class Members:
         self.row_of: dict[tuple[str, str], int] = {}         # (group, client id) -> row
         self.conns: dict[str, dict[str, object]] = {}        # group -> client id -> connection
         self.subs: dict[tuple[str, str], Subscription] = {}  # (group, topic) -> subscription
-        self.models: dict[str, str] = {}                      # group -> CLUSTERING / BROADCASTING
         self.known: dict[str, frozenset] = {}                # group -> members last notified about
         self.seen_versions = self.version.copy()
 
@@ -57,12 +98,11 @@ class Members:
         self.version[self.slot] += 1
 
     # ------------------------------------------------------------ local changes
-    def heartbeat(self, conn, client_id: str, consumer: dict, now_ms: int) -> bool:
-        """Register one ConsumerData of a HEART_BEAT; True when the group's membership changed."""
-        group = consumer["groupName"]
-        self.models[group] = consumer.get("messageModel", "CLUSTERING")
-        for sd in consumer.get("subscriptionDataSet") or []:
-            self.subs[(group, sd.get("topic", ""))] = Subscription(sd)
+    def heartbeat(self, conn, client_id: str, group: str, subs: list[Subscription], now_ms: int) -> bool:
+        """Register one consumer group of a HEART_BEAT (``parse_heartbeat``); True when the
+        group's membership changed."""
+        for sub in subs:
+            self.subs[(group, sub.topic)] = sub
         key = (group, client_id)
         row = self.row_of.get(key)
         changed = row is None or self.conns.get(group, {}).get(client_id) is not conn

@@ -17,12 +17,12 @@ import functools
 
 from net.server import DEFERRED
 from readers import storeview as SV
+from readers.admin import offset_key
 from remoting import codec, headers
 from remoting.codes import RequestCode as R, ResponseCode as RC
 from remoting.subscription import parse_expression
 from shm.layout import T
 from store.javahash import string_hash
-from writer.groups import offset_key
 from writer.topics import PERM_READ
 
 COMMIT_OFFSET, SUSPEND, SUBSCRIPTION = 0x1, 0x2, 0x4

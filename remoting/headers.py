@@ -20,7 +20,8 @@ _DECIMAL = re.compile(r"[+-]?\d+")
 
 
 class HeaderError(Exception):
-    """A well-formed request whose header fields are missing or of the wrong type."""
+    """A well-formed request whose header fields are missing, of the wrong type, or more than
+    the broker holds (a topic@group key past the offset table's width)."""
 
 
 class Field(NamedTuple):

@@ -46,13 +46,16 @@ def pull_n(w: Wire, topic: str, n: int, **kw) -> list[bytes]:
         time.sleep(0.05)
 
 
-def heartbeat(w: Wire, client: str, group: str, topic: str = "T", model: str = "CLUSTERING"):
-    data = {"clientID": client, "producerDataSet": [], "consumerDataSet": [{
+def heartbeat_body(client: str, group: str, topic: str = "T", model: str = "CLUSTERING") -> bytes:
+    return json.dumps({"clientID": client, "producerDataSet": [], "consumerDataSet": [{
         "groupName": group, "messageModel": model, "consumeType": "CONSUME_PASSIVELY",
         "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET", "unitMode": False,
         "subscriptionDataSet": [{"topic": topic, "subString": "*", "tagsSet": [], "codeSet": [], "subVersion": 1,
-                                 "classFilterMode": False, "expressionType": "TAG"}]}]}
-    return w.call(R.HEART_BEAT, {}, json.dumps(data).encode())
+                                 "classFilterMode": False, "expressionType": "TAG"}]}]}).encode()
+
+
+def heartbeat(w: Wire, client: str, group: str, topic: str = "T", model: str = "CLUSTERING"):
+    return w.call(R.HEART_BEAT, {}, heartbeat_body(client, group, topic, model))
 
 
 def test_sends_in_every_dialect_and_pulls_back(appliance_factory):
@@ -177,6 +180,31 @@ def test_offsets_and_members_are_shared_by_the_readers(appliance_factory):
     w.close()
     with open(f"{app.cfg.config_dir}/consumerOffset.json") as f:
         assert json.load(f)["offsetTable"]["T@g1"]["3"] == 43
+
+
+def test_refused_consumer_requests_say_what_is_wrong_and_register_nothing(appliance_factory):
+    app = appliance_factory().start()
+    w = Wire("127.0.0.1", app.cfg.listenPort)
+    good = json.loads(heartbeat_body("c1", "g1"))
+    bad = {**good, "consumerDataSet": [{**good["consumerDataSet"][0], "subscriptionDataSet": [
+        {"topic": "T", "subString": "*", "subVersion": "x"}]}]}
+    r = w.call(R.HEART_BEAT, {}, json.dumps(bad).encode())
+    assert r.code == RC.SYSTEM_ERROR
+    assert r.remark.startswith("heartbeat body does not parse: subscription to T: invalid literal"), r.remark
+    for body in (b"[1]", b'{"clientID": "c1", "consumerDataSet": [7]}'):
+        assert "heartbeat body does not parse: " in w.call(R.HEART_BEAT, {}, body).remark
+    r = w.call(R.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "g1"})
+    assert r.code == RC.SYSTEM_ERROR and "no consumer for this group" in r.remark      # nothing registered
+    long_group = {"consumerGroup": "g" * 300, "topic": "T", "queueId": "0"}
+    for r, size in ((w.call(R.UPDATE_CONSUMER_OFFSET, {**long_group, "commitOffset": "1"}), 302),
+                    (w.call(R.QUERY_CONSUMER_OFFSET, long_group), 302),
+                    (pull(w, "TBW102", 0, flag=0x1, group="g" * 300), 307)):        # a pull that commits
+        assert r.code == RC.SYSTEM_ERROR
+        assert r.remark == f"topic@group is {size} bytes; the offset table holds at most 255", r.remark
+    assert heartbeat(w, "c1", "g1").code == RC.SUCCESS
+    assert json.loads(w.call(R.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "g1"}).body)["consumerIdList"] == ["c1"]
+    w.close()
+    assert "Traceback" not in app.log_text()          # refusals, not failures of the reader
 
 
 def test_malformed_frame_closes_only_that_connection(appliance_factory):

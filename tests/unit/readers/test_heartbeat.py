@@ -1,0 +1,73 @@
+"""HEART_BEAT bodies (readers/members.py ``parse_heartbeat``): every real client's capture reads
+as it means (the C++ client's ordinal enums and string subVersion too), and a body that does not
+fit HeartbeatData is refused with what is wrong, before any of it is registered."""
+import glob
+import os
+
+import pytest
+
+from readers.members import parse_heartbeat
+from remoting import codec
+from store.javahash import string_hash
+
+CAPTURES = os.path.join(os.path.dirname(__file__), "../../captures")
+
+
+def _body(name: str) -> bytes:
+    with open(glob.glob(os.path.join(CAPTURES, name))[0], "rb") as f:
+        return codec.Decoder().feed(f.read())[0].body
+
+
+def test_the_captured_heartbeats_of_every_client():
+    client, groups = parse_heartbeat(_body("cpp-rocketmq044__34_HEART_BEAT_pushconsumer.bin"))
+    assert client == "25272-127.0.0.1@DEFAULT" and [g for g, _ in groups] == ["CID_TEST"]
+    assert [(s.topic, s.expression, s.sub_version, s.tag_codes) for s in groups[0][1]] == [
+        ("%RETRY%CID_TEST", "*", 1795281094964, None), ("TopicTest", "*", 1795281094964, None)]
+    for name, group, version in (("java-4.9.8__34_HEART_BEAT_pushconsumer.bin", "CID_JAVA", 1795281414021),
+                                 ("node-alions__34_HEART_BEAT_pushconsumer.bin", "CID_NODE", 1795281196768)):
+        client, groups = parse_heartbeat(_body(name))
+        assert client and [g for g, _ in groups] == [group]
+        topic_test = {s.topic: s for s in groups[0][1]}["TopicTest"]
+        assert (topic_test.expression, topic_test.sub_version, topic_test.tag_codes) == ("*", version, None)
+
+
+def test_tag_codes_of_a_filtered_subscription():
+    _, groups = parse_heartbeat(b'{"clientID":"c","consumerDataSet":[{"groupName":"g","subscriptionDataSet":'
+                                b'[{"topic":"T","subString":"TagA || TagB","codeSet":[%d,"%d"],"subVersion":"7"}]}]}'
+                                % (string_hash("TagA"), string_hash("TagB")))
+    sub = groups[0][1][0]
+    assert sub.tag_codes == [string_hash("TagA"), string_hash("TagB")] and sub.sub_version == 7
+
+
+@pytest.mark.parametrize("body, says", [
+    (b"\xff\xfe", "not JSON"),
+    (b"{nope", "not JSON"),
+    (b"[]", "not a JSON object"),
+    (b"null", "not a JSON object"),
+    (b"{}", "no clientID"),
+    (b'{"clientID": 5}', "no clientID"),
+    (b'{"clientID": "c", "consumerDataSet": 3}', "consumerDataSet of the heartbeat is not a list"),
+    (b'{"clientID": "c", "consumerDataSet": [1]}', "consumerDataSet entry 1 is not an object"),
+    (b'{"clientID": "c", "consumerDataSet": [{"groupName": 7}]}', "consumer group name '7' is empty"),
+    (b'{"clientID": "c", "consumerDataSet": [{"groupName": "%s"}]}' % (b"g" * 128), "longer than 127 bytes"),
+    (b'{"clientID": "c", "consumerDataSet": [{"groupName": "g", "subscriptionDataSet": {"a": 1}}]}',
+     "subscriptionDataSet of group g is not a list"),
+    (b'{"clientID": "c", "consumerDataSet": [{"groupName": "g", "subscriptionDataSet": ["T"]}]}',
+     "subscriptionDataSet entry T is not an object"),
+    (b'{"clientID": "c", "consumerDataSet": [{"groupName": "g", "subscriptionDataSet": [{"subString": "*"}]}]}',
+     "has no topic"),
+    (b'{"clientID": "c", "consumerDataSet": [{"groupName": "g", "subscriptionDataSet": [{"topic": "T", '
+     b'"subString": 7}]}]}', "subString that is not text"),
+    (b'{"clientID": "c", "consumerDataSet": [{"groupName": "g", "subscriptionDataSet": [{"topic": "T", '
+     b'"subVersion": "x"}]}]}', "subscription to T: invalid literal"),
+    (b'{"clientID": "c", "consumerDataSet": [{"groupName": "g", "subscriptionDataSet": [{"topic": "T", '
+     b'"codeSet": ["a"]}]}]}', "subscription to T: invalid literal"),
+    (b'{"clientID": "c", "consumerDataSet": [{"groupName": "g", "subscriptionDataSet": [{"topic": "T", '
+     b'"codeSet": [4294967296]}]}]}', "past 32 bits"),
+    (b'{"clientID": "c", "consumerDataSet": [{"groupName": "g", "subscriptionDataSet": [{"topic": "T", '
+     b'"codeSet": 5}]}]}', "codeSet of topic T is not a list"),
+])
+def test_a_body_that_does_not_fit_is_refused_with_what_is_wrong(body, says):
+    with pytest.raises(ValueError) as e:
+        parse_heartbeat(body)
+    assert says in str(e.value), str(e.value)
