@@ -40,10 +40,8 @@ class RouteTable:
         if broker_id == 0:
             for topic in [t for t, q in self.topics.items() if name in q and t not in topic_configs]:
                 self._drop_queue(topic, name)
-            for topic, tc in topic_configs.items():
-                self.topics.setdefault(topic, {})[name] = {
-                    "brokerName": name, "perm": int(tc.get("perm", 6)), "readQueueNums": int(tc.get("readQueueNums", 0)),
-                    "topicSysFlag": int(tc.get("topicSysFlag", 0)), "writeQueueNums": int(tc.get("writeQueueNums", 0))}
+            for topic, fields in topic_configs.items():
+                self.topics.setdefault(topic, {})[name] = {"brokerName": name, **fields}
             return None, None
         master = addrs.get(0)
         return master, (self.live[master][1] if master in self.live else None)

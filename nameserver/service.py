@@ -37,13 +37,22 @@ def _body(obj, standard: bool = True) -> bytes:
     return (text if standard else _QUOTED_INT_KEY.sub(r"\1:", text)).encode()
 
 
-def parse_register_body(body: bytes, compressed: bool) -> dict:
-    """RegisterBrokerBody -> {topic: TopicConfig dict} (FACTS §3.6)."""
+_ROUTE_FIELDS = (("perm", 6), ("readQueueNums", 0), ("writeQueueNums", 0), ("topicSysFlag", 0))
+
+
+def parse_register_body(body: bytes, compressed: bool) -> dict[str, dict[str, int]]:
+    """RegisterBrokerBody -> {topic: the TopicConfig fields a route holds, as ints} (FACTS §3.6),
+    or ValueError (zlib.error, struct.error) naming what does not fit: checked whole, so a
+    broker is registered with all of it or not at all."""
     if not body:
         return {}
     if not compressed:
-        wrapper = loads_tolerant(body.decode("utf-8")).get("topicConfigSerializeWrapper") or {}
-        return dict(wrapper.get("topicConfigTable") or {})
+        data = loads_tolerant(body.decode("utf-8"))
+        wrapper = data.get("topicConfigSerializeWrapper") if isinstance(data, dict) else None
+        table = wrapper.get("topicConfigTable") if isinstance(wrapper, dict) else None
+        if not isinstance(table, dict | None):
+            raise ValueError("topicConfigTable is not an object")
+        return _route_fields(table or {})
     raw, at = zlib.decompress(body), 0
 
     def chunk():
@@ -57,9 +66,20 @@ def parse_register_body(body: bytes, compressed: bool) -> dict:
     at += 4
     out = {}
     for _ in range(count):
-        name, read, write, perm, ftype = chunk().split(" ")
-        out[name] = {"topicName": name, "readQueueNums": int(read), "writeQueueNums": int(write),
-                     "perm": int(perm), "topicFilterType": ftype}
+        name, read, write, perm, _filter_type = chunk().split(" ")
+        out[name] = {"readQueueNums": read, "writeQueueNums": write, "perm": perm}
+    return _route_fields(out)
+
+
+def _route_fields(table: dict) -> dict[str, dict[str, int]]:
+    out = {}
+    for name, tc in table.items():
+        if not isinstance(tc, dict):
+            raise ValueError(f"the config of topic {name[:100]} is not an object")
+        try:
+            out[name] = {k: int(tc.get(k, default)) for k, default in _ROUTE_FIELDS}
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"the config of topic {name[:100]}: {e}") from None
     return out
 
 
@@ -83,7 +103,7 @@ class NameServer:
             return cmd.response(RC.SYSTEM_ERROR, "crc32 not match")
         try:
             topics = parse_register_body(cmd.body, bool(h["compressed"]))
-        except (ValueError, zlib.error, struct.error, AttributeError) as e:
+        except (ValueError, zlib.error, struct.error) as e:
             return cmd.response(RC.SYSTEM_ERROR, f"register body does not parse: {e}")
         master, master_ha = self.routes.register(h["clusterName"], h["brokerName"], h["brokerAddr"], h["brokerId"],
                                                  h["haServerAddr"], topics, time.monotonic())

@@ -3,25 +3,29 @@ import json
 import struct
 import zlib
 
+import pytest
+
 from nameserver.routes import BROKER_EXPIRE_S, RouteTable
 from nameserver.service import parse_register_body
 
-TC = {"TopicTest": {"topicName": "TopicTest", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6},
-      "Orders": {"topicName": "Orders", "readQueueNums": 8, "writeQueueNums": 8, "perm": 6}}
+TC = {"TopicTest": {"topicName": "TopicTest", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6, "order": False},
+      "Orders": {"topicName": "Orders", "readQueueNums": 8, "writeQueueNums": "8", "perm": 6, "topicSysFlag": 0}}
+ROUTES = {"TopicTest": {"perm": 6, "readQueueNums": 4, "writeQueueNums": 4, "topicSysFlag": 0},   # TC as routes hold it
+          "Orders": {"perm": 6, "readQueueNums": 8, "writeQueueNums": 8, "topicSysFlag": 0}}
 
 
 def test_register_route_slave_and_unregister():
     t = RouteTable()
-    assert t.register("C", "b1", "10.0.0.1:10911", 0, "10.0.0.1:10912", TC, 0.0) == (None, None)
+    assert t.register("C", "b1", "10.0.0.1:10911", 0, "10.0.0.1:10912", ROUTES, 0.0) == (None, None)
     assert t.register("C", "b1", "10.0.0.2:10911", 1, "10.0.0.2:10912", {}, 0.0) == ("10.0.0.1:10911", "10.0.0.1:10912")
-    t.register("C", "b2", "10.0.0.3:10911", 0, "x", {"Orders": TC["Orders"]}, 0.0)
+    t.register("C", "b2", "10.0.0.3:10911", 0, "x", {"Orders": ROUTES["Orders"]}, 0.0)
     r = t.route("Orders")
     assert [b["brokerName"] for b in r["brokerDatas"]] == ["b1", "b2"]
     assert r["brokerDatas"][0]["brokerAddrs"] == {0: "10.0.0.1:10911", 1: "10.0.0.2:10911"}
     assert r["queueDatas"][0] == {"brokerName": "b1", "perm": 6, "readQueueNums": 8, "topicSysFlag": 0, "writeQueueNums": 8}
     assert t.route("Nope") is None
     assert t.cluster_info()["clusterAddrTable"] == {"C": ["b1", "b2"]}
-    t.register("C", "b1", "10.0.0.1:10911", 0, "h", {"Orders": TC["Orders"]}, 1.0)     # TopicTest dropped
+    t.register("C", "b1", "10.0.0.1:10911", 0, "h", {"Orders": ROUTES["Orders"]}, 1.0)     # TopicTest dropped
     assert t.route("TopicTest") is None
     t.unregister("b2", "10.0.0.3:10911", 0)
     assert [b["brokerName"] for b in t.route("Orders")["brokerDatas"]] == ["b1"]
@@ -30,8 +34,8 @@ def test_register_route_slave_and_unregister():
 
 def test_silent_brokers_expire():
     t = RouteTable()
-    t.register("C", "b1", "a1", 0, "h", TC, 0.0)
-    t.register("C", "b2", "a2", 0, "h", TC, 100.0)
+    t.register("C", "b1", "a1", 0, "h", ROUTES, 0.0)
+    t.register("C", "b2", "a2", 0, "h", ROUTES, 100.0)
     assert t.expire(BROKER_EXPIRE_S + 50.0) == ["a1"]
     assert [b["brokerName"] for b in t.route("TopicTest")["brokerDatas"]] == ["b2"]
     assert t.expire(BROKER_EXPIRE_S + 101.0) == ["a2"]
@@ -41,12 +45,28 @@ def test_silent_brokers_expire():
 def test_register_body_plain_and_compressed():
     plain = json.dumps({"filterServerList": [], "topicConfigSerializeWrapper": {
         "dataVersion": {"counter": 1, "timestamp": 5}, "topicConfigTable": TC}}).encode()
-    assert parse_register_body(plain, False) == TC
+    assert parse_register_body(plain, False) == ROUTES
 
     def chunk(s):
         b = s.encode()
         return struct.pack(">i", len(b)) + b
     raw = chunk('{"counter":1,"timestamp":5}') + struct.pack(">i", 2) + chunk("TopicTest 4 4 6 SINGLE_TAG") \
         + chunk("Orders 8 8 6 SINGLE_TAG") + chunk("[]")
-    got = parse_register_body(zlib.compress(raw, 9), True)
-    assert {k: (v["readQueueNums"], v["writeQueueNums"], v["perm"]) for k, v in got.items()} == {"TopicTest": (4, 4, 6), "Orders": (8, 8, 6)}
+    assert parse_register_body(zlib.compress(raw, 9), True) == ROUTES
+
+
+@pytest.mark.parametrize("body, says", [
+    (b"[1]", None),                                         # no wrapper: no topics
+    (b'{"topicConfigSerializeWrapper": 3}', None),
+    (b'{"topicConfigSerializeWrapper": {"topicConfigTable": 5}}', "topicConfigTable is not an object"),
+    (b'{"topicConfigSerializeWrapper": {"topicConfigTable": {"T": 5}}}', "the config of topic T is not an object"),
+    (b'{"topicConfigSerializeWrapper": {"topicConfigTable": {"T": {"perm": "x"}}}}', "the config of topic T: invalid"),
+    (b'{"topicConfigSerializeWrapper": {"topicConfigTable": {"T": {"readQueueNums": null}}}}', "the config of topic T: "),
+])
+def test_a_register_body_is_taken_whole_or_refused_with_what_is_wrong(body, says):
+    if says is None:
+        assert parse_register_body(body, False) == {}
+        return
+    with pytest.raises(ValueError) as e:
+        parse_register_body(body, False)
+    assert says in str(e.value), str(e.value)
