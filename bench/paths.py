@@ -15,10 +15,13 @@ callgrind (two round counts; the difference is the steady state) and prints inst
 message for each of the three threads: the same figure on every run, so a change of a few percent
 shows, which this VM's ±20% timing noise hides.
 
-``--pull``: the store is first filled with batches of 32 to each of the 8 queues through the same
-send path, then each round one read brings a PULL_MESSAGE of 32 for every queue (``bench.e2e``'s
-consumer's requests) to a reader connection; the reader's CPU (or instructions) per message pulled,
-from frame in to responses out.  The last round's responses are read back in full and checked.
+``--pull``: the store is first filled through the same send path with single sends to each of the
+8 queues in turn (a queue's records are never adjacent in the CommitLog: each pulled record is a
+piece of its own, as when many producers share a broker) or, with ``--batch 32``, with batches of
+32 to each queue (a pull's records are one run); then each round one read brings a PULL_MESSAGE
+of 32 for every queue (``bench.e2e``'s consumer's requests) to a reader connection; the reader's
+CPU (or instructions) per message pulled, from frame in to responses out.  The last round's
+responses are read back in full and checked.
 
     .venv/bin/python -m bench.paths [--batch 1|32] [--json] [--per-read N] [--rounds 400] [--pull] [--instructions]
 """
@@ -113,7 +116,7 @@ def measure(batch: int, use_json: bool, rounds: int, base: str | None, per_read:
                 link = WriterLink(cfg, sh)
                 try:
                     if pull:
-                        return await _pulls(cfg, sh, link, writer, dispatcher, use_json, rounds,
+                        return await _pulls(cfg, sh, link, writer, dispatcher, batch, use_json, rounds,
                                             fill or WARMUP_ROUNDS + rounds)
                     return await _sends(cfg, link, writer, dispatcher, _frames(batch, use_json, per_read), rounds,
                                         per_read * batch)
@@ -156,16 +159,17 @@ async def _sends(cfg, link, writer, dispatcher, blob: bytes, rounds: int, msgs: 
     return {**med, "writer_dispatcher_us": med["writer_us"] + med["dispatcher_us"], "msgs_per_round": msgs}
 
 
-async def _pulls(cfg, sh, link, writer, dispatcher, use_json: bool, rounds: int, fill: int) -> dict:
-    """The consume path: ``fill`` rounds of a batch of 32 to each of the 8 queues, then per round
-    one PULL_MESSAGE of 32 per queue in one read, as ``bench.e2e``'s consumer sends them; the
-    reader's CPU per message pulled (frame in to response out)."""
+async def _pulls(cfg, sh, link, writer, dispatcher, batch: int, use_json: bool, rounds: int, fill: int) -> dict:
+    """The consume path: ``fill`` rounds of 32 messages to each of the 8 queues (a batch of 32
+    to each, or 32 times a single send to each in turn, so that no two records of a queue are
+    adjacent), then per round one PULL_MESSAGE of 32 per queue in one read, as ``bench.e2e``'s
+    consumer sends them; the reader's CPU per message pulled (frame in to response out)."""
     if fill < WARMUP_ROUNDS + rounds:
         raise ValueError(f"--fill {fill} leaves too few messages for {rounds} rounds")
     sends, _ = _connection(SendProcessor(_Broker(cfg, link)).handlers())
-    batches = _frames(32, use_json, QUEUES)          # a batch of 32 to each queue
-    for _ in range(fill):
-        sends.data_received(batches)
+    to_each = _frames(batch, use_json, QUEUES)       # one request to each queue
+    for _ in range(fill * 32 // batch):
+        sends.data_received(to_each)
         await _turns(2)
         writer.step()
         while sh.control[C.DISPATCHED] < sh.control[C.WRITTEN]:
@@ -284,13 +288,14 @@ def main() -> None:
     ap.add_argument("--dir", default=None, help="where the store goes (default: system temp dir)")
     ap.add_argument("--pull", action="store_true",
                     help="the consume path instead: a PULL_MESSAGE of 32 to each of the 8 queues per read")
-    ap.add_argument("--fill", type=int, default=None, help=argparse.SUPPRESS)   # --pull: batches stored first
+    ap.add_argument("--fill", type=int, default=None, help=argparse.SUPPRESS)   # --pull: rounds stored first
     args = ap.parse_args()
     if args.per_read is None:
         args.per_read = 16 if args.batch == 1 else 4
     headers = "JSON" if args.json else "ROCKETMQ"
     if args.pull:
-        what, shape = "pull path", f"{QUEUES} pulls of 32 per read headers={headers} body=1024B"
+        stored = "single sends to each queue in turn" if args.batch == 1 else "batches of 32"
+        what, shape = "pull path", f"{QUEUES} pulls of 32 per read headers={headers} body=1024B stored as {stored}"
     else:
         what, shape = "send path", f"batch={args.batch} headers={headers} body=1024B per_read={args.per_read}"
     if args.instructions:

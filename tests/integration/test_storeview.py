@@ -75,3 +75,33 @@ def test_pull_filter_and_long_poll(appliance_factory):
         view.close()
         client.close()
         sh.close()
+
+
+def test_interleaved_queues_across_commitlog_files(appliance_factory):
+    """Two queues' records interleaved over three 80 KiB CommitLog files: a pull gets one piece
+    per record, in order, whole across the file ends, and the byte cap counts those pieces."""
+    app = appliance_factory(mappedFileSizeCommitLog=str(80 * 1024), maxMessageSize=str(8 * 1024)).start()
+    sh = app.shared()
+    client = RingClient(app.cfg, sh).open()
+    view = StoreView(app.cfg, sh, client.slot).open()
+    try:
+        bodies = [bytes([i]) * 3000 for i in range(60)]                     # ~3.1 KiB records: ~25 a file
+        for i in range(0, 60, 10):
+            assert all(r.ok for r in client.put([PutRequest("TBW102", 1 + j % 2, [bodies[j]], [{}])
+                                                  for j in range(i, i + 10)]))
+        deadline = time.monotonic() + 5
+        while view.offsets("TBW102", 2) != (0, 30):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert int(sh.control[C.WRITTEN]) > 2 * 80 * 1024                  # into the third file
+        got = view.pull("TBW102", 1, 0, 32)
+        assert got.count == 30 and len(got.parts) == 30 and got.next_offset == 30
+        assert [r.body for r in got.records()] == bodies[0::2]
+        assert [r.queue_offset for r in got.records()] == list(range(30))
+        size = got.records()[0].total_size
+        got = view.pull("TBW102", 2, 3, 32, max_bytes=4 * size)             # the cap over separate pieces
+        assert [r.body for r in got.records()] == bodies[7:15:2] and got.next_offset == 7
+    finally:
+        view.close()
+        client.close()
+        sh.close()
