@@ -130,11 +130,11 @@ class WriterLink:
             last, end_rec, nbytes, size = first, rec, 0, 0
             while last < len(rows):                      # a lone request always fits (RingClient._fits)
                 count = rows[last][4]
-                data = sum(sizes[end_rec:end_rec + count])
-                more = P.REQUEST.itemsize + data + 4 * count
+                held = sum(sizes[end_rec:end_rec + count])
+                more = P.REQUEST.itemsize + held + 4 * count
                 if last > first and (nbytes + more > self.slab_budget or end_rec + count - rec > self.slab_records):
                     break
-                last, end_rec, nbytes, size = last + 1, end_rec + count, nbytes + more, size + data
+                last, end_rec, nbytes, size = last + 1, end_rec + count, nbytes + more, size + held
             self._slab().add(rows[first:last], sizes[rec:end_rec], [view[at:at + size]], nbytes, waiter, first)
             if last < len(rows):
                 slab, self.slab = self.slab, None
