@@ -18,7 +18,7 @@ import numpy as np
 from shm.layout import C, S
 from shm.tables import QueueIndex
 from store import message
-from store.consumequeue import ENTRY, ConsumeQueue, file_size_for
+from store.consumequeue import ENTRY, ENTRY_SIZE, ConsumeQueue, file_size_for
 from store.mappedfile import MappedFileQueue
 
 FOUND, NO_NEW, NO_MATCHED, OFFSET_MOVED, NO_QUEUE = "FOUND", "NO_NEW_MSG", "NO_MATCHED_MSG", "OFFSET_MOVED", "NO_QUEUE"
@@ -88,7 +88,7 @@ class StoreView:
         """``entries`` of a count already capped at the published max."""
         cq = self._cq(topic, queue_id)
         e = cq.entries(queue_offset, count)
-        if len(e) < count and cq.files.file_for(queue_offset * 20) is None:
+        if len(e) < count and cq.files.file_for(queue_offset * ENTRY_SIZE) is None:
             cq.files.refresh()
             e = cq.entries(queue_offset, count)
         return e
