@@ -9,6 +9,7 @@ from readers.link import WriterLink
 from readers.send import SendProcessor
 from remoting import codec
 from remoting.codes import ResponseCode as RC
+from store import message
 from tests.unit.writer.rig import running_store, small_config
 from writer.topics import topic_config
 
@@ -60,3 +61,40 @@ def test_a_failing_append_answers_every_send_of_the_turn(tmp_path):
 
 def _boom(*_args):
     raise RuntimeError("boom")
+
+
+def test_a_stored_send_is_answered_with_the_bytes_of_its_response_in_either_serialization(tmp_path):
+    """The reply of a stored single send (ROCKETMQ headers: formatted straight to bytes) is exactly
+    ``codec.encode`` of RocketMQ's response, msgId naming the record's offset."""
+    cfg = small_config(tmp_path / "store", "reply")
+    (frame, _n, _r), = Rocketbox.send_frames(b"y" * 300, 1)[:1]
+    (req,) = codec.Decoder().feed(frame)
+    as_json = codec.Command(req.code, req.ext, req.body, opaque=req.opaque + 1, serialize_type=codec.JSON)
+    with running_store(cfg) as (sh, w, _d, _c):
+        w.topics.upsert(topic_config("BenchE2E", 8, 8))
+
+        async def main():
+            link = WriterLink(cfg, sh)
+            try:
+                conn = Connection(RemotingServer("t", SendProcessor(_Broker(cfg, link)).handlers()))
+                conn.head, out = None, _Kept()
+                conn.connection_made(out)
+                raw = []
+                out.write = lambda data: (raw.append(bytes(data)), _Kept.write(out, data))
+                conn.data_received(frame + codec.encode(as_json))
+                for _ in range(3):
+                    await asyncio.sleep(0)
+                assert w.step()
+                await asyncio.sleep(0.05)
+                assert [(r.code, r.opaque, r.serialize_type) for r in out.replies] == [
+                    (RC.SUCCESS, req.opaque, codec.ROCKETMQ), (RC.SUCCESS, req.opaque + 1, codec.JSON)]
+                offsets = [message.parse_offset_msg_id(r.ext["msgId"])[2] for r in out.replies]
+                assert offsets[0] == 0 and offsets[1] > 0                 # the second record follows the first
+                assert [(r.ext["queueId"], r.ext["queueOffset"]) for r in out.replies] == [(req.ext["e"], "0"),
+                                                                                           (req.ext["e"], "1")]
+                for sent, got in zip((req, as_json), out.replies):
+                    assert codec.encode(sent.response(RC.SUCCESS, None, ext=dict(got.ext))) in b"".join(raw)
+            finally:
+                link.close()
+
+        asyncio.run(main())

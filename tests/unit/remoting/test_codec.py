@@ -85,6 +85,8 @@ def test_a_response_template_encodes_the_bytes_command_response_does(stype):
                                  (1, 'a "quoted" é\n', ("ü\t\\", "", "-1")), (0, "", ("x", "y", "z"))):
         want = codec.encode(req.response(code, remark, ext={**dict(zip(keys, values)), **region}))
         assert t.encode(req, code, remark, values) == want
+        if stype == codec.ROCKETMQ:
+            assert t.binary(req.opaque, code, remark, tuple(v.encode() for v in values)) == want
         (back,) = Decoder().feed(want)
         assert back.is_response and back.opaque == 991 and back.code == code
     pull_keys = ("suggestWhichBrokerId", "nextBeginOffset", "minOffset", "maxOffset")   # a pull's: no static part
@@ -95,6 +97,8 @@ def test_a_response_template_encodes_the_bytes_command_response_does(stype):
         for values in (("0", "42", "0", "42"), ("0", "1042", "7", "12345678901")):
             want = codec.encode(req.response(code, remark, ext=dict(zip(pull_keys, values)), body=b"".join(parts)))
             assert pull.encode(req, code, remark, values, parts) == want
+            if stype == codec.ROCKETMQ:
+                assert pull.binary(req.opaque, code, remark, tuple(v.encode() for v in values), parts) == want
 
 
 def test_a_response_template_remembers_a_bounded_number_of_binary_shapes():

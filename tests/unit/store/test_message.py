@@ -56,6 +56,8 @@ def test_a_batch_of_msg_ids_is_each_id_comma_joined(ip):
     ids = m.MsgIds(ip, 10911)
     for offsets in ([0], [5, 2**40 + 5], [2**63 - 1, -1, 17], list(range(0, 32 * 1100, 1100))):
         assert ids.join(offsets) == ",".join(m.offset_msg_id(ip, 10911, o) for o in offsets)
+        assert [ids.ascii_of(o) for o in offsets if o >= 0] == [m.offset_msg_id(ip, 10911, o).encode()
+                                                                 for o in offsets if o >= 0]
 
 
 def test_offset_msg_id_round_trip():
