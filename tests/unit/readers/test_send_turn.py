@@ -1,5 +1,6 @@
 """A loop turn's sends, taken together (readers/send.py): whatever goes wrong while they are
-appended, every send of the turn is answered, none left to time out."""
+appended, every send of the turn is answered, none left to time out; and what a stored send is
+answered with."""
 import asyncio
 
 from bench.e2e import Rocketbox
@@ -15,19 +16,23 @@ from writer.topics import topic_config
 
 
 class _Kept(_Transport):
+    """The connection's writes, kept whole and decoded."""
+
     def __init__(self):
         super().__init__()
         self.out = codec.Decoder()
-        self.replies = []
+        self.raw, self.replies = [], []
 
     def write(self, data) -> None:
         super().write(data)
+        self.raw.append(bytes(data))
         self.replies += self.out.feed(data)
 
 
-def test_a_failing_append_answers_every_send_of_the_turn(tmp_path):
+def _serve(tmp_path, check) -> None:
+    """``await check(writer, link, conn, out)``: a reader connection whose sends go to a real
+    writer (stepped by the check) of a store holding bench.e2e's topic."""
     cfg = small_config(tmp_path / "store", "turn")
-    frames = [f for f, _n, _r in Rocketbox.send_frames(b"x" * 100, 1)][:3]
     with running_store(cfg) as (sh, w, _d, _c):
         w.topics.upsert(topic_config("BenchE2E", 8, 8))
 
@@ -37,26 +42,38 @@ def test_a_failing_append_answers_every_send_of_the_turn(tmp_path):
                 conn = Connection(RemotingServer("t", SendProcessor(_Broker(cfg, link)).handlers()))
                 conn.head, out = None, _Kept()
                 conn.connection_made(out)
-                real, link.append = link.append, _boom
-                conn.data_received(b"".join(frames))
-                for _ in range(3):
-                    await asyncio.sleep(0)
-                assert [(r.code, r.opaque) for r in out.replies] == [(RC.SYSTEM_ERROR, f.opaque) for f in
-                                                                     codec.Decoder().feed(b"".join(frames))]
-                assert all(r.remark == "RuntimeError: boom" for r in out.replies), out.replies
-                assert link.ring.requests.entries() == [] and not link.busy    # nothing went to the writer
-                link.append, out.replies = real, []
-                conn.data_received(b"".join(frames))           # the next turn is served as usual
-                for _ in range(3):
-                    await asyncio.sleep(0)
-                assert w.step()
-                await asyncio.sleep(0.05)
-                assert [r.code for r in out.replies] == [RC.SUCCESS] * 3
-                assert sorted(int(r.ext["queueId"]) for r in out.replies) == [0, 1, 2]
+                await check(w, link, conn, out)
             finally:
                 link.close()
 
         asyncio.run(main())
+
+
+async def _turns(n: int = 3) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+def test_a_failing_append_answers_every_send_of_the_turn(tmp_path):
+    frames = [f for f, _n, _r in Rocketbox.send_frames(b"x" * 100, 1)][:3]
+
+    async def check(w, link, conn, out):
+        real, link.append = link.append, _boom
+        conn.data_received(b"".join(frames))
+        await _turns()
+        assert [(r.code, r.opaque) for r in out.replies] == [(RC.SYSTEM_ERROR, f.opaque) for f in
+                                                             codec.Decoder().feed(b"".join(frames))]
+        assert all(r.remark == "RuntimeError: boom" for r in out.replies), out.replies
+        assert link.ring.requests.entries() == [] and not link.busy    # nothing went to the writer
+        link.append, out.replies = real, []
+        conn.data_received(b"".join(frames))           # the next turn is served as usual
+        await _turns()
+        assert w.step()
+        await asyncio.sleep(0.05)
+        assert [r.code for r in out.replies] == [RC.SUCCESS] * 3
+        assert sorted(int(r.ext["queueId"]) for r in out.replies) == [0, 1, 2]
+
+    _serve(tmp_path, check)
 
 
 def _boom(*_args):
@@ -66,35 +83,22 @@ def _boom(*_args):
 def test_a_stored_send_is_answered_with_the_bytes_of_its_response_in_either_serialization(tmp_path):
     """The reply of a stored single send (ROCKETMQ headers: formatted straight to bytes) is exactly
     ``codec.encode`` of RocketMQ's response, msgId naming the record's offset."""
-    cfg = small_config(tmp_path / "store", "reply")
     (frame, _n, _r), = Rocketbox.send_frames(b"y" * 300, 1)[:1]
     (req,) = codec.Decoder().feed(frame)
     as_json = codec.Command(req.code, req.ext, req.body, opaque=req.opaque + 1, serialize_type=codec.JSON)
-    with running_store(cfg) as (sh, w, _d, _c):
-        w.topics.upsert(topic_config("BenchE2E", 8, 8))
 
-        async def main():
-            link = WriterLink(cfg, sh)
-            try:
-                conn = Connection(RemotingServer("t", SendProcessor(_Broker(cfg, link)).handlers()))
-                conn.head, out = None, _Kept()
-                conn.connection_made(out)
-                raw = []
-                out.write = lambda data: (raw.append(bytes(data)), _Kept.write(out, data))
-                conn.data_received(frame + codec.encode(as_json))
-                for _ in range(3):
-                    await asyncio.sleep(0)
-                assert w.step()
-                await asyncio.sleep(0.05)
-                assert [(r.code, r.opaque, r.serialize_type) for r in out.replies] == [
-                    (RC.SUCCESS, req.opaque, codec.ROCKETMQ), (RC.SUCCESS, req.opaque + 1, codec.JSON)]
-                offsets = [message.parse_offset_msg_id(r.ext["msgId"])[2] for r in out.replies]
-                assert offsets[0] == 0 and offsets[1] > 0                 # the second record follows the first
-                assert [(r.ext["queueId"], r.ext["queueOffset"]) for r in out.replies] == [(req.ext["e"], "0"),
-                                                                                           (req.ext["e"], "1")]
-                for sent, got in zip((req, as_json), out.replies):
-                    assert codec.encode(sent.response(RC.SUCCESS, None, ext=dict(got.ext))) in b"".join(raw)
-            finally:
-                link.close()
+    async def check(w, _link, conn, out):
+        conn.data_received(frame + codec.encode(as_json))
+        await _turns()
+        assert w.step()
+        await asyncio.sleep(0.05)
+        assert [(r.code, r.opaque, r.serialize_type) for r in out.replies] == [
+            (RC.SUCCESS, req.opaque, codec.ROCKETMQ), (RC.SUCCESS, req.opaque + 1, codec.JSON)]
+        offsets = [message.parse_offset_msg_id(r.ext["msgId"])[2] for r in out.replies]
+        assert offsets[0] == 0 and offsets[1] > 0                 # the second record follows the first
+        assert [(r.ext["queueId"], r.ext["queueOffset"]) for r in out.replies] == [(req.ext["e"], "0"),
+                                                                                   (req.ext["e"], "1")]
+        for sent, got in zip((req, as_json), out.replies):
+            assert codec.encode(sent.response(RC.SUCCESS, None, ext=dict(got.ext))) in b"".join(out.raw)
 
-        asyncio.run(main())
+    _serve(tmp_path, check)
