@@ -201,7 +201,7 @@ class RingClient:
             raise message.MessageRejected(P.MESSAGE_ILLEGAL, "request without messages")
         if len(bodies) > 1 and sum(len(b) for b in bodies) > max_body:
             raise message.MessageRejected(P.MESSAGE_ILLEGAL, f"batch body size exceeded maxMessageSize {max_body}")
-        t, out = self._template(topic, queue_id, sys_flag, born_host, reconsume_times, prepared_offset), \
+        t, out = self._template((topic, queue_id, sys_flag, born_host, reconsume_times, prepared_offset)), \
             message.Records([], [])
         for body, pbytes, flag in zip(bodies, properties, flags, strict=True):
             message.check_sizes(len(body), len(pbytes), max_body)
@@ -213,8 +213,8 @@ class RingClient:
         """``records`` of one message (a single send): the same bytes without the lists."""
         if len(body) > self.cfg.maxMessageSize or len(props) > message.PROPERTIES_MAX_LEN:
             message.check_sizes(len(body), len(props), self.cfg.maxMessageSize)
-        t = self.templates.get((topic, queue_id, sys_flag, born_host, reconsume_times, 0)) \
-            or self._template(topic, queue_id, sys_flag, born_host, reconsume_times, 0)
+        key = (topic, queue_id, sys_flag, born_host, reconsume_times, 0)
+        t = self.templates.get(key) or self._template(key)
         out = message.Records([], [])
         t.add(out, born_ts, body, props, flag)
         return out if out.sizes[0] + 4 + SLAB_SLACK <= self.requests.max_entry else self._fits(out)
@@ -224,12 +224,12 @@ class RingClient:
         """``records`` of a client's batch body (SEND_BATCH_MESSAGE), parsed and encoded in one pass."""
         return self._fits(message.encode_batch_records(
             batch, batch_props, self.cfg.maxMessageSize,
-            self._template(topic, queue_id, sys_flag, born_host, reconsume_times, 0), born_ts))
+            self._template((topic, queue_id, sys_flag, born_host, reconsume_times, 0)), born_ts))
 
-    def _template(self, topic: bytes, queue_id: int, sys_flag: int, born_host: tuple, reconsume_times: int,
-                  prepared_offset: int) -> message.RecordTemplate:
-        """The record template of these fields, kept: a producer sends to a few queues from one host."""
-        key = (topic, queue_id, sys_flag, born_host, reconsume_times, prepared_offset)
+    def _template(self, key: tuple) -> message.RecordTemplate:
+        """The record template of ``key`` = (topic, queue id, sysflag, born host, reconsume times,
+        prepared offset), kept: a producer sends to a few queues from one host."""
+        topic, queue_id, sys_flag, born_host, reconsume_times, prepared_offset = key
         t = self.templates.get(key)
         if t is None:
             if len(self.templates) >= 4096:
