@@ -143,9 +143,9 @@ class SendProcessor:
 
     def _reply(self, cmd, qid: int, qoff: int, phys, flushed: bool) -> bytes:
         """The frame of a stored send: ``phys`` is the record's offset, or a batch's list of them."""
-        if flushed and type(phys) is int and cmd.serialize_type == codec.ROCKETMQ:       # the usual case
-            return self.stored_reply.binary(cmd.opaque, RC.SUCCESS, None,
-                                            (self.msg_id.ascii_of(phys), b"%d" % qid, b"%d" % qoff))
+        if flushed and type(phys) is int:       # the usual case
+            return self.stored_reply.encode_ascii(cmd, RC.SUCCESS, (self.msg_id.ascii_of(phys), b"%d" % qid,
+                                                                    b"%d" % qoff))
         values = (self.msg_id(phys) if type(phys) is int else self.msg_id.join(phys), str(qid), str(qoff))
         if flushed:
             return self.stored_reply.encode(cmd, RC.SUCCESS, None, values)

@@ -393,6 +393,9 @@ class ResponseTemplate:
         self._json_static = ("," + tail if keys and tail else tail)
         self._json_end = (f'}},"flag":{RPC_RESPONSE},"language":"JAVA","opaque":')
         self._json_version = f',"serializeTypeCurrentRPC":"JSON","version":{SERVER_VERSION}'
+        self._json_ascii = ('{"code":%d,"extFields":{' + "".join(k.replace("%", "%%") + '"%s"' for k in self._json_keys)
+                            + (self._json_static + self._json_end).replace("%", "%%") + "%d"
+                            + self._json_version + "}").encode("utf-8")
         self._bin_keys = tuple(_key_prefix(k) for k in keys)
         self._bin_static = _ext_bytes(static)
         self._lang = _LANG_CODES["JAVA"]
@@ -420,7 +423,7 @@ class ResponseTemplate:
         """``body``: its pieces (bytes-likes: a pull's views of the CommitLog), joined straight
         into the frame."""
         if req.serialize_type == ROCKETMQ:
-            return self.binary(req.opaque, code, remark, tuple([v.encode("utf-8") for v in values]), body)
+            return self._binary(req.opaque, code, remark, tuple([v.encode("utf-8") for v in values]), body)
         body_len = sum(map(len, body)) if body else 0
         enc = json.encoder.encode_basestring
         ext = "".join([k + enc(v) for k, v in zip(self._json_keys, values)])
@@ -429,9 +432,17 @@ class ResponseTemplate:
                   f'{self._json_version}{remark}}}').encode("utf-8")
         return b"".join((_PREFIX.pack(4 + len(header) + body_len, (JSON << 24) | len(header)), header, *body))
 
-    def binary(self, opaque: int, code: int, remark: str | None, values: tuple[bytes, ...], body=()) -> bytes:
-        """``encode`` of a response to a ROCKETMQ-serialized request with ``opaque``, its values
-        already UTF-8 (a caller that formats them as bytes saves a decode and an encode)."""
+    def encode_ascii(self, req: Command, code: int, values: tuple[bytes, ...]) -> bytes:
+        """``encode`` of a response without a remark or body whose values are ASCII that JSON
+        need not escape (digits, hex: a stored send's), formatted as bytes straight into either
+        serialization's header: no ``str`` per value, no escaping."""
+        if req.serialize_type == ROCKETMQ:
+            return self._binary(req.opaque, code, None, values)
+        header = self._json_ascii % (code, *values, req.opaque)
+        return _PREFIX.pack(4 + len(header), (JSON << 24) | len(header)) + header
+
+    def _binary(self, opaque: int, code: int, remark: str | None, values: tuple[bytes, ...], body=()) -> bytes:
+        """A ROCKETMQ-serialized response to request ``opaque``, its values UTF-8."""
         shape = (remark, *map(len, values))
         hlen, rlen, rest = self._bin_shapes.get(shape) or self._bin_shape(shape)
         head = _BIN_FRAME_HEAD.pack(4 + hlen + (sum(map(len, body)) if body else 0), (ROCKETMQ << 24) | hlen, code,
