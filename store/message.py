@@ -200,11 +200,11 @@ class MsgIds:
 
     def __init__(self, store_ip: bytes, store_port: int):
         self.prefix = (store_ip + struct.pack(">i", store_port)).hex().upper()
-        self.ascii = self.prefix.encode() + b"%016X"
+        self.ascii_format = self.prefix.encode() + b"%016X"
 
     def ascii_of(self, phys_offset: int) -> bytes:
         """The msgId of a record at a (non-negative) offset, as ASCII bytes."""
-        return self.ascii % phys_offset
+        return self.ascii_format % phys_offset
 
     def __call__(self, phys_offset: int) -> str:
         return "%s%016X" % (self.prefix, phys_offset & 0xFFFFFFFFFFFFFFFF)

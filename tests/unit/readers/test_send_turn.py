@@ -81,8 +81,8 @@ def _boom(*_args):
 
 
 def test_a_stored_send_is_answered_with_the_bytes_of_its_response_in_either_serialization(tmp_path):
-    """The reply of a stored single send (ROCKETMQ headers: formatted straight to bytes) is exactly
-    ``codec.encode`` of RocketMQ's response, msgId naming the record's offset."""
+    """The reply of a stored single send, formatted straight to bytes in either serialization, is
+    exactly ``codec.encode`` of RocketMQ's response, msgId naming the record's offset."""
     (frame, _n, _r), = Rocketbox.send_frames(b"y" * 300, 1)[:1]
     (req,) = codec.Decoder().feed(frame)
     as_json = codec.Command(req.code, req.ext, req.body, opaque=req.opaque + 1, serialize_type=codec.JSON)
