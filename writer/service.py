@@ -216,7 +216,7 @@ class WriterService:
                 parsed.append((j, *P.parse_slab(payload)[:3]))
             except ValueError as e:
                 log.error("malformed slab dropped: %s", e)
-        if sum(len(r) for _, r, _, _ in parsed) <= FEW_REQUESTS:
+        if sum([len(r) for _, r, _, _ in parsed]) <= FEW_REQUESTS:
             for j, reply in self._put_few(parsed, ts):
                 replies[j] = reply
             return replies
@@ -269,6 +269,7 @@ class WriterService:
         stopping, n_topics = bool(self.ctl[C.STOPPING]), self.sh.topic_count()
         plan = []               # per slab: (j, request rows, records, [[status, tidx, qid, count, sys_flag, starts, sizes]])
         total, topics = 0, {}   # topics: index -> (live, queue count), read once per pass
+        appends = False         # any request to append
         out = []
         for j, requests, sizes, recs in slabs:
             recs = memoryview(recs)                  # struct and slicing on it skip numpy's overhead
@@ -298,11 +299,11 @@ class WriterService:
                 elif bad and any(at <= i < at + count for i in bad):
                     status = P.MESSAGE_ILLEGAL
                 else:
-                    status = P.SUCCESS
+                    status, appends = P.SUCCESS, True
                 rows.append([status, tidx, qid, count, sys_flag, rec_start[at:at + count], size_l[at:at + count]])
                 at += count
             plan.append((j, req_l, recs, rows))
-        if any(r[0] == P.SUCCESS for *_, rows in plan for r in rows) and not self._ensure_files(total):
+        if appends and not self._ensure_files(total):
             for *_, rows in plan:
                 for r in rows:
                     if r[0] == P.SUCCESS:
