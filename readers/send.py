@@ -143,14 +143,13 @@ class SendProcessor:
                 conn.write(self._reply(cmd, qid, qoff, phys[0] if len(phys) == 1 else phys, flushed))
 
     def _reply(self, cmd, qid: int, qoff: int, phys, flushed: bool) -> bytes:
-        """The frame of a stored send: ``phys`` is the record's offset, or a batch's list of them."""
-        if flushed and type(phys) is int:       # the usual case
-            return self.stored_reply.encode_ascii(cmd, _SUCCESS, (self.msg_id.ascii_of(phys), b"%d" % qid,
-                                                                  b"%d" % qoff))
-        values = (self.msg_id(phys) if type(phys) is int else self.msg_id.join(phys), str(qid), str(qoff))
+        """The frame of a stored send: ``phys`` is the record's offset, or a batch's list of them.
+        Its values (hex, commas, digits) are formatted straight to bytes unless a remark goes too."""
+        ids = self.msg_id.ascii_of(phys) if type(phys) is int else self.msg_id.join(phys).encode()
         if flushed:
-            return self.stored_reply.encode(cmd, RC.SUCCESS, None, values)
-        return self.stored_reply.encode(cmd, RC.FLUSH_DISK_TIMEOUT, "FLUSH_DISK_TIMEOUT", values)
+            return self.stored_reply.encode_ascii(cmd, _SUCCESS, (ids, b"%d" % qid, b"%d" % qoff))
+        return self.stored_reply.encode(cmd, RC.FLUSH_DISK_TIMEOUT, "FLUSH_DISK_TIMEOUT",
+                                        (ids.decode(), str(qid), str(qoff)))
 
     def _request(self, cmd, conn, h, tidx: int, meta: list[int]) -> tuple[tuple, message.Records, bool]:
         """-> (the P.REQUEST row, the stored records, whether the producer waits for the flush);

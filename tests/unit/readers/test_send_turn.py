@@ -102,3 +102,23 @@ def test_a_stored_send_is_answered_with_the_bytes_of_its_response_in_either_seri
             assert codec.encode(sent.response(RC.SUCCESS, None, ext=dict(got.ext))) in b"".join(out.raw)
 
     _serve(tmp_path, check)
+
+
+def test_a_stored_batch_is_answered_with_every_msg_id_in_either_serialization(tmp_path):
+    (frame, n, _r), = Rocketbox.send_frames(b"z" * 200, 4)[:1]
+    (req,) = codec.Decoder().feed(frame)
+    as_json = codec.Command(req.code, req.ext, req.body, opaque=req.opaque + 1, serialize_type=codec.JSON)
+
+    async def check(w, _link, conn, out):
+        conn.data_received(frame + codec.encode(as_json))
+        await _turns()
+        assert w.step()
+        await asyncio.sleep(0.05)
+        assert [(r.code, r.opaque) for r in out.replies] == [(RC.SUCCESS, req.opaque), (RC.SUCCESS, req.opaque + 1)]
+        offsets = [[message.parse_offset_msg_id(i)[2] for i in r.ext["msgId"].split(",")] for r in out.replies]
+        assert [len(o) for o in offsets] == [n, n] and offsets[0] == sorted(offsets[0]) < offsets[1]
+        assert [r.ext["queueOffset"] for r in out.replies] == ["0", str(n)]
+        for sent, got in zip((req, as_json), out.replies):
+            assert codec.encode(sent.response(RC.SUCCESS, None, ext=dict(got.ext))) in b"".join(out.raw)
+
+    _serve(tmp_path, check)
