@@ -80,10 +80,10 @@ def _boom(*_args):
     raise RuntimeError("boom")
 
 
-def test_a_stored_send_is_answered_with_the_bytes_of_its_response_in_either_serialization(tmp_path):
-    """The reply of a stored single send, formatted straight to bytes in either serialization, is
-    exactly ``codec.encode`` of RocketMQ's response, msgId naming the record's offset."""
-    (frame, _n, _r), = Rocketbox.send_frames(b"y" * 300, 1)[:1]
+def _answered_in_both_dialects(tmp_path, frame: bytes, check_replies) -> None:
+    """Send ``frame`` (a ROCKETMQ header) and the same request with a JSON header, store both,
+    and ``check_replies(request, replies)``; then each reply must be exactly ``codec.encode`` of
+    RocketMQ's response, in its request's serialization."""
     (req,) = codec.Decoder().feed(frame)
     as_json = codec.Command(req.code, req.ext, req.body, opaque=req.opaque + 1, serialize_type=codec.JSON)
 
@@ -94,31 +94,33 @@ def test_a_stored_send_is_answered_with_the_bytes_of_its_response_in_either_seri
         await asyncio.sleep(0.05)
         assert [(r.code, r.opaque, r.serialize_type) for r in out.replies] == [
             (RC.SUCCESS, req.opaque, codec.ROCKETMQ), (RC.SUCCESS, req.opaque + 1, codec.JSON)]
-        offsets = [message.parse_offset_msg_id(r.ext["msgId"])[2] for r in out.replies]
-        assert offsets[0] == 0 and offsets[1] > 0                 # the second record follows the first
-        assert [(r.ext["queueId"], r.ext["queueOffset"]) for r in out.replies] == [(req.ext["e"], "0"),
-                                                                                   (req.ext["e"], "1")]
+        check_replies(req, out.replies)
         for sent, got in zip((req, as_json), out.replies):
             assert codec.encode(sent.response(RC.SUCCESS, None, ext=dict(got.ext))) in b"".join(out.raw)
 
     _serve(tmp_path, check)
+
+
+def test_a_stored_send_is_answered_with_the_bytes_of_its_response_in_either_serialization(tmp_path):
+    """The reply of a stored single send, formatted straight to bytes in either serialization, is
+    exactly ``codec.encode`` of RocketMQ's response, msgId naming the record's offset."""
+    (frame, _n, _r), = Rocketbox.send_frames(b"y" * 300, 1)[:1]
+
+    def check_replies(req, replies):
+        offsets = [message.parse_offset_msg_id(r.ext["msgId"])[2] for r in replies]
+        assert offsets[0] == 0 and offsets[1] > 0                 # the second record follows the first
+        assert [(r.ext["queueId"], r.ext["queueOffset"]) for r in replies] == [(req.ext["e"], "0"),
+                                                                               (req.ext["e"], "1")]
+
+    _answered_in_both_dialects(tmp_path, frame, check_replies)
 
 
 def test_a_stored_batch_is_answered_with_every_msg_id_in_either_serialization(tmp_path):
     (frame, n, _r), = Rocketbox.send_frames(b"z" * 200, 4)[:1]
-    (req,) = codec.Decoder().feed(frame)
-    as_json = codec.Command(req.code, req.ext, req.body, opaque=req.opaque + 1, serialize_type=codec.JSON)
 
-    async def check(w, _link, conn, out):
-        conn.data_received(frame + codec.encode(as_json))
-        await _turns()
-        assert w.step()
-        await asyncio.sleep(0.05)
-        assert [(r.code, r.opaque) for r in out.replies] == [(RC.SUCCESS, req.opaque), (RC.SUCCESS, req.opaque + 1)]
-        offsets = [[message.parse_offset_msg_id(i)[2] for i in r.ext["msgId"].split(",")] for r in out.replies]
+    def check_replies(_req, replies):
+        offsets = [[message.parse_offset_msg_id(i)[2] for i in r.ext["msgId"].split(",")] for r in replies]
         assert [len(o) for o in offsets] == [n, n] and offsets[0] == sorted(offsets[0]) < offsets[1]
-        assert [r.ext["queueOffset"] for r in out.replies] == ["0", str(n)]
-        for sent, got in zip((req, as_json), out.replies):
-            assert codec.encode(sent.response(RC.SUCCESS, None, ext=dict(got.ext))) in b"".join(out.raw)
+        assert [r.ext["queueOffset"] for r in replies] == ["0", str(n)]
 
-    _serve(tmp_path, check)
+    _answered_in_both_dialects(tmp_path, frame, check_replies)
