@@ -48,7 +48,7 @@ def name_for(ts_ms: int) -> str:
 class IndexFile:
     def __init__(self, path: str, max_slots: int, max_entries: int, writable: bool):
         self.path, self.max_slots, self.max_entries = path, max_slots, max_entries
-        self.mf = MappedFile(path, 0, file_size(max_slots, max_entries), writable)
+        self.mf = MappedFile(path, 0, file_size(max_slots, max_entries), writable, readahead=False)   # slots at random
 
     def open(self, create: bool = False) -> "IndexFile":
         self.mf.open(create=create)

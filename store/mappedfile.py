@@ -8,6 +8,14 @@ Who writes: the writer (CommitLog) and the dispatcher (ConsumeQueue) open these 
 readers, the flusher and Spark open them read-only.  Files are created at full size with their
 blocks reserved (posix_fallocate), so a full disk is an error at creation time (``DiskFull``),
 never a SIGBUS when a mapped page is first written.
+
+``readahead=False`` maps a file with ``MADV_RANDOM``: a page fault then brings in its own page
+only.  With the kernel's default, the first touch of a page not yet in the page cache reads ahead
+the device's ``read_ahead_kb`` around it, all in that one fault; on a box whose disk has 8 MiB of
+read-ahead, each 8 MiB the writer appended cost it one ~20 ms fault (zeroed pages of the
+fallocated file), and every send in flight waited for it.  The CommitLog writer, which only ever
+writes fresh pages, and the IndexFile, whose hash slots are touched at random, map without it;
+readers of the CommitLog and consume queues keep it for cold reads.
 """
 from __future__ import annotations
 
@@ -41,8 +49,8 @@ def is_offset_name(name: str) -> bool:
 class MappedFile:
     """One mapped file of ``size`` bytes starting at global offset ``start``."""
 
-    def __init__(self, path: str, start: int, size: int, writable: bool):
-        self.path, self.start, self.size, self.writable = path, start, size, writable
+    def __init__(self, path: str, start: int, size: int, writable: bool, readahead: bool = True):
+        self.path, self.start, self.size, self.writable, self.readahead = path, start, size, writable, readahead
         self.mm: mmap.mmap | None = None
         self.view: np.ndarray | None = None   # uint8 view over the whole file
         self._typed: dict[np.dtype, np.ndarray] = {}
@@ -71,6 +79,8 @@ class MappedFile:
                 raise FileSizeMismatch(f"{self.path}: length {length} is not the configured file size {self.size}")
             prot = mmap.PROT_READ | (mmap.PROT_WRITE if self.writable else 0)
             self.mm = mmap.mmap(fd, self.size, mmap.MAP_SHARED, prot)
+            if not self.readahead:
+                self.mm.madvise(mmap.MADV_RANDOM)
         finally:
             if fd >= 0:
                 os.close(fd)
@@ -113,8 +123,8 @@ class MappedFile:
 class MappedFileQueue:
     """A directory of equally sized mapped files, ordered by start offset."""
 
-    def __init__(self, directory: str, file_size: int, writable: bool):
-        self.directory, self.file_size, self.writable = directory, file_size, writable
+    def __init__(self, directory: str, file_size: int, writable: bool, readahead: bool = True):
+        self.directory, self.file_size, self.writable, self.readahead = directory, file_size, writable, readahead
         self.files: list[MappedFile] = []
 
     def load(self) -> "MappedFileQueue":
@@ -126,7 +136,8 @@ class MappedFileQueue:
         names = sorted(n for n in os.listdir(self.directory) if is_offset_name(n))
         try:
             for name in names:
-                mf = MappedFile(os.path.join(self.directory, name), int(name), self.file_size, self.writable)
+                mf = MappedFile(os.path.join(self.directory, name), int(name), self.file_size, self.writable,
+                                self.readahead)
                 self.files.append(mf.open())
         except BaseException:
             self.close()
@@ -142,7 +153,7 @@ class MappedFileQueue:
             if int(name) not in known and (not self.files or int(name) > self.files[-1].start):
                 path = os.path.join(self.directory, name)
                 if os.path.getsize(path) == self.file_size:
-                    self.files.append(MappedFile(path, int(name), self.file_size, self.writable).open())
+                    self.files.append(MappedFile(path, int(name), self.file_size, self.writable, self.readahead).open())
 
     @property
     def min_offset(self) -> int:
@@ -164,7 +175,8 @@ class MappedFileQueue:
         """Create (or map the existing) file starting at ``start``."""
         assert start % self.file_size == 0, start
         os.makedirs(self.directory, exist_ok=True)
-        mf = MappedFile(os.path.join(self.directory, offset_to_name(start)), start, self.file_size, True).open(create=True)
+        mf = MappedFile(os.path.join(self.directory, offset_to_name(start)), start, self.file_size, True,
+                        self.readahead).open(create=True)
         self.files.append(mf)
         return mf
 

@@ -60,7 +60,7 @@ class WriterService:
         sh, ctl = self.sh, self.ctl
         if not ctl[C.RECOVERED]:
             raise RuntimeError("store not recovered yet: the supervisor runs recovery before the writer starts")
-        self.commitlog = MappedFileQueue(self.cfg.commitlog_dir, self.file_size, True).load()
+        self.commitlog = MappedFileQueue(self.cfg.commitlog_dir, self.file_size, True, readahead=False).load()
         self.topics = TopicTable(self.cfg, sh.views, ctl)
         self.topics.attach()
         self.offsets = ConsumerOffsets(self.cfg, sh.views, ctl)

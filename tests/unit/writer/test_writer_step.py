@@ -12,6 +12,7 @@ from store import message
 from writer import protocol as P
 from writer.client import PutRequest
 from writer.service import WriterService
+from tests.unit.store.test_mappedfile import vm_flags
 from tests.unit.writer.rig import running_store, small_config
 
 
@@ -51,6 +52,9 @@ def test_offsets_roll_and_blank(rig):
         pass
     assert int(sh.control[C.DISPATCHED]) == int(sh.control[C.WRITTEN]) == res[-1].end_offset
     assert check(cfg).clean
+    # the writer maps both files, the one it rolled to too, without read-ahead; the dispatcher with it
+    for mf in w.commitlog.files:
+        assert sorted("rr" in flags for flags in vm_flags(mf.path)) == [False, True]
 
 
 def test_batch_gets_consecutive_offsets_and_refusals_write_nothing(rig):
