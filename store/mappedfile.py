@@ -13,9 +13,11 @@ never a SIGBUS when a mapped page is first written.
 only.  With the kernel's default, the first touch of a page not yet in the page cache reads ahead
 the device's ``read_ahead_kb`` around it, all in that one fault; on a box whose disk has 8 MiB of
 read-ahead, each 8 MiB the writer appended cost it one ~20 ms fault (zeroed pages of the
-fallocated file), and every send in flight waited for it.  The CommitLog writer, which only ever
-writes fresh pages, and the IndexFile, whose hash slots are touched at random, map without it;
-readers of the CommitLog and consume queues keep it for cold reads.
+fallocated file), and every send in flight waited for it.  The CommitLog writer under
+ASYNC_FLUSH, which only ever writes fresh pages, and the IndexFile, whose hash slots are touched at
+random, map without it; readers of the CommitLog and consume queues keep it for cold reads.  Under
+SYNC_FLUSH the writer keeps it too: pages faulted one by one are written back as single pages,
+which made each send's fdatasync dearer than the stall it saves.
 """
 from __future__ import annotations
 

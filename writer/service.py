@@ -60,7 +60,9 @@ class WriterService:
         sh, ctl = self.sh, self.ctl
         if not ctl[C.RECOVERED]:
             raise RuntimeError("store not recovered yet: the supervisor runs recovery before the writer starts")
-        self.commitlog = MappedFileQueue(self.cfg.commitlog_dir, self.file_size, True, readahead=False).load()
+        # no read-ahead under ASYNC_FLUSH (store/mappedfile.py; docs/ARCHITECTURE.md "How the CommitLog is mapped")
+        self.commitlog = MappedFileQueue(self.cfg.commitlog_dir, self.file_size, True,
+                                         readahead=self.cfg.sync_flush).load()
         self.topics = TopicTable(self.cfg, sh.views, ctl)
         self.topics.attach()
         self.offsets = ConsumerOffsets(self.cfg, sh.views, ctl)

@@ -52,9 +52,20 @@ def test_offsets_roll_and_blank(rig):
         pass
     assert int(sh.control[C.DISPATCHED]) == int(sh.control[C.WRITTEN]) == res[-1].end_offset
     assert check(cfg).clean
-    # the writer maps both files, the one it rolled to too, without read-ahead; the dispatcher with it
+    # under ASYNC_FLUSH the writer maps both files, the one it rolled to too, without read-ahead;
+    # the dispatcher with it
+    assert not cfg.sync_flush
     for mf in w.commitlog.files:
         assert sorted("rr" in flags for flags in vm_flags(mf.path)) == [False, True]
+
+
+def test_under_sync_flush_the_writer_keeps_read_ahead(tmp_path):
+    cfg = small_config(tmp_path / "store", "s", flushDiskType="SYNC_FLUSH")
+    with running_store(cfg) as (sh, w, d, c):
+        assert put(w, c, [PutRequest("TBW102", 0, [b"x" * 100], [{}])])[0].ok
+        (mf,) = w.commitlog.files
+        (flags,) = vm_flags(mf.path)
+        assert "wr" in flags and "rr" not in flags
 
 
 def test_batch_gets_consecutive_offsets_and_refusals_write_nothing(rig):
