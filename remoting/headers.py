@@ -99,67 +99,57 @@ _SMALL = {str(n): n for n in range(1024)}          # the usual ints: queue ids, 
 _SMALL_ASCII = {k.encode(): n for k, n in _SMALL.items()}
 
 
-def _compile(code: int, fields: tuple[Field, ...]):
-    """One straight-line decoder per schema (the loop over fields, its lookups and calls cost
-    more than the work on a send's 14 fields).  Same rules as ``_value``, which the generated
-    code calls for anything but the common case."""
-    env = {"HeaderError": HeaderError, "_value": _value, "_small": _SMALL.get}
-    lines = ["def decode(ext):", "    g = ext.get", "    out = {}"]
-    for i, f in enumerate(fields):
-        env[f"F{i}"] = f
+def _compile(code: int, names: tuple[str, ...] | None = None):
+    """One straight-line decoder for request ``code``'s schema (a loop over the fields, with its
+    lookups and calls, costs more than the work on a send's 14 fields), by ``_value``'s rules,
+    which the generated code calls for anything but the common case.
+
+    ``names`` None: the decoder takes extFields as a dict of strings.  Else it takes the raw ASCII
+    values of a header whose extFields came in the order ``names`` (``Command.fields``; a name
+    sent twice: its last value), so which value is which field is settled here, once per layout;
+    the codec learns a layout only when no value is empty."""
+    layout = names is not None
+    lit = (lambda text: repr(text.encode())) if layout else repr       # a literal of the values' type
+    env = {"HeaderError": HeaderError, "_value": _value, "_small": (_SMALL_ASCII if layout else _SMALL).get}
+    if layout:
+        at = {n: i for i, n in enumerate(names)}
+        lines = ["def decode(v):", f"    {''.join(f'v{i}, ' for i in range(len(names)))}= v"]
+    else:
+        lines = ["def decode(ext):", "    g = ext.get"]
+    fields = SCHEMAS[code]
+    for j, f in enumerate(fields):
+        env[f"F{j}"] = f
         short = _SHORT_NAMES[f.name] if code in _V2_CODES else None
-        lines.append(f"    raw = g({short!r})" if short else f"    raw = g({f.name!r})")
-        if short:
-            lines.append(f"    if raw is None: raw = g({f.name!r})")
-        missing = "raw is None" if f.kind == S else 'raw is None or raw == ""'
-        absent = (f"raise HeaderError('the custom field <{f.name}> is null')" if f.required
-                  else f"out[{f.name!r}] = None")
-        if f.kind == S:
-            value = "raw"
-        elif f.kind == B:
-            value = "raw.strip().lower() in ('true', '1')"
+        null = (f"raise HeaderError('the custom field <{f.name}> is null')" if f.required else f"o{j} = None")
+        if layout:
+            i = at.get(short) if short else None
+            i = at.get(f.name) if i is None else i
+            if i is None:
+                lines.append(f"    {null}")
+                continue
+            x, text, digits = f"v{i}", f"v{i}.decode()", "isdigit"
         else:
-            value = (f"n if (n := _small(raw)) is not None else int(raw) "
-                     f"if raw.isdecimal() and len(raw) <= {_MAX_DIGITS[f.kind]} else _value(F{i}, raw)")
-        lines += [f"    if {missing}: {absent}", f"    else: out[{f.name!r}] = {value}"]
-    lines.append("    return out")
+            x, text, digits = f"r{j}", f"r{j}", "isdecimal"
+            lines.append(f"    {x} = g({short or f.name!r})")
+            if short:
+                lines.append(f"    if {x} is None: {x} = g({f.name!r})")
+            missing = f"{x} is None" if f.kind == S else f'{x} is None or {x} == ""'     # Java: empty is null
+            lines += [f"    if {missing}: {null}", "    else:"]
+        pad = "    " if layout else "        "
+        if f.kind == S:
+            lines.append(f"{pad}o{j} = {text}")
+        elif f.kind == B:
+            lines.append(f"{pad}o{j} = {x}.strip().lower() in ({lit('true')}, {lit('1')})")
+        else:
+            lines += [f"{pad}o{j} = _small({x})", f"{pad}if o{j} is None:",
+                      f"{pad}    o{j} = int({x}) if {x}.{digits}() and len({x}) <= {_MAX_DIGITS[f.kind]} "
+                      f"else _value(F{j}, {text})"]
+    lines.append("    return {" + ", ".join(f"{f.name!r}: o{j}" for j, f in enumerate(fields)) + "}")
     exec("\n".join(lines), env)          # noqa: S102 - generated from the schema table above only
     return env["decode"]
 
 
-_DECODERS = {code: _compile(code, fields) for code, fields in SCHEMAS.items()}
-
-
-def _compile_layout(code: int, names: tuple[str, ...]):
-    """One straight-line decoder for request ``code``'s header sent with extFields ``names`` in
-    this order (``Command.fields``): it takes the raw ASCII values and types them by the rules
-    of ``_compile``'s decoders, for the same result (a name sent twice: its last value)."""
-    env = {"HeaderError": HeaderError, "_value": _value, "_small": _SMALL_ASCII.get}
-    at = {n: i for i, n in enumerate(names)}
-    lines = ["def decode(v):", f"    {''.join(f'v{i}, ' for i in range(len(names)))}= v"]
-    for j, f in enumerate(SCHEMAS[code]):
-        short = _SHORT_NAMES[f.name] if code in _V2_CODES else None
-        i = at.get(short) if short else None
-        i = at.get(f.name) if i is None else i
-        if i is None:
-            lines.append(f"    raise HeaderError('the custom field <{f.name}> is null')" if f.required
-                         else f"    o{j} = None")
-            continue
-        x = f"v{i}"
-        if f.kind == S:
-            lines.append(f"    o{j} = {x}.decode()")
-        elif f.kind == B:
-            lines.append(f"    o{j} = {x}.strip().lower() in (b'true', b'1')")
-        else:
-            env[f"F{j}"] = f
-            lines += [f"    o{j} = _small({x})", f"    if o{j} is None:",
-                      f"        o{j} = int({x}) if {x}.isdigit() and len({x}) <= {_MAX_DIGITS[f.kind]} "
-                      f"else _value(F{j}, {x}.decode())"]
-    lines.append("    return {" + ", ".join(f"{f.name!r}: o{j}" for j, f in enumerate(SCHEMAS[code])) + "}")
-    exec("\n".join(lines), env)          # noqa: S102 - generated from the schema table above only
-    return env["decode"]
-
-
+_DECODERS = {code: _compile(code) for code in SCHEMAS}
 _LAYOUT_DECODERS: dict[tuple[int, tuple[str, ...]], object] = {}
 
 
@@ -174,7 +164,7 @@ def decode(cmd) -> dict:
     if dec is None:
         if len(_LAYOUT_DECODERS) >= 1024:
             _LAYOUT_DECODERS.clear()
-        dec = _LAYOUT_DECODERS[key] = _compile_layout(*key)
+        dec = _LAYOUT_DECODERS[key] = _compile(*key)
     return dec(fields[1])
 
 
