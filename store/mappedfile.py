@@ -13,11 +13,10 @@ never a SIGBUS when a mapped page is first written.
 only.  With the kernel's default, the first touch of a page not yet in the page cache reads ahead
 the device's ``read_ahead_kb`` around it, all in that one fault; on a box whose disk has 8 MiB of
 read-ahead, each 8 MiB the writer appended cost it one ~20 ms fault (zeroed pages of the
-fallocated file), and every send in flight waited for it.  The CommitLog writer under
-ASYNC_FLUSH, which only ever writes fresh pages, and the IndexFile, whose hash slots are touched at
-random, map without it; readers of the CommitLog and consume queues keep it for cold reads.  Under
-SYNC_FLUSH the writer keeps it too: pages faulted one by one are written back as single pages,
-which made each send's fdatasync dearer than the stall it saves.
+fallocated file), and every send in flight waited for it.  The IndexFile, whose hash slots are
+touched at random, maps without it; the CommitLog writer decides by the device's read-ahead
+(``device_read_ahead_kb``; writer/service.py); readers of the CommitLog and consume queues keep it
+for cold reads.
 """
 from __future__ import annotations
 
@@ -42,6 +41,21 @@ def fdatasync(path: str) -> None:
         os.fdatasync(fd)
     finally:
         os.close(fd)
+
+
+def device_read_ahead_kb(path: str) -> int | None:
+    """The kernel's read-ahead, in KiB, of the block device that holds ``path``; None when the
+    file system is not on one the kernel names (tmpfs, overlay, btrfs...)."""
+    st = os.stat(path)
+    dev = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+    for where in (f"/sys/class/bdi/{dev}/read_ahead_kb",              # a whole disk, dm, md
+                  f"/sys/dev/block/{dev}/../queue/read_ahead_kb"):     # a partition: its disk's
+        try:
+            with open(where) as f:
+                return int(f.read())
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 def is_offset_name(name: str) -> bool:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import os
 import struct
 import time
 
@@ -30,7 +31,7 @@ from shm.ring import RingCorrupt
 from shm.tables import append_queue, queue_nums_of
 from store import message
 from store.errors import DiskFull
-from store.mappedfile import MappedFileQueue
+from store.mappedfile import MappedFileQueue, device_read_ahead_kb
 from writer import protocol as P
 from writer.groups import ConsumerOffsets, SubscriptionGroups
 from writer.topics import TopicTable
@@ -41,6 +42,18 @@ _Q, _QQ = struct.Struct(">q"), struct.Struct(">qq")   # QQ: queue then phys offs
 assert message.PHYS_OFFSET_AT == message.QUEUE_OFFSET_AT + 8
 FEW_REQUESTS = 48            # passes of at most this many requests take _put_few: the crossover, fitted from
                              # bench.paths (scalar ~153k a pass + ~28k a request; vector ~1.3M + ~4k a record)
+
+
+QUIET_READ_AHEAD_KB = 256    # a read-ahead this small faults in ~0.6 ms at most here (docs/ARCHITECTURE.md)
+
+
+def keeps_read_ahead(sync_flush: bool, device_kb: int | None) -> bool:
+    """Whether the writer maps the CommitLog with the kernel's read-ahead ("How the CommitLog is
+    mapped").  Read-ahead puts pages in the page cache as large folios, which are cheaper to fault
+    in and far cheaper to write back, but in one fault of the device's whole read-ahead: kept when
+    that is small, or under SYNC_FLUSH, where every send waits for a writeback; else MADV_RANDOM
+    (a page per fault, no stall), and so when the device is not known."""
+    return sync_flush or (device_kb is not None and device_kb <= QUIET_READ_AHEAD_KB)
 
 
 def _be64(values: np.ndarray) -> np.ndarray:
@@ -60,9 +73,12 @@ class WriterService:
         sh, ctl = self.sh, self.ctl
         if not ctl[C.RECOVERED]:
             raise RuntimeError("store not recovered yet: the supervisor runs recovery before the writer starts")
-        # no read-ahead under ASYNC_FLUSH (store/mappedfile.py; docs/ARCHITECTURE.md "How the CommitLog is mapped")
-        self.commitlog = MappedFileQueue(self.cfg.commitlog_dir, self.file_size, True,
-                                         readahead=self.cfg.sync_flush).load()
+        os.makedirs(self.cfg.commitlog_dir, exist_ok=True)
+        device_kb = device_read_ahead_kb(self.cfg.commitlog_dir)
+        readahead = keeps_read_ahead(self.cfg.sync_flush, device_kb)
+        log.info("CommitLog mapped %s read-ahead (the device's: %s KiB, %s)", "with" if readahead else "without",
+                 "unknown" if device_kb is None else device_kb, self.cfg.flushDiskType)
+        self.commitlog = MappedFileQueue(self.cfg.commitlog_dir, self.file_size, True, readahead=readahead).load()
         self.topics = TopicTable(self.cfg, sh.views, ctl)
         self.topics.attach()
         self.offsets = ConsumerOffsets(self.cfg, sh.views, ctl)
@@ -79,7 +95,7 @@ class WriterService:
         self.next_qoff[:n] = sh.views["queue_max"][:n]
         self._rebuild_slot_keys()
         ctl[C.WRITER_EPOCH] += 1
-        ctl[C.PID_WRITER] = __import__("os").getpid()
+        ctl[C.PID_WRITER] = os.getpid()
         return self
 
     def _wait_dispatched(self) -> None:

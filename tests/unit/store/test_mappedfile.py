@@ -4,7 +4,7 @@ against a reader's mapping of the same CommitLog."""
 import os
 
 from store.indexfile import IndexFile
-from store.mappedfile import MappedFileQueue, offset_to_name
+from store.mappedfile import MappedFileQueue, device_read_ahead_kb, offset_to_name
 
 SIZE = 1 << 20
 
@@ -66,3 +66,14 @@ def test_the_index_file_is_mapped_without_read_ahead_for_writing_and_reading(tmp
     finally:
         writer.close()
         reader.close()
+
+
+def test_device_read_ahead_is_the_disks_figure_and_unknown_off_a_block_device(tmp_path):
+    st = os.stat(tmp_path)
+    disk = os.path.realpath(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}")
+    if os.path.exists(os.path.join(disk, "partition")):
+        disk = os.path.dirname(disk)
+    queue = os.path.join(disk, "queue", "read_ahead_kb")
+    want = int(open(queue).read()) if os.path.exists(queue) else None      # None: /tmp on tmpfs
+    assert device_read_ahead_kb(str(tmp_path)) == want
+    assert device_read_ahead_kb("/dev/shm") is None

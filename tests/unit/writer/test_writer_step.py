@@ -9,9 +9,10 @@ import pytest
 from appliance.check import check
 from shm.layout import C, S
 from store import message
-from writer import protocol as P
+from store.mappedfile import device_read_ahead_kb
+from writer import protocol as P, service
 from writer.client import PutRequest
-from writer.service import WriterService
+from writer.service import WriterService, keeps_read_ahead
 from tests.unit.store.test_mappedfile import vm_flags
 from tests.unit.writer.rig import running_store, small_config
 
@@ -52,20 +53,28 @@ def test_offsets_roll_and_blank(rig):
         pass
     assert int(sh.control[C.DISPATCHED]) == int(sh.control[C.WRITTEN]) == res[-1].end_offset
     assert check(cfg).clean
-    # under ASYNC_FLUSH the writer maps both files, the one it rolled to too, without read-ahead;
-    # the dispatcher with it
-    assert not cfg.sync_flush
+    # the writer maps both files, the one it rolled to too, as it decided for this box's disk;
+    # the dispatcher with read-ahead
+    random = not keeps_read_ahead(cfg.sync_flush, device_read_ahead_kb(cfg.commitlog_dir))
     for mf in w.commitlog.files:
-        assert sorted("rr" in flags for flags in vm_flags(mf.path)) == [False, True]
+        assert sorted("rr" in flags for flags in vm_flags(mf.path)) == sorted([random, False])
 
 
-def test_under_sync_flush_the_writer_keeps_read_ahead(tmp_path):
-    cfg = small_config(tmp_path / "store", "s", flushDiskType="SYNC_FLUSH")
+@pytest.mark.parametrize("flush, device_kb, keeps", [
+    ("ASYNC_FLUSH", 8192, False),        # a stall of ~20 ms per 8 MiB: no read-ahead
+    ("ASYNC_FLUSH", 128, True),          # the usual disk: large folios, faults of ~0.3 ms
+    ("ASYNC_FLUSH", None, False),        # a file system on no block device the kernel names
+    ("SYNC_FLUSH", 8192, True),          # every send waits for the writeback: large folios
+])
+def test_the_writer_maps_the_commitlog_with_read_ahead_by_its_device_and_flush_mode(tmp_path, monkeypatch, flush,
+                                                                                    device_kb, keeps):
+    monkeypatch.setattr(service, "device_read_ahead_kb", lambda _path: device_kb)   # what sysfs would say
+    cfg = small_config(tmp_path / "store", "m", flushDiskType=flush)
     with running_store(cfg) as (sh, w, d, c):
         assert put(w, c, [PutRequest("TBW102", 0, [b"x" * 100], [{}])])[0].ok
         (mf,) = w.commitlog.files
-        (flags,) = vm_flags(mf.path)
-        assert "wr" in flags and "rr" not in flags
+        (flags,) = vm_flags(mf.path)                      # the writer's mapping alone
+        assert "wr" in flags and ("rr" not in flags) == keeps
 
 
 def test_batch_gets_consecutive_offsets_and_refusals_write_nothing(rig):
