@@ -42,8 +42,6 @@ _Q, _QQ = struct.Struct(">q"), struct.Struct(">qq")   # QQ: queue then phys offs
 assert message.PHYS_OFFSET_AT == message.QUEUE_OFFSET_AT + 8
 FEW_REQUESTS = 48            # passes of at most this many requests take _put_few: the crossover, fitted from
                              # bench.paths (scalar ~153k a pass + ~28k a request; vector ~1.3M + ~4k a record)
-
-
 QUIET_READ_AHEAD_KB = 256    # a read-ahead this small faults in ~0.6 ms at most here (docs/ARCHITECTURE.md)
 
 
