@@ -9,14 +9,16 @@ readers, the flusher and Spark open them read-only.  Files are created at full s
 blocks reserved (posix_fallocate), so a full disk is an error at creation time (``DiskFull``),
 never a SIGBUS when a mapped page is first written.
 
+``write`` puts bytes into a file through its descriptor (``pwrite``), not through the mapping: the
+CommitLog writer appends that way.  Every mapping of the file sees them at once (Linux has one page
+cache), but the writer takes no page fault per 4 KiB page, and the pages come as large folios,
+which the flusher writes back for a fraction of the cost (docs/ARCHITECTURE.md, "How the writer
+writes the CommitLog").
+
 ``readahead=False`` maps a file with ``MADV_RANDOM``: a page fault then brings in its own page
-only.  With the kernel's default, the first touch of a page not yet in the page cache reads ahead
-the device's ``read_ahead_kb`` around it, all in that one fault; on a box whose disk has 8 MiB of
-read-ahead, each 8 MiB the writer appended cost it one ~20 ms fault (zeroed pages of the
-fallocated file), and every send in flight waited for it.  The IndexFile, whose hash slots are
-touched at random, maps without it; the CommitLog writer decides by the device's read-ahead
-(``device_read_ahead_kb``; writer/service.py); readers of the CommitLog and consume queues keep it
-for cold reads.
+only, where the kernel's default would read ahead the device's ``read_ahead_kb`` around it (8 MiB
+on this project's VM: one ~20 ms fault).  The IndexFile, whose hash slots are touched at random,
+maps without it; readers of the CommitLog and consume queues keep it for cold reads.
 """
 from __future__ import annotations
 
@@ -43,21 +45,6 @@ def fdatasync(path: str) -> None:
         os.close(fd)
 
 
-def device_read_ahead_kb(path: str) -> int | None:
-    """The kernel's read-ahead, in KiB, of the block device that holds ``path``; None when the
-    file system is not on one the kernel names (tmpfs, overlay, btrfs...)."""
-    st = os.stat(path)
-    dev = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
-    for where in (f"/sys/class/bdi/{dev}/read_ahead_kb",              # a whole disk, dm, md
-                  f"/sys/dev/block/{dev}/../queue/read_ahead_kb"):     # a partition: its disk's
-        try:
-            with open(where) as f:
-                return int(f.read())
-        except (OSError, ValueError):
-            continue
-    return None
-
-
 def is_offset_name(name: str) -> bool:
     return len(name) == NAME_DIGITS and name.isdigit()
 
@@ -68,6 +55,7 @@ class MappedFile:
     def __init__(self, path: str, start: int, size: int, writable: bool, readahead: bool = True):
         self.path, self.start, self.size, self.writable, self.readahead = path, start, size, writable, readahead
         self.mm: mmap.mmap | None = None
+        self.fd = -1                          # for ``write``, opened at its first call
         self.view: np.ndarray | None = None   # uint8 view over the whole file
         self._typed: dict[np.dtype, np.ndarray] = {}
 
@@ -113,6 +101,15 @@ class MappedFile:
             v = self._typed[dtype] = self.view.view(dtype)
         return v
 
+    def write(self, at: int, data) -> None:
+        """``data`` (a bytes-like) into the file from byte ``at``, through the descriptor."""
+        if self.fd < 0:
+            self.fd = os.open(self.path, os.O_RDWR)
+        view = memoryview(data).cast("B")
+        while view:
+            n = os.pwrite(self.fd, view, at)
+            view, at = view[n:], at + n
+
     def zero_from(self, pos: int) -> None:
         """Make bytes [pos, size) read as zero, cheaply: punch them out of the file."""
         with open(self.path, "r+b") as f:
@@ -128,6 +125,9 @@ class MappedFile:
         """Unmap.  If a caller still holds a numpy view, the mapping stays until that view is
         dropped (closing under it would leave it dangling); the file itself is released now."""
         self.view, self._typed = None, {}
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
         if self.mm is not None:
             try:
                 self.mm.close()
@@ -139,8 +139,8 @@ class MappedFile:
 class MappedFileQueue:
     """A directory of equally sized mapped files, ordered by start offset."""
 
-    def __init__(self, directory: str, file_size: int, writable: bool, readahead: bool = True):
-        self.directory, self.file_size, self.writable, self.readahead = directory, file_size, writable, readahead
+    def __init__(self, directory: str, file_size: int, writable: bool):
+        self.directory, self.file_size, self.writable = directory, file_size, writable
         self.files: list[MappedFile] = []
 
     def load(self) -> "MappedFileQueue":
@@ -152,8 +152,7 @@ class MappedFileQueue:
         names = sorted(n for n in os.listdir(self.directory) if is_offset_name(n))
         try:
             for name in names:
-                mf = MappedFile(os.path.join(self.directory, name), int(name), self.file_size, self.writable,
-                                self.readahead)
+                mf = MappedFile(os.path.join(self.directory, name), int(name), self.file_size, self.writable)
                 self.files.append(mf.open())
         except BaseException:
             self.close()
@@ -169,7 +168,7 @@ class MappedFileQueue:
             if int(name) not in known and (not self.files or int(name) > self.files[-1].start):
                 path = os.path.join(self.directory, name)
                 if os.path.getsize(path) == self.file_size:
-                    self.files.append(MappedFile(path, int(name), self.file_size, self.writable, self.readahead).open())
+                    self.files.append(MappedFile(path, int(name), self.file_size, self.writable).open())
 
     @property
     def min_offset(self) -> int:
@@ -191,8 +190,7 @@ class MappedFileQueue:
         """Create (or map the existing) file starting at ``start``."""
         assert start % self.file_size == 0, start
         os.makedirs(self.directory, exist_ok=True)
-        mf = MappedFile(os.path.join(self.directory, offset_to_name(start)), start, self.file_size, True,
-                        self.readahead).open(create=True)
+        mf = MappedFile(os.path.join(self.directory, offset_to_name(start)), start, self.file_size, True).open(create=True)
         self.files.append(mf)
         return mf
 

@@ -4,8 +4,9 @@ One pass (``step``) drains every non-empty request ring (up to ``writerBatchByte
 appends all the PUT slabs it took as one batch, with a handful of numpy operations over all their
 requests and records: validates (topic, queue id, record sizes and magic), finds each request's
 queue slot, assigns queue offsets (dense per queue), physical offsets (rolling files, BLANK-padding
-the tail of a full file), the store timestamp, patches those fields into the records, and copies
-them into the mmap in as few runs as possible.  Then the commit point, in this order:
+the tail of a full file), the store timestamp, patches those fields into the records, and writes
+them into the CommitLog files (``pwrite``, not through a mapping: no page fault per 4 KiB page) in
+as few runs as possible.  Then the commit point, in this order:
 
     1. journal_written = -1; each drained slot's journal_read_pos = its new ring position
     2. journal_written = new end;  3. written = new end      <- commit: the batch now exists
@@ -31,7 +32,7 @@ from shm.ring import RingCorrupt
 from shm.tables import append_queue, queue_nums_of
 from store import message
 from store.errors import DiskFull
-from store.mappedfile import MappedFileQueue, device_read_ahead_kb
+from store.mappedfile import MappedFileQueue
 from writer import protocol as P
 from writer.groups import ConsumerOffsets, SubscriptionGroups
 from writer.topics import TopicTable
@@ -42,16 +43,6 @@ _Q, _QQ = struct.Struct(">q"), struct.Struct(">qq")   # QQ: queue then phys offs
 assert message.PHYS_OFFSET_AT == message.QUEUE_OFFSET_AT + 8
 FEW_REQUESTS = 48            # passes of at most this many requests take _put_few: the crossover, fitted from
                              # bench.paths (scalar ~153k a pass + ~28k a request; vector ~1.3M + ~4k a record)
-QUIET_READ_AHEAD_KB = 256    # a read-ahead this small faults in ~0.6 ms at most here (docs/ARCHITECTURE.md)
-
-
-def keeps_read_ahead(sync_flush: bool, device_kb: int | None) -> bool:
-    """Whether the writer maps the CommitLog with the kernel's read-ahead ("How the CommitLog is
-    mapped").  Read-ahead puts pages in the page cache as large folios, which are cheaper to fault
-    in and far cheaper to write back, but in one fault of the device's whole read-ahead: kept when
-    that is small, or under SYNC_FLUSH, where every send waits for a writeback; else MADV_RANDOM
-    (a page per fault, no stall), and so when the device is not known."""
-    return sync_flush or (device_kb is not None and device_kb <= QUIET_READ_AHEAD_KB)
 
 
 def _be64(values: np.ndarray) -> np.ndarray:
@@ -71,12 +62,7 @@ class WriterService:
         sh, ctl = self.sh, self.ctl
         if not ctl[C.RECOVERED]:
             raise RuntimeError("store not recovered yet: the supervisor runs recovery before the writer starts")
-        os.makedirs(self.cfg.commitlog_dir, exist_ok=True)
-        device_kb = device_read_ahead_kb(self.cfg.commitlog_dir)
-        readahead = keeps_read_ahead(self.cfg.sync_flush, device_kb)
-        log.info("CommitLog mapped %s read-ahead (the device's: %s KiB, %s)", "with" if readahead else "without",
-                 "unknown" if device_kb is None else device_kb, self.cfg.flushDiskType)
-        self.commitlog = MappedFileQueue(self.cfg.commitlog_dir, self.file_size, True, readahead=readahead).load()
+        self.commitlog = MappedFileQueue(self.cfg.commitlog_dir, self.file_size, True).load()
         self.topics = TopicTable(self.cfg, sh.views, ctl)
         self.topics.attach()
         self.offsets = ConsumerOffsets(self.cfg, sh.views, ctl)
@@ -348,7 +334,7 @@ class WriterService:
                 results.append((req_id, status, qid, qoff0, phys[0], phys[-1] + rsizes[-1], ts, count, 0))
             for st, p, z in copies:
                 mf = self.commitlog.file_for_write(p)
-                mf.mm[p - mf.start:p - mf.start + z] = recs[st:st + z]
+                mf.write(p - mf.start, recs[st:st + z])
             out.append((j, (P.PUT_RESULT, P.result_bytes(results, phys_out))))
         return out
 
@@ -519,7 +505,7 @@ class WriterService:
     def _blank_to(self, pos: int, file_end: int) -> int:
         """The rest of a full file from ``pos`` is a BLANK filler; the next file starts at its end."""
         mf = self.commitlog.file_for_write(pos)
-        message.BLANK.pack_into(mf.mm, pos - mf.start, file_end - pos, message.BLANK_MAGIC)
+        mf.write(pos - mf.start, message.BLANK.pack(file_end - pos, message.BLANK_MAGIC))
         return file_end
 
     def _patch(self, recs, src, qoff, phys, ts: int, sys_flags) -> None:
@@ -531,7 +517,7 @@ class WriterService:
         recs[(src + ts_at)[:, None] + _TS_PATCH] = _be64(np.full(len(src), ts))
 
     def _copy(self, recs, src, size, phys) -> None:
-        """Copy records into the mmap, one memcpy per run contiguous in both ring and file."""
+        """Write records into the CommitLog, one ``pwrite`` per run contiguous in both ring and file."""
         n = len(src)
         brk = np.ones(n, bool)
         brk[1:] = (src[1:] != src[:-1] + size[:-1]) | (phys[1:] != phys[:-1] + size[:-1])
@@ -541,8 +527,7 @@ class WriterService:
             p0, s0 = int(phys[a]), int(src[a])
             length = int(phys[b - 1] + size[b - 1]) - p0
             mf = self.commitlog.file_for_write(p0)
-            at = p0 - mf.start
-            mf.view[at:at + length] = recs[s0:s0 + length]
+            mf.write(p0 - mf.start, recs[s0:s0 + length])
 
     # ------------------------------------------------------------ loop
     def run(self) -> None:

@@ -9,11 +9,10 @@ import pytest
 from appliance.check import check
 from shm.layout import C, S
 from store import message
-from store.mappedfile import device_read_ahead_kb
-from writer import protocol as P, service
+from writer import protocol as P
 from writer.client import PutRequest
-from writer.service import WriterService, keeps_read_ahead
-from tests.unit.store.test_mappedfile import vm_flags
+from writer.service import WriterService
+from tests.unit.store.test_mappedfile import mappings
 from tests.unit.writer.rig import running_store, small_config
 
 
@@ -39,6 +38,11 @@ def test_offsets_roll_and_blank(rig):
     cfg, sh, w, d, c = rig
     body = b"b" * 3000
     res = put(w, c, [PutRequest("TBW102", i % 2, [body], [{"UNIQ_KEY": f"K{i:03d}"}]) for i in range(90)])
+    # the records and the BLANK went in through the files' descriptors: the writer's own mapping of
+    # every file (the one it rolled to too) holds no page
+    assert len(w.commitlog.files) >= 2
+    for mf in w.commitlog.files:
+        assert [rss for flags, rss in mappings(mf.path) if "wr" in flags] == [0]
     assert [r.queue_offset for r in res[:6]] == [0, 0, 1, 1, 2, 2]
     assert all(r.ok for r in res)
     sizes = [r.end_offset - r.phys_offsets[0] for r in res]
@@ -53,28 +57,6 @@ def test_offsets_roll_and_blank(rig):
         pass
     assert int(sh.control[C.DISPATCHED]) == int(sh.control[C.WRITTEN]) == res[-1].end_offset
     assert check(cfg).clean
-    # the writer maps both files, the one it rolled to too, as it decided for this box's disk;
-    # the dispatcher with read-ahead
-    random = not keeps_read_ahead(cfg.sync_flush, device_read_ahead_kb(cfg.commitlog_dir))
-    for mf in w.commitlog.files:
-        assert sorted("rr" in flags for flags in vm_flags(mf.path)) == sorted([random, False])
-
-
-@pytest.mark.parametrize("flush, device_kb, keeps", [
-    ("ASYNC_FLUSH", 8192, False),        # a stall of ~20 ms per 8 MiB: no read-ahead
-    ("ASYNC_FLUSH", 128, True),          # the usual disk: large folios, faults of ~0.3 ms
-    ("ASYNC_FLUSH", None, False),        # a file system on no block device the kernel names
-    ("SYNC_FLUSH", 8192, True),          # every send waits for the writeback: large folios
-])
-def test_the_writer_maps_the_commitlog_with_read_ahead_by_its_device_and_flush_mode(tmp_path, monkeypatch, flush,
-                                                                                    device_kb, keeps):
-    monkeypatch.setattr(service, "device_read_ahead_kb", lambda _path: device_kb)   # what sysfs would say
-    cfg = small_config(tmp_path / "store", "m", flushDiskType=flush)
-    with running_store(cfg) as (sh, w, d, c):
-        assert put(w, c, [PutRequest("TBW102", 0, [b"x" * 100], [{}])])[0].ok
-        (mf,) = w.commitlog.files
-        (flags,) = vm_flags(mf.path)                      # the writer's mapping alone
-        assert "wr" in flags and ("rr" not in flags) == keeps
 
 
 def test_batch_gets_consecutive_offsets_and_refusals_write_nothing(rig):
