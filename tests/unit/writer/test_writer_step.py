@@ -1,6 +1,7 @@
 """Writer and dispatcher driven by ``step()`` in this process, on real shared memory and files:
 queue offsets, physical offsets, file roll with a BLANK filler, refusal codes, journal replay."""
 import itertools
+import os
 import struct
 
 import numpy as np
@@ -215,6 +216,36 @@ def test_a_writer_restart_fails_what_the_old_writer_took_but_never_answered_as_u
     while d.step():
         pass
     assert check(cfg).records == 4                         # the unknown outcome was in fact stored
+    w2.close()
+
+
+def test_a_write_that_fails_commits_nothing_and_the_next_writer_stores_it_once(rig):
+    """The disk refuses a pass's write (EIO; here EBADF from a read-only descriptor): the pass
+    raises out of ``step``, as a writer process dies of it, with nothing committed, answered or
+    released; the next writer appends the same slab, once, and answers it."""
+    cfg, sh, w, d, c = rig
+    assert put(w, c, [PutRequest("TBW102", 0, [b"first"], [{}])])[0].ok
+    written = int(sh.control[C.WRITTEN])
+    mf = w.commitlog.file_for_write(written)
+    os.close(mf.fd)
+    mf.fd = os.open(mf.path, os.O_RDONLY)                     # every pwrite now fails
+    ticket = c.submit([PutRequest("TBW102", 1, [b"second"], [{}]), PutRequest("TBW102", 0, [b"third"], [{}])])
+    with pytest.raises(OSError):
+        w.step()
+    assert int(sh.control[C.WRITTEN]) == written and sh.request_rings[c.slot].used() > 0
+    assert not ticket.done
+    while d.step():                                           # what a new writer waits for
+        pass
+    w.close()
+    w2 = WriterService(cfg, sh).open()
+    while w2.step():
+        pass
+    res = c.collect(ticket, 1)
+    assert [(r.status, r.queue_offset) for r in res] == [(P.SUCCESS, 0), (P.SUCCESS, 1)]
+    assert res[0].phys_offsets[0] == written
+    while d.step():
+        pass
+    assert check(cfg).records == 3
     w2.close()
 
 
