@@ -198,6 +198,12 @@ class MappedFileQueue:
         mf = self.file_for(offset)
         return mf if mf is not None else self.create(offset - offset % self.file_size)
 
+    def write(self, offset: int, data) -> None:
+        """``MappedFile.write`` at global ``offset``, into the file holding it (created if need be);
+        ``data`` must end within that file."""
+        mf = self.file_for_write(offset)
+        mf.write(offset - mf.start, data)
+
     def truncate(self, offset: int) -> None:
         """Drop everything at or past ``offset``: later files deleted, the partial one zeroed."""
         keep = []

@@ -333,8 +333,7 @@ class WriterService:
                 phys_out += phys
                 results.append((req_id, status, qid, qoff0, phys[0], phys[-1] + rsizes[-1], ts, count, 0))
             for st, p, z in copies:
-                mf = self.commitlog.file_for_write(p)
-                mf.write(p - mf.start, recs[st:st + z])
+                self.commitlog.write(p, recs[st:st + z])
             out.append((j, (P.PUT_RESULT, P.result_bytes(results, phys_out))))
         return out
 
@@ -504,8 +503,7 @@ class WriterService:
 
     def _blank_to(self, pos: int, file_end: int) -> int:
         """The rest of a full file from ``pos`` is a BLANK filler; the next file starts at its end."""
-        mf = self.commitlog.file_for_write(pos)
-        mf.write(pos - mf.start, message.BLANK.pack(file_end - pos, message.BLANK_MAGIC))
+        self.commitlog.write(pos, message.BLANK.pack(file_end - pos, message.BLANK_MAGIC))
         return file_end
 
     def _patch(self, recs, src, qoff, phys, ts: int, sys_flags) -> None:
@@ -526,8 +524,7 @@ class WriterService:
         for a, b in zip(starts.tolist(), ends.tolist()):
             p0, s0 = int(phys[a]), int(src[a])
             length = int(phys[b - 1] + size[b - 1]) - p0
-            mf = self.commitlog.file_for_write(p0)
-            mf.write(p0 - mf.start, recs[s0:s0 + length])
+            self.commitlog.write(p0, recs[s0:s0 + length])
 
     # ------------------------------------------------------------ loop
     def run(self) -> None:
