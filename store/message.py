@@ -34,9 +34,10 @@ import functools
 import ipaddress
 import re
 import struct
-import zlib
 from dataclasses import dataclass
 from typing import NamedTuple
+
+from isal.isal_zlib import crc32     # zlib's CRC-32, with PCLMULQDQ: ~55 ns a KiB against zlib's ~310
 
 from store.errors import CorruptData, MessageRejected
 
@@ -112,7 +113,7 @@ BODY_CRC_MASK = 0x7FFFFFFF       # UtilAll.crc32: the CRC32 as a non-negative Ja
 
 
 def body_crc(body) -> int:
-    return zlib.crc32(body) & BODY_CRC_MASK
+    return crc32(body) & BODY_CRC_MASK
 
 
 # ---------------------------------------------------------------- properties string
@@ -293,7 +294,7 @@ def encode_batch_records(batch: bytes, batch_props: bytes, max_body: int, t: Rec
     head, plen_at, hsize = _BATCH_HEAD.unpack_from, _I16.unpack_from, _BATCH_HEAD.size
     with_sep, plain = _SEP + batch_props, batch_props
     # RecordTemplate.add, inlined with its fields in locals: the calls cost more than the packing
-    add_size, add_parts, crc32 = out.sizes.append, out.parts.extend, zlib.crc32
+    add_size, add_parts = out.sizes.append, out.parts.extend
     pack_head, pack_tail, fixed = t.head.pack, t.tail.pack, t.fixed
     queue_id, lead, rest, topic, topic_len = t.queue_id, t.lead, t.rest, t.topic, len(t.topic)
     while at < n:

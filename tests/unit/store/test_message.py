@@ -34,6 +34,19 @@ def test_record_layout_golden_offsets():
     assert struct.unpack_from(">h", rec, 103)[0] == len(props) and rec[105:] == props
 
 
+def test_the_body_crc_is_zlibs_crc32_as_a_non_negative_java_int():
+    """UtilAll.crc32 (java.util.zip.CRC32): the stored BODYCRC, computed with isal, over bodies
+    of every length up to a few blocks, at every alignment, from bytes, bytearray and memoryview."""
+    assert m.body_crc(b"hello") == 907060870 and m.body_crc(b"") == 0   # CRC32("hello") = 0x3610A686
+    blob = bytes((i * 7 + i // 251) & 0xFF for i in range(5000))
+    for n in (*range(0, 70), 255, 256, 1023, 1024, 1025, 4096, 4999):
+        for at in (0, 1, 3):
+            piece = blob[at:at + n]
+            want = zlib.crc32(piece) & 0x7FFFFFFF
+            assert m.body_crc(piece) == m.body_crc(bytearray(piece)) == m.body_crc(memoryview(blob)[at:at + n]) == want
+    assert m.body_crc(b"\xff" * 1000) == zlib.crc32(b"\xff" * 1000) & 0x7FFFFFFF   # the top bit masked
+
+
 def test_ipv6_hosts_grow_header_and_set_flags():
     rec = make(born_ip=bytes(16), store_ip=bytes(range(16)))
     r = m.decode_record(rec)
