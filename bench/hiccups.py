@@ -9,13 +9,25 @@ included, and a send whose path crosses five processes then waits tens of millis
 Prints the median chunk, the slow chunks (over ``--slow`` x the median) grouped into windows
 (chunks less than 50 ms apart), their period, and steal inside and outside them.
 
-    .venv/bin/python -m bench.hiccups [--seconds 10] [--every-ms 2] [--slow 3]
+It also prices this box's page cache (``page_cache_cost``): ``--page-mib`` of a new file written
+with ``pwrite`` in 1 MiB pieces, then the same range again.  The first pass takes a fresh page
+for every 4 KiB, the second finds them cached; the CPU per 4 KiB page of each (user and system,
+as the writer's own appends pay them).  On bare metal a fresh page costs well under a µs more.
+On a VM whose host takes back the guest's free and idle memory (virtio-balloon free page
+reporting; ``/sys/module/page_reporting``), every fresh page is a fault in the host too, and the
+guest sees it as system time inside the copy.  There the figure depends on the last seconds:
+memory the guest freed moments ago (a deleted store) is still backed and cheap again, so run it
+with nothing else having freed memory just before, and with a size past what was.
+
+    .venv/bin/python -m bench.hiccups [--seconds 10] [--every-ms 2] [--slow 3] [--page-mib 1024] [--dir D]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import tempfile
 import time
 
 CHUNK_LOOPS = 2000          # ~0.15 ms of CPU on this project's 2-core VM
@@ -69,13 +81,41 @@ def measure(seconds: float, every_s: float, slow: float) -> dict:
             "steal_pct_outside": steal_share([c for c in chunks if c[1] <= slow * median])}
 
 
+def page_cache_cost(directory: str | None, mib: int) -> dict:
+    """CPU µs per 4 KiB page to ``pwrite`` a new file's first ``mib`` MiB (fresh pages), then the
+    same range again (cached pages); and whether the guest reports free pages to its host."""
+    piece = os.urandom(1 << 20)
+    fd, path = tempfile.mkstemp(prefix="rbx-hiccups-", dir=directory)
+    try:
+        passes = []
+        for _ in range(2):
+            c0 = time.thread_time()
+            for i in range(mib):
+                os.pwrite(fd, piece, i << 20)
+            passes.append((time.thread_time() - c0) / (mib * 256) * 1e6)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    try:
+        with open("/sys/module/page_reporting/parameters/page_reporting_order") as f:
+            reporting = f"order {f.read().strip()}"
+    except OSError:
+        reporting = None
+    return {"page_mib": mib, "fresh_page_us": passes[0], "cached_page_us": passes[1],
+            "free_page_reporting": reporting}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--every-ms", type=float, default=2, help="pause between chunks")
     ap.add_argument("--slow", type=float, default=3, help="a chunk over this many times the median is slow")
+    ap.add_argument("--page-mib", type=int, default=1024, help="MiB written twice to price the page cache (0: skip)")
+    ap.add_argument("--dir", default=None, help="where that file goes (default: system temp dir)")
     args = ap.parse_args()
     res = measure(args.seconds, args.every_ms / 1000, args.slow)
+    if args.page_mib > 0:
+        res.update(page_cache_cost(args.dir, args.page_mib))
     print(f"# CPU steadiness: a {CHUNK_LOOPS}-iteration Python loop every {args.every_ms} ms for {args.seconds} s")
     print(f"median chunk {res['median_chunk_us']:.0f} us CPU; {res['slow_chunks']} of {res['chunks']} chunks over "
           f"{args.slow}x, worst {res['worst_slowdown']:.1f}x")
@@ -83,6 +123,10 @@ def main() -> None:
         period = f"{res['window_period_s']:.2f} s" if res["window_period_s"] else "-"
         print(f"{res['windows']} slow windows, ~{res['window_ms']:.0f} ms each, one every {period}; steal "
               f"{res['steal_pct_in_windows']:.0f}% of CPU time inside them, {res['steal_pct_outside']:.1f}% outside")
+    if args.page_mib > 0:
+        print(f"page cache: {res['fresh_page_us']:.2f} us CPU per fresh 4 KiB page, {res['cached_page_us']:.2f} per cached "
+              f"one ({args.page_mib} MiB written twice); free page reporting to the host: "
+              f"{res['free_page_reporting'] or 'not found'}")
     print("# " + json.dumps(res))
 
 

@@ -67,11 +67,14 @@ def test_paths_bench_times_and_counts_the_send_and_pull_paths(tmp_path):
     assert os.listdir(tmp_path) == []                 # its stores and callgrind files are gone
 
 
-def test_hiccups_measures_chunks_and_reports_windows():
-    r = subprocess.run([sys.executable, "-m", "bench.hiccups", "--seconds", "1"],
+def test_hiccups_measures_chunks_and_reports_windows(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "bench.hiccups", "--seconds", "1", "--page-mib", "16", "--dir", str(tmp_path)],
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(r.stdout.splitlines()[-1][2:])
+    # 16 MiB written twice: 4,096 pages each time, each a copy of 4 KiB at least (~0.05 µs)
+    assert res["page_mib"] == 16 and 0.05 < res["cached_page_us"] < 1000 and 0.05 < res["fresh_page_us"] < 1000, res
+    assert os.listdir(tmp_path) == []                 # its file is gone
     assert res["chunks"] > 100 and 1 < res["median_chunk_us"] < 100_000, res   # ~2 ms apart over 1 s
     assert 0 <= res["slow_chunks"] < res["chunks"] and res["worst_slowdown"] >= 1, res
     assert (res["windows"] == 0) == (res["slow_chunks"] == 0), res
