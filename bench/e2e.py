@@ -23,7 +23,9 @@ Throughput counts acknowledged messages in the measured window (after --warmup s
 not success counts as an error and is printed.  Latency is send-to-reply per request.  Under each
 row, the servers' CPU per acknowledged message, by process (rocketbox by role), over the whole
 run, and how much of a core that was; beside it, the load generator's share of a core (it runs
-on the same two cores, so what it takes is not the server's).
+on the same two cores, so what it takes is not the server's).  Before the rows, ``bench.hiccups``'
+CPU steadiness for ``--box-seconds``: how fast this box runs Python right now (its speed moves by
+~2x over a day on the project's VM, and every row with it).
 
     .venv/bin/python -m bench.e2e [--seconds 5] [--procs 2] [--conns 4] [--window 16] [--batch 32]
 """
@@ -48,6 +50,7 @@ import numpy as np
 import psutil
 
 from appliance import config
+from bench import hiccups
 from bench.appliance import BenchAppliance
 from remoting import codec
 from remoting.codec import Command
@@ -500,6 +503,7 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=29100, help="rocketbox listenPort (readers above it); redis +100")
     ap.add_argument("--redis-server", default=shutil.which("redis-server") or "/usr/bin/redis-server")
     ap.add_argument("--dir", default=None, help="where both stores go (default: system temp dir)")
+    ap.add_argument("--box-seconds", type=float, default=2, help="bench.hiccups' CPU steadiness check first (0: skip)")
     args = ap.parse_args()
     unknown = [m for m in args.modes.split(",") if m not in PAIRS]
     if unknown:
@@ -511,6 +515,10 @@ def main() -> None:
           f"conns/proc={args.conns} window={args.window} batch={args.batch}x{args.batch_window} rate={args.rate:.0f} "
           f"readers={args.readers} cpus={os.cpu_count()} store={args.dir or tempfile.gettempdir()}")
     print(f"# {redis_version}; appendonly yes; load generator and servers share this box")
+    if args.box_seconds > 0:
+        box = hiccups.measure(args.box_seconds, 0.002, 3)
+        print(f"# box: bench.hiccups median chunk {box['median_chunk_us']:.0f} us CPU over {args.box_seconds:g} s, "
+              f"{box['windows']} slow windows, worst chunk {box['worst_slowdown']:.1f}x its median")
     print(f"{'row':<46} {'rocketbox':>10} {'redis':>10} {'ratio':>6}   latency ms p50/p99/p99.9 rocketbox | redis")
     body = os.urandom(args.body)
     for mode in args.modes.split(","):

@@ -12,7 +12,8 @@ from tests.integration.harness import ROOT
 def test_e2e_bench_prints_every_row_for_both_servers(tmp_path):
     port = 29000 + (os.getpid() % 10) * 300     # its own ports: above the harness's, below the ephemeral range
     r = subprocess.run([sys.executable, "-m", "bench.e2e", "--seconds", "0.5", "--warmup", "0.2",
-                        "--modes", "ASYNC_FLUSH", "--rate", "2000", "--port", str(port), "--dir", str(tmp_path)],
+                        "--modes", "ASYNC_FLUSH", "--rate", "2000", "--port", str(port), "--dir", str(tmp_path),
+                        "--box-seconds", "0.5"],
                        cwd=ROOT, capture_output=True, text=True, timeout=170)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "errors" not in r.stdout, r.stdout
@@ -21,6 +22,8 @@ def test_e2e_bench_prints_every_row_for_both_servers(tmp_path):
     assert set(rows) == {"send single", "send batch of 32", "send single at 2000/s", "consume"}, r.stdout
     assert all(rb > 0 and rd > 0 for rb, rd in rows.values()), rows
     assert "# e2e benchmark: body=1024B" in r.stdout          # it prints its configuration
+    box = re.search(r"^# box: bench.hiccups median chunk (\d+) us CPU over 0.5 s, (\d+) slow windows", r.stdout, re.M)
+    assert box and 1 <= int(box.group(1)) < 100_000, r.stdout   # and how fast the box ran first
     cpu = re.findall(r"^#   CPU µs/msg rocketbox: (.+) \((\d+)% of a core; load generator (\d+)%\) \| "
                      r"redis: redis-server ([\d.]+) \(\d+% of a core; load generator (\d+)%\)", r.stdout, re.M)
     assert len(cpu) == 4, r.stdout                              # under every row: where the CPU went
