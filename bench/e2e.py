@@ -516,7 +516,7 @@ def main() -> None:
           f"readers={args.readers} cpus={os.cpu_count()} store={args.dir or tempfile.gettempdir()}")
     print(f"# {redis_version}; appendonly yes; load generator and servers share this box")
     if args.box_seconds > 0:
-        box = hiccups.measure(args.box_seconds, 0.002, 3)
+        box = hiccups.measure(args.box_seconds)
         print(f"# box: bench.hiccups median chunk {box['median_chunk_us']:.0f} us CPU over {args.box_seconds:g} s, "
               f"{box['windows']} slow windows, worst chunk {box['worst_slowdown']:.1f}x its median")
     print(f"{'row':<46} {'rocketbox':>10} {'redis':>10} {'ratio':>6}   latency ms p50/p99/p99.9 rocketbox | redis")

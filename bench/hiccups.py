@@ -33,6 +33,8 @@ import tempfile
 import time
 
 CHUNK_LOOPS = 2000          # ~0.15 ms of CPU on this project's 2-core VM
+EVERY_MS = 2                # pause between chunks
+SLOW = 3                    # a chunk over this many times the median is slow
 
 
 def _work() -> int:
@@ -49,7 +51,7 @@ def _steal() -> tuple[int, int]:
     return ticks[7], sum(ticks)
 
 
-def measure(seconds: float, every_s: float, slow: float) -> dict:
+def measure(seconds: float, every_s: float = EVERY_MS / 1000, slow: float = SLOW) -> dict:
     chunks = []                 # (wall start, cpu s, steal ticks, all ticks) during the chunk
     end = time.monotonic() + seconds
     while time.monotonic() < end:
@@ -110,8 +112,8 @@ def page_cache_cost(directory: str | None, mib: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=10)
-    ap.add_argument("--every-ms", type=float, default=2, help="pause between chunks")
-    ap.add_argument("--slow", type=float, default=3, help="a chunk over this many times the median is slow")
+    ap.add_argument("--every-ms", type=float, default=EVERY_MS, help="pause between chunks")
+    ap.add_argument("--slow", type=float, default=SLOW, help="a chunk over this many times the median is slow")
     ap.add_argument("--page-mib", type=int, default=1024, help="MiB written twice to price the page cache (0: skip)")
     ap.add_argument("--dir", default=None, help="where that file goes (default: system temp dir)")
     args = ap.parse_args()
