@@ -6,7 +6,8 @@ address) and ``redis-server`` with ``appendonly yes``.  Pairs: ASYNC_FLUSH again
 everysec``, SYNC_FLUSH against ``appendfsync always``.
 
 One load generator drives both (``--procs`` processes x ``--conns`` connections, blocking sockets and a
-selector): every request is pre-encoded once (a pull all but its offset's digits), each connection
+selector): every request is pre-encoded once (a pull all but its offset's digits; rocketbox's sends
+as a cycle of ``KEYS_PER_QUEUE`` messages per queue with keys of their own), each connection
 keeps ``--window`` requests in flight (pipelining, as RocketMQ's async sends and Redis pipelines
 do), and replies are matched to requests in order, read only as far as the count needs (a reply's
 code; a pull's next offset and its records' lengths; an XREADGROUP's entries).  What differs is
@@ -58,6 +59,7 @@ from remoting.codes import RequestCode as R
 from store.message import encode_client_batch, encode_properties
 
 TOPIC, QUEUES, GROUP = "BenchE2E", 8, "bench-consumers"
+KEYS_PER_QUEUE = 1024      # distinct message keys per queue in the requests a generator cycles through
 _LEN = struct.Struct(">i")
 _REPLY_CODE = struct.Struct(">h")
 _REDIS_ENTRY_TAIL = b"*2\r\n$4\r\nbody\r\n"
@@ -70,19 +72,22 @@ class Rocketbox:
 
     @staticmethod
     def send_frames(body: bytes, batch: int) -> list[tuple[bytes, int, int]]:
-        """(request bytes, messages in it, replies it gets), one per queue."""
-        out = []
-        for q in range(QUEUES):
-            props = encode_properties({"UNIQ_KEY": f"{os.getpid():08X}{q:024X}", "TAGS": "TagA", "KEYS": f"k{q}"})
-            ext = {"a": "bench-producers", "b": TOPIC, "c": "TBW102", "d": str(QUEUES), "e": str(q), "f": "0",
-                   "g": str(int(time.time() * 1000)), "h": "0", "i": props, "j": "0", "k": "false",
-                   "m": "true" if batch > 1 else "false"}
-            if batch > 1:
-                cmd = Command(R.SEND_BATCH_MESSAGE, ext, encode_client_batch([(0, body, props)] * batch),
-                              serialize_type=codec.ROCKETMQ)
-            else:
-                cmd = Command(R.SEND_MESSAGE_V2, ext, body, serialize_type=codec.ROCKETMQ)
-            out.append((codec.encode(cmd), batch, 1))
+        """(request bytes, messages in it, replies it gets), queue by queue in turn: ``KEYS_PER_QUEUE``
+        messages to each queue, each with a UNIQ_KEY and KEYS of its own, as real producers send
+        them (so the IndexFile's hash slots are touched all over, not a few kept warm)."""
+        out, born, pid = [], str(int(time.time() * 1000)), os.getpid()
+        for i in range(max(1, KEYS_PER_QUEUE // batch)):
+            for q in range(QUEUES):
+                props = [encode_properties({"UNIQ_KEY": f"{pid:08X}{q:08X}{n:016X}", "TAGS": "TagA",
+                                            "KEYS": f"k{q}-{n}"}) for n in range(i * batch, (i + 1) * batch)]
+                ext = {"a": "bench-producers", "b": TOPIC, "c": "TBW102", "d": str(QUEUES), "e": str(q), "f": "0",
+                       "g": born, "h": "0", "i": props[0], "j": "0", "k": "false", "m": "true" if batch > 1 else "false"}
+                if batch > 1:
+                    cmd = Command(R.SEND_BATCH_MESSAGE, ext, encode_client_batch([(0, body, p) for p in props]),
+                                  serialize_type=codec.ROCKETMQ)
+                else:
+                    cmd = Command(R.SEND_MESSAGE_V2, ext, body, serialize_type=codec.ROCKETMQ)
+                out.append((codec.encode(cmd), batch, 1))
         return out
 
     @staticmethod

@@ -1,7 +1,9 @@
-"""The e2e load generator's lean consume path says what the codec says: ``PullFrames`` gives
-``Rocketbox.pull_frame``'s exact bytes, and ``Rocketbox.pulled`` reads pull replies (split
-anywhere) as the decoder does."""
-from bench.e2e import PullFrames, Rocketbox
+"""The e2e load generator's requests: its lean consume path says what the codec says
+(``PullFrames`` gives ``Rocketbox.pull_frame``'s exact bytes, and ``Rocketbox.pulled`` reads pull
+replies, split anywhere, as the decoder does), and its sends carry keys of their own per message."""
+import re
+
+from bench.e2e import KEYS_PER_QUEUE, QUEUES, PullFrames, Rocketbox
 from readers.pull import _ANSWER
 from remoting import codec
 from remoting.codes import ResponseCode as RC
@@ -37,3 +39,19 @@ def test_pulled_reads_replies_as_the_decoder_does():
         assert used == len(buf), cut
         assert got + replies == want, cut
 
+
+
+def test_send_frames_give_every_message_its_own_keys_queue_by_queue_in_turn():
+    for batch in (1, 32):
+        frames = Rocketbox.send_frames(b"b" * 100, batch)
+        assert len(frames) == QUEUES * KEYS_PER_QUEUE // batch
+        uniq, keys = [], []
+        for i, (frame, msgs, replies) in enumerate(frames):
+            (cmd,) = codec.Decoder().feed(frame)
+            assert (msgs, replies, int(cmd.ext["e"])) == (batch, 1, i % QUEUES)
+            carried = cmd.body if batch > 1 else cmd.ext["i"].encode()     # a batch: each message's own
+            found = re.findall(rb"UNIQ_KEY\x01([0-9A-F]{32})", carried)
+            assert len(found) == batch, (batch, i)
+            uniq += found
+            keys += re.findall(rb"KEYS\x01(k\d+-\d+)", carried)
+        assert len(set(uniq)) == len(uniq) == len(set(keys)) == len(keys) == QUEUES * KEYS_PER_QUEUE, batch
