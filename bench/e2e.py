@@ -523,7 +523,8 @@ def main() -> None:
     if args.box_seconds > 0:
         box = hiccups.measure(args.box_seconds)
         print(f"# box: bench.hiccups median chunk {box['median_chunk_us']:.0f} us CPU over {args.box_seconds:g} s, "
-              f"{box['windows']} slow windows, worst chunk {box['worst_slowdown']:.1f}x its median")
+              f"{box['windows']} slow windows, worst chunk {box['worst_slowdown']:.1f}x its median; "
+              f"{hiccups.describe_reclaim(hiccups.host_reclaim())}")
     print(f"{'row':<46} {'rocketbox':>10} {'redis':>10} {'ratio':>6}   latency ms p50/p99/p99.9 rocketbox | redis")
     body = os.urandom(args.body)
     for mode in args.modes.split(","):

@@ -24,6 +24,7 @@ def test_e2e_bench_prints_every_row_for_both_servers(tmp_path):
     assert "# e2e benchmark: body=1024B" in r.stdout          # it prints its configuration
     box = re.search(r"^# box: bench.hiccups median chunk (\d+) us CPU over 0.5 s, (\d+) slow windows", r.stdout, re.M)
     assert box and 1 <= int(box.group(1)) < 100_000, r.stdout   # and how fast the box ran first
+    assert re.search(r"^# box: .*; free page reporting to the host: .+; DAMON schemes: .+$", r.stdout, re.M), r.stdout
     cpu = re.findall(r"^#   CPU µs/msg rocketbox: (.+) \((\d+)% of a core; load generator (\d+)%\) \| "
                      r"redis: redis-server ([\d.]+) \(\d+% of a core; load generator (\d+)%\)", r.stdout, re.M)
     assert len(cpu) == 4, r.stdout                              # under every row: where the CPU went
@@ -81,3 +82,9 @@ def test_hiccups_measures_chunks_and_reports_windows(tmp_path):
     assert res["chunks"] > 100 and 1 < res["median_chunk_us"] < 100_000, res   # ~2 ms apart over 1 s
     assert 0 <= res["slow_chunks"] < res["chunks"] and res["worst_slowdown"] >= 1, res
     assert (res["windows"] == 0) == (res["slow_chunks"] == 0), res
+    # what takes memory back behind the processes, as the kernel says it
+    assert all(a in ("willneed", "cold", "pageout", "hugepage", "nohugepage", "lru_prio", "lru_deprio", "stat",
+                     "migrate_hot", "migrate_cold") for a in res["damon_schemes"]), res
+    assert f"DAMON schemes: {', '.join(res['damon_schemes']) or 'none running'}" in r.stdout, r.stdout
+    reporting = os.path.exists("/sys/module/page_reporting/parameters/page_reporting_order")
+    assert (res["free_page_reporting"] is not None) == reporting, res
