@@ -99,6 +99,22 @@ def roles_for(cfg) -> list[str]:
     return out
 
 
+def listeners(cfg, roles: list[str]) -> list[tuple[str, int, str]]:
+    """The TCP addresses ``roles`` listen on: (host, port, what binds it and which key sets it)."""
+    out = []
+    for role in roles:
+        base, index = split_role(cfg, role)
+        if base == "haproxy":
+            out += [("0.0.0.0", cfg.listenPort, "HAProxy, listenPort"),
+                    ("0.0.0.0", cfg.listenPort - 2, "HAProxy's VIP port, listenPort - 2")]
+        elif base == "reader":
+            out.append(("127.0.0.1", cfg.reader_port(index),
+                        f"{role}, readerPortBase (0: listenPort + 20) + {index}"))
+        elif base == "nameserver":
+            out.append((*nameserver_address(cfg), "the name server, namesrvAddr's first address"))
+    return out
+
+
 SUPERVISED_ENV = "ROCKETBOX_SUPERVISOR"
 _PR_SET_PDEATHSIG = 1
 

@@ -1,7 +1,9 @@
 """The embedded supervisor (``appliance start``): owns the shared state and the role processes.
 
-start: lock the store (``<root>/lock``), create the shared segments (replacing stale ones of a
-crashed run), run boot recovery, then start each role as ``python -m appliance run ROLE -c FILE``.
+start: lock the store (``<root>/lock``), check that every port the roles listen on is free (exit 2
+naming the port and its holder if one stays busy for ``PORT_GRACE_S``), create the shared segments
+(replacing stale ones of a crashed run), run boot recovery, then start each role as ``python -m
+appliance run ROLE -c FILE``.
 While running it watches the children and restarts one that dies (with a short back-off).
 On SIGTERM/SIGINT: mark ``stopping``, start again any role that is down (so the stop can finish),
 stop roles in reverse start order (writer first: it drains its rings; then the dispatcher catches
@@ -9,21 +11,61 @@ up; then the flusher flushes, checkpoints and removes ``abort``), unlink the sha
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 
 from appliance import recovery
-from appliance.roles import FINISH_STOP, SUPERVISED_ENV, pid_path, roles_for
+from appliance.roles import FINISH_STOP, SUPERVISED_ENV, listeners, pid_path, roles_for
 from shm.layout import C
 from shm.state import SharedState
 
 log = logging.getLogger("rocketbox.supervisor")
 STOP_TIMEOUT_S = 60
+PORT_GRACE_S = 5            # how long a busy port may take to come free (a previous run still exiting)
+
+
+class PortInUse(Exception):
+    """A port the appliance listens on is held by another process."""
+
+
+def check_ports(addresses: list[tuple[str, int, str]], grace_s: float = PORT_GRACE_S) -> None:
+    """Bind each address as its role will (SO_REUSEADDR, so connections in TIME_WAIT do not count)
+    and let it go; PortInUse naming the first one still busy after ``grace_s``, and who holds it."""
+    deadline = time.monotonic() + grace_s
+    for host, port, what in addresses:
+        while True:
+            try:
+                with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    s.bind((host, port))
+                    s.listen(1)
+                break
+            except OSError as e:
+                if e.errno != errno.EADDRINUSE:
+                    raise PortInUse(f"cannot listen on {host}:{port} ({what}): {e.strerror}") from None
+                if time.monotonic() >= deadline:
+                    raise PortInUse(f"port {port} ({what}) is in use{_holder(port)}; stop that or "
+                                    f"choose another port in broker.conf") from None
+                time.sleep(0.2)
+
+
+def _holder(port: int) -> str:
+    """`` by pid N (name)`` for the process listening on ``port``, when this user may see it."""
+    import psutil
+    try:
+        for c in psutil.net_connections("inet"):
+            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid:
+                return f" by pid {c.pid} ({psutil.Process(c.pid).name()})"
+    except (psutil.Error, OSError):
+        pass
+    return " by another process"
 
 
 class Supervisor:
@@ -52,6 +94,7 @@ class Supervisor:
 
     def start(self) -> None:
         self._lock_store()
+        check_ports(listeners(self.cfg, self.roles))
         self.sh = SharedState(self.cfg.geometry()).create()
         self.sh.control[C.PID_SUPERVISOR] = os.getpid()
         os.makedirs(self.cfg.run_dir, exist_ok=True)
@@ -145,6 +188,10 @@ def run(cfg, config_path: str | None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     try:
         sup.start()
+    except PortInUse as e:
+        os.close(sup.lock_fd)
+        print(f"appliance: {e}", file=sys.stderr)
+        return 2
     except BaseException:
         if getattr(sup, "sh", None) is not None:
             sup.sh.close()

@@ -98,14 +98,15 @@ class HaproxyService:
         if check.returncode != 0:
             raise RuntimeError(f"haproxy rejects {self.path}: {check.stderr.strip() or check.stdout.strip()}")
         self.proc = subprocess.Popen([exe, "-db", "-f", self.path], preexec_fn=_die_with_parent)
-        log.info("haproxy (pid %d) on ports %d and %d over %d readers", self.proc.pid, self.cfg.listenPort,
+        log.info("haproxy (pid %d) starting on ports %d and %d over %d readers", self.proc.pid, self.cfg.listenPort,
                  self.cfg.listenPort - 2, self.cfg.readerProcessNums)
         return self
 
     def run(self) -> None:
         rc = self.proc.wait()
         if not self.stop_requested:
-            raise RuntimeError(f"haproxy exited with {rc}")
+            log.error("haproxy exited with %d (its own message is above)", rc)
+            raise SystemExit(1)
 
     def wake(self) -> None:
         """From the SIGTERM handler: stop haproxy, which ends ``run``."""

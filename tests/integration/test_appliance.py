@@ -102,3 +102,33 @@ def test_ctrl_c_stops_role_by_role_and_roles_never_outlive_the_supervisor(applia
     assert app.log_text().count("recovered (") == 3
     assert app.stop() == 0
     assert check(app.cfg).clean and sum(stored_keys(app.cfg).values()) == 200
+
+
+def test_a_busy_port_stops_start_naming_it_and_its_holder_unless_freed_in_time(appliance_factory):
+    import socket
+    import threading
+
+    from appliance.supervisor import PORT_GRACE_S
+    app = appliance_factory()
+
+    def hold(port: int) -> socket.socket:
+        s = socket.socket()
+        s.bind(("127.0.0.1", port))
+        s.listen(1)
+        return s
+
+    for port, what in ((app.cfg.listenPort, "HAProxy, listenPort"),
+                       (app.cfg.listenPort - 2, "HAProxy's VIP port, listenPort - 2"),
+                       (app.cfg.reader_port(1), "reader-1, readerPortBase (0: listenPort + 20) + 1")):
+        with hold(port):
+            r = app.cmd("start")
+        assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+        assert f"appliance: port {port} ({what}) is in use by pid {os.getpid()} (" in r.stderr, r.stderr[-2000:]
+        assert "Traceback" not in r.stderr and "started " not in r.stderr, r.stderr[-2000:]   # no role ran
+        assert not [n for n in os.listdir("/dev/shm") if app.cfg.shmPrefix[1:] in n]
+        assert not os.path.exists(os.path.join(app.cfg.run_dir, "supervisor.pid"))
+
+    held = hold(app.cfg.listenPort)                # freed within the grace (a previous run still exiting)
+    threading.Timer(PORT_GRACE_S / 4, held.close).start()
+    app.start(timeout=30)
+    assert app.stop() == 0
