@@ -1,5 +1,7 @@
 """The broker's registration with every name server (broker:out/BrokerOuterAPI.java): REGISTER_BROKER
 every 30 s and at once when the topic table changes, UNREGISTER_BROKER when the appliance stops.
+A name server that failed is tried again after 1 s, then 2, 4, ... up to 30 s (all of them: the
+request is one), and its failure is logged once until it succeeds again.
 Reader 0 does it for the whole appliance; the address it registers is HAProxy's (``listenPort``).
 """
 from __future__ import annotations
@@ -8,6 +10,7 @@ import asyncio
 import json
 import logging
 import os
+import time
 
 from net import client as net
 from remoting.codec import Command
@@ -18,6 +21,7 @@ from store.message import body_crc
 log = logging.getLogger("rocketbox.reader")
 PERIOD_S = 30.0
 TIMEOUT_S = 6.0           # registerBrokerTimeoutMills
+RETRY_FIRST_S = 1.0       # a name server that failed is tried again after this, doubling up to PERIOD_S
 
 
 def addresses(cfg) -> list[str]:
@@ -29,6 +33,7 @@ class Registrar:
         self.cfg = cfg
         self.conns: dict[str, net.Connection] = {}
         self.failing: set[str] = set()
+        self.retry_in, self.retry_at = RETRY_FIRST_S, 0.0     # while some name server fails (monotonic s)
 
     def _fields(self) -> dict:
         c = self.cfg
@@ -53,6 +58,16 @@ class Registrar:
                "compressed": "false", "bodyCrc32": str(body_crc(body))}
         await asyncio.gather(*(self._register(a, Command(R.REGISTER_BROKER, dict(ext), body))
                                for a in addresses(self.cfg)))
+        if self.failing:
+            self.retry_at = time.monotonic() + self.retry_in
+            self.retry_in = min(PERIOD_S, self.retry_in * 2)
+        else:
+            self.retry_in = RETRY_FIRST_S
+
+    def retry_due(self) -> bool:
+        """A name server failed and its back-off (1 s, doubling to 30 s) has passed: one not up
+        yet is found soon, and one that is not a name server is not hammered every second."""
+        return bool(self.failing) and time.monotonic() >= self.retry_at
 
     async def _register(self, addr: str, cmd: Command) -> None:
         try:

@@ -89,8 +89,8 @@ class ReaderService:
         while not self.stop_requested:
             if registrar is not None and self.index == 0 and (pending is None or pending.done()):
                 version = int(self.sh.control[C.TOPIC_VERSION])
-                # a name server that refused (not up yet, restarting) is tried again next tick
-                if version != topic_version or registrar.failing or time.monotonic() - registered_at >= PERIOD_S:
+                # a name server that refused (not up yet, restarting) is tried again after its back-off
+                if version != topic_version or registrar.retry_due() or time.monotonic() - registered_at >= PERIOD_S:
                     topic_version, registered_at = version, time.monotonic()
                     pending = self._loop.create_task(registrar.register_all())
             try:

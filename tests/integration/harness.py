@@ -82,8 +82,8 @@ class Appliance:
                 w.close()
                 if not ok:
                     return False
-            if self.cfg.namesrvAddr:            # and the broker has registered
-                host, _, port = self.cfg.namesrvAddr.partition(":")
+            if self.cfg.namesrvAddr:            # and the broker has registered (with the first)
+                host, _, port = self.cfg.namesrvAddr.split(";")[0].partition(":")
                 w = Wire(host, int(port), timeout=2)
                 ok = w.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"}).code == 0
                 w.close()

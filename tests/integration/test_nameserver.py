@@ -109,3 +109,32 @@ def test_appliance_start_runs_a_local_name_server(tmp_path):
     finally:
         assert app.stop() == 0
     assert "ERROR" not in app.log_text()
+
+
+def test_a_name_server_that_comes_up_after_the_broker_gets_registered_with(tmp_path):
+    """namesrvAddr's second name server is down when the appliance starts: the broker logs that once,
+    tries again with back-off (1 s, then 2, 4, ...), and registers when a try finds it up."""
+    first, second = 18876 + os.getpid() % 500, 19376 + os.getpid() % 500
+    (tmp_path / "app").mkdir()
+    app = Appliance(tmp_path / "app", namesrvAddr=f"127.0.0.1:{first};127.0.0.1:{second}").start()
+    conf = tmp_path / "second.conf"
+    conf.write_text(f"namesrvAddr=127.0.0.1:{second}\nstorePathRootDir={tmp_path}/second\n")
+    proc = None
+    try:
+        time.sleep(2.5)                              # tries at ~0, 1 and 3 s find nothing there
+        proc = subprocess.Popen([sys.executable, "-m", "appliance", "run", "nameserver", "-c", str(conf)],
+                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        _wait_port(second, proc)
+        up, w = time.monotonic(), Wire("127.0.0.1", second)
+        while b'"b1"' not in (w.call(R.GET_BROKER_CLUSTER_INFO).body or b""):
+            assert time.monotonic() - up < 12, "the broker never registered with the late name server"
+            time.sleep(0.2)
+        w.close()
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(10)
+        assert app.stop() == 0
+    log = app.log_text()
+    assert log.count(f"cannot register with name server 127.0.0.1:{second}") == 1, log[-3000:]
+    assert f"registered with name server 127.0.0.1:{second} again" in log, log[-3000:]
