@@ -1,7 +1,8 @@
 """The embedded supervisor (``appliance start``): owns the shared state and the role processes.
 
-start: lock the store (``<root>/lock``), check that every port the roles listen on is free (exit 2
-naming the port and its holder if one stays busy for ``PORT_GRACE_S``), create the shared segments
+start: lock the store (``<root>/lock``), check that every port the roles listen on is free and that
+HAProxy accepts its config (exit 2 naming the port and its holder if one stays busy for
+``PORT_GRACE_S``, or what HAProxy lacks), create the shared segments
 (replacing stale ones of a crashed run), run boot recovery, then start each role as ``python -m
 appliance run ROLE -c FILE``.
 While running it watches the children and restarts one that dies (with a short back-off).
@@ -31,13 +32,13 @@ STOP_TIMEOUT_S = 60
 PORT_GRACE_S = 5            # how long a busy port may take to come free (a previous run still exiting)
 
 
-class PortInUse(Exception):
-    """A port the appliance listens on is held by another process."""
+class CannotStart(Exception):
+    """Something the roles need is taken or missing (a port, HAProxy): start exits 2 naming it."""
 
 
 def check_ports(addresses: list[tuple[str, int, str]], grace_s: float = PORT_GRACE_S) -> None:
     """Bind each address as its role will (SO_REUSEADDR, so connections in TIME_WAIT do not count)
-    and let it go; PortInUse naming the first one still busy after ``grace_s``, and who holds it."""
+    and let it go; CannotStart naming the first one still busy after ``grace_s``, and who holds it."""
     deadline = time.monotonic() + grace_s
     for host, port, what in addresses:
         while True:
@@ -49,9 +50,9 @@ def check_ports(addresses: list[tuple[str, int, str]], grace_s: float = PORT_GRA
                 break
             except OSError as e:
                 if e.errno != errno.EADDRINUSE:
-                    raise PortInUse(f"cannot listen on {host}:{port} ({what}): {e.strerror}") from None
+                    raise CannotStart(f"cannot listen on {host}:{port} ({what}): {e.strerror}") from None
                 if time.monotonic() >= deadline:
-                    raise PortInUse(f"port {port} ({what}) is in use{_holder(port)}; stop that or "
+                    raise CannotStart(f"port {port} ({what}) is in use{_holder(port)}; stop that or "
                                     f"choose another port in broker.conf") from None
                 time.sleep(0.2)
 
@@ -95,6 +96,12 @@ class Supervisor:
     def start(self) -> None:
         self._lock_store()
         check_ports(listeners(self.cfg, self.roles))
+        if "haproxy" in self.roles:
+            from haproxy import service as haproxy
+            try:
+                haproxy.configure(self.cfg)
+            except haproxy.Unusable as e:
+                raise CannotStart(str(e)) from None
         self.sh = SharedState(self.cfg.geometry()).create()
         self.sh.control[C.PID_SUPERVISOR] = os.getpid()
         os.makedirs(self.cfg.run_dir, exist_ok=True)
@@ -188,7 +195,7 @@ def run(cfg, config_path: str | None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     try:
         sup.start()
-    except PortInUse as e:
+    except CannotStart as e:
         os.close(sup.lock_fd)
         print(f"appliance: {e}", file=sys.stderr)
         return 2

@@ -25,12 +25,30 @@ TIMEOUT_CLIENT_S = 180        # above the 120 s idle close of readers and the 30
 DOWN_CHECK_MS = 200           # how often a reader out of rotation is checked: back soon after it listens
 
 
+class Unusable(RuntimeError):
+    """HAProxy cannot run as configured: no binary, or it rejects the generated config."""
+
+
 def binary(cfg) -> str:
     found = cfg.haproxyBinary or shutil.which("haproxy") or "/usr/sbin/haproxy"
     if not os.access(found, os.X_OK):
-        raise RuntimeError(f"haproxy binary '{found}' not found: install Debian's haproxy package "
-                           "(./install.sh does) or set haproxyBinary in broker.conf")
+        raise Unusable(f"haproxy binary '{found}' not found: install Debian's haproxy package "
+                       "(./install.sh does) or set haproxyBinary in broker.conf")
     return found
+
+
+def configure(cfg) -> tuple[str, str]:
+    """Write ``<store>/run/haproxy.cfg`` from broker.conf and have HAProxy check it: (binary,
+    config path), or Unusable saying what is wrong.  ``appliance start`` calls it before any
+    role starts, and the role at each of its starts."""
+    exe, path = binary(cfg), os.path.join(cfg.run_dir, "haproxy.cfg")
+    os.makedirs(cfg.run_dir, exist_ok=True)
+    with open(path, "w") as f:
+        f.write(render(cfg))
+    check = subprocess.run([exe, "-c", "-q", "-f", path], capture_output=True, text=True)
+    if check.returncode != 0:
+        raise Unusable(f"haproxy rejects {path}: {check.stderr.strip() or check.stdout.strip()}")
+    return exe, path
 
 
 MAX_PIPES = 256          # kernel pipes for splicing large replies (two descriptors each)
@@ -87,16 +105,10 @@ class HaproxyService:
         self.cfg = cfg
         self.stop_requested = False
         self.proc: subprocess.Popen | None = None
-        self.path = os.path.join(cfg.run_dir, "haproxy.cfg")
+        self.path = ""
 
     def open(self) -> "HaproxyService":
-        exe = binary(self.cfg)
-        os.makedirs(self.cfg.run_dir, exist_ok=True)
-        with open(self.path, "w") as f:
-            f.write(render(self.cfg))
-        check = subprocess.run([exe, "-c", "-q", "-f", self.path], capture_output=True, text=True)
-        if check.returncode != 0:
-            raise RuntimeError(f"haproxy rejects {self.path}: {check.stderr.strip() or check.stdout.strip()}")
+        exe, self.path = configure(self.cfg)
         self.proc = subprocess.Popen([exe, "-db", "-f", self.path], preexec_fn=_die_with_parent)
         log.info("haproxy (pid %d) starting on ports %d and %d over %d readers", self.proc.pid, self.cfg.listenPort,
                  self.cfg.listenPort - 2, self.cfg.readerProcessNums)

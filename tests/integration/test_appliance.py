@@ -132,3 +132,13 @@ def test_a_busy_port_stops_start_naming_it_and_its_holder_unless_freed_in_time(a
     threading.Timer(PORT_GRACE_S / 4, held.close).start()
     app.start(timeout=30)
     assert app.stop() == 0
+
+
+def test_start_without_a_usable_haproxy_says_so_and_starts_nothing(appliance_factory):
+    app = appliance_factory(haproxyBinary="/nonexistent/haproxy")
+    r = app.cmd("start")
+    assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+    assert ("appliance: haproxy binary '/nonexistent/haproxy' not found: install Debian's haproxy package "
+            "(./install.sh does) or set haproxyBinary in broker.conf") in r.stderr, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and "started " not in r.stderr, r.stderr[-2000:]
+    assert not [n for n in os.listdir("/dev/shm") if app.cfg.shmPrefix[1:] in n]
