@@ -85,7 +85,11 @@ class Supervisor:
         return cmd
 
     def _lock_store(self) -> None:
-        os.makedirs(self.cfg.root, exist_ok=True)
+        for path, key in ((self.cfg.root, "storePathRootDir"), (self.cfg.commitlog_dir, "storePathCommitLog")):
+            try:
+                os.makedirs(path, exist_ok=True)
+            except OSError as e:
+                raise CannotStart(f"cannot make the store directory {path} ({key}): {e.strerror}") from None
         self.lock_fd = os.open(os.path.join(self.cfg.root, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -196,7 +200,8 @@ def run(cfg, config_path: str | None) -> int:
     try:
         sup.start()
     except CannotStart as e:
-        os.close(sup.lock_fd)
+        if sup.lock_fd >= 0:
+            os.close(sup.lock_fd)
         print(f"appliance: {e}", file=sys.stderr)
         return 2
     except BaseException:

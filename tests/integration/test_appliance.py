@@ -142,3 +142,12 @@ def test_start_without_a_usable_haproxy_says_so_and_starts_nothing(appliance_fac
             "(./install.sh does) or set haproxyBinary in broker.conf") in r.stderr, r.stderr[-2000:]
     assert "Traceback" not in r.stderr and "started " not in r.stderr, r.stderr[-2000:]
     assert not [n for n in os.listdir("/dev/shm") if app.cfg.shmPrefix[1:] in n]
+
+
+def test_a_store_directory_that_cannot_be_made_is_named_with_its_setting(appliance_factory):
+    for key, path in (("storePathRootDir", "/dev/null/store"), ("storePathCommitLog", "/dev/null/commitlog")):
+        app = appliance_factory(**{key: path})
+        r = app.cmd("start")
+        assert r.returncode == 2, (key, r.returncode, r.stderr[-2000:])
+        assert f"appliance: cannot make the store directory {path} ({key}): Not a directory" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr and not [n for n in os.listdir("/dev/shm") if app.cfg.shmPrefix[1:] in n]
