@@ -10,7 +10,7 @@ import time
 import pytest
 
 from remoting.codes import RequestCode as R, ResponseCode as RC
-from tests.integration.harness import ROOT, Appliance
+from tests.integration.harness import ROOT
 from tests.integration.wire import Wire
 
 CAPTURES = os.path.join(ROOT, "tests", "captures")
@@ -97,9 +97,9 @@ def test_kv_unknown_codes_bad_fields_and_a_malformed_frame(nameserver):
     bad.close()
 
 
-def test_appliance_start_runs_a_local_name_server(tmp_path):
+def test_appliance_start_runs_a_local_name_server(appliance_factory):
     port = 18876 + os.getpid() % 500
-    app = Appliance(tmp_path, namesrvAddr=f"127.0.0.1:{port}").start()
+    app = appliance_factory(namesrvAddr=f"127.0.0.1:{port}").start()
     try:
         st = app.cmd("status")
         assert st.returncode == 0 and re.search(r"nameserver\s+up", st.stdout), st.stdout
@@ -111,12 +111,11 @@ def test_appliance_start_runs_a_local_name_server(tmp_path):
     assert "ERROR" not in app.log_text()
 
 
-def test_a_name_server_that_comes_up_after_the_broker_gets_registered_with(tmp_path):
+def test_a_name_server_that_comes_up_after_the_broker_gets_registered_with(tmp_path, appliance_factory):
     """namesrvAddr's second name server is down when the appliance starts: the broker logs that once,
     tries again with back-off (1 s, then 2, 4, ...), and registers when a try finds it up."""
     first, second = 18876 + os.getpid() % 500, 19376 + os.getpid() % 500
-    (tmp_path / "app").mkdir()
-    app = Appliance(tmp_path / "app", namesrvAddr=f"127.0.0.1:{first};127.0.0.1:{second}").start()
+    app = appliance_factory(namesrvAddr=f"127.0.0.1:{first};127.0.0.1:{second}").start()
     conf = tmp_path / "second.conf"
     conf.write_text(f"namesrvAddr=127.0.0.1:{second}\nstorePathRootDir={tmp_path}/second\n")
     proc = None
