@@ -92,6 +92,8 @@ TABLE = (
     ("flushCommitLogThoroughInterval", _int_in(0, 3_600_000), "10000", "ASYNC_FLUSH: flush everything at least this often, ms"),
     ("flushIntervalConsumeQueue", _int_in(1, 60_000), "1000", "ConsumeQueue/index flush period, ms"),
     ("syncFlushTimeout", _int_in(1, 600_000), "5000", "SYNC_FLUSH wait before FLUSH_DISK_TIMEOUT, ms"),
+    ("osPageCacheBusyTimeOutMills", _int_in(1, 600_000), "1000", "writer stalled this long: sends refused, SYSTEM_BUSY, ms"),
+    ("waitTimeMillsInSendQueue", _int_in(1, 600_000), "200", "a send held this long behind a stalled writer: SYSTEM_BUSY, ms"),
     ("deleteWhen", _str, "04", "hours of day retention runs, ';'-separated"),
     ("fileReservedTime", _int_in(0, 100_000), "72", "hours a CommitLog file is kept"),
     ("diskMaxUsedSpaceRatio", _int_in(10, 95), "75", "percent"),
@@ -145,6 +147,8 @@ class BrokerConfig:
     flushCommitLogThoroughInterval: int
     flushIntervalConsumeQueue: int
     syncFlushTimeout: int
+    osPageCacheBusyTimeOutMills: int
+    waitTimeMillsInSendQueue: int
     deleteWhen: str
     fileReservedTime: int
     diskMaxUsedSpaceRatio: int

@@ -22,12 +22,17 @@ import logging
 import numpy as np
 
 from readers.storeview import StoreView
+from remoting.codes import ResponseCode as RC
 from shm.layout import C, S
 from shm.tables import OffsetIndex, TopicIndex
 from writer import protocol as P
 from writer.client import LOST, SLAB_SLACK, RingClient
 
 log = logging.getLogger("rocketbox.reader")
+# flow control (FACTS §1.7): a send refused while the writer is stalled was never pushed, so never stored
+REJECTED = (RC.SYSTEM_BUSY, "[REJECTREQUEST]system busy, start flow control for a while")
+OVERLOAD = (RC.SYSTEM_BUSY, "[OVERLOAD]system busy, start flow control for a while")
+CLEANED = "[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: %dms, size of queue: %d"
 
 
 class WriterLink:
@@ -45,6 +50,10 @@ class WriterLink:
         self.flush_waits: collections.deque = collections.deque()  # (end offset, loop-time deadline, callback)
         self.flush_timer: asyncio.TimerHandle | None = None
         self.pushed_end = 0                                         # ring position past our last slab
+        self.pushed_at = 0.0                                        # loop time it was pushed
+        self.busy_after_s = cfg.osPageCacheBusyTimeOutMills / 1000  # writer unfinished that long: refuse sends
+        self.held_max_s = cfg.waitTimeMillsInSendQueue / 1000       # a held slab that old: answered busy
+        self.clean_timer: asyncio.TimerHandle | None = None
         self.polls: list[list] = []        # held pulls: [topic, queue, offset, callback, timer]
         self.topic_waits: dict[int, asyncio.Future] = {}
         self.offset_batch: list[tuple[bytes, int, int]] = []
@@ -99,13 +108,22 @@ class WriterLink:
         """Appends or flush waits not answered yet."""
         return bool(self.slab or self.ring.in_flight or self.flush_waits)
 
+    def stalled(self) -> bool:
+        """The writer has not finished our last slab for ``osPageCacheBusyTimeOutMills``: new
+        sends are refused (REJECTED) rather than queued behind it, as RocketMQ refuses sends
+        while its CommitLog lock is held that long."""
+        return (self.ring.requests.read_pos < self.pushed_end
+                and self.loop.time() - self.pushed_at >= self.busy_after_s)
+
     def append(self, rows: list[tuple], sizes: list[int], parts: list, waiter) -> None:
         """Queue requests for this loop turn's slab: their P.REQUEST rows, every record's size in
         request order, and the pieces (bytes-likes) whose concatenation is the records.
         ``waiter(first, n, results, phys, failure)`` gets the writer's P.RESULT tuples of requests
         ``first`` to ``first + n`` of ``rows`` and their records' physical offsets, or (None,
-        None, why) when the slab was lost (a restarted writer) or could not be pushed: one call,
-        or one per slab when the requests do not all fit one (each slab takes whole requests)."""
+        None, (code, remark)) when the slab was lost (a restarted writer), could not be pushed
+        (SYSTEM_BUSY when the ring had no room, OVERLOAD), or waited held longer than
+        ``waitTimeMillsInSendQueue`` (SYSTEM_BUSY, TIMEOUT_CLEAN_QUEUE): one call, or one per
+        slab when the requests do not all fit one (each slab takes whole requests)."""
         nbytes = P.REQUEST.itemsize * len(rows) + sum(sizes) + 4 * len(sizes)
         slab = self.slab
         if slab is not None and (slab.nbytes + nbytes > self.slab_budget
@@ -151,16 +169,38 @@ class WriterLink:
             return
         slab.scheduled = False
         if self.ring.requests.read_pos < self.pushed_end:
+            if not slab.held_at:
+                slab.held_at = self.loop.time()
+                if self.clean_timer is None:
+                    self.clean_timer = self.loop.call_later(self.held_max_s, self._clean_held)
             return
         self.slab = None
         self._push(slab)
 
+    def _clean_held(self) -> None:
+        """The timer armed when a slab is first held: a slab held ``waitTimeMillsInSendQueue``
+        or longer (the writer has not finished the last one) is answered SYSTEM_BUSY, as
+        RocketMQ's BrokerFastFailure cleans its send queue: nothing of it was pushed, so nothing
+        of it is stored.  A younger held slab re-arms it; one timer at a time."""
+        self.clean_timer = None
+        slab = self.slab
+        if slab is None or not slab.held_at or slab.scheduled:
+            return
+        waited = self.loop.time() - slab.held_at
+        if waited < self.held_max_s:
+            self.clean_timer = self.loop.call_later(self.held_max_s - waited, self._clean_held)
+            return
+        self.slab = None
+        slab.answered(None, None, (RC.SYSTEM_BUSY, CLEANED % (waited * 1000, len(slab.rows))))
+
     def _push(self, slab: "_Slab") -> None:
         try:
-            self.ring.push_rows(slab.rows, slab.sizes, b"".join(slab.records), slab.answered)
-            self.pushed_end = self.ring.requests.write_pos
+            if not self.ring.push_rows(slab.rows, slab.sizes, b"".join(slab.records), slab.answered, block=False):
+                slab.answered(None, None, OVERLOAD)          # the ring is full: the writer is far behind
+                return
+            self.pushed_end, self.pushed_at = self.ring.requests.write_pos, self.loop.time()
         except Exception as e:              # e.g. a request larger than a ring entry
-            slab.answered(None, None, str(e))
+            slab.answered(None, None, (RC.SYSTEM_ERROR, str(e)))
 
     # ------------------------------------------------------------ SYNC_FLUSH
     def after_flush(self, end_offset: int, timeout_s: float, callback) -> None:
@@ -293,11 +333,12 @@ class WriterLink:
 
 class _Slab:
     """The requests of one ring entry and who waits for them: spans of (waiter, first, n)."""
-    __slots__ = ("rows", "sizes", "records", "spans", "nbytes", "scheduled")
+    __slots__ = ("rows", "sizes", "records", "spans", "nbytes", "scheduled", "held_at")
 
     def __init__(self):
         self.rows, self.sizes, self.records, self.spans, self.nbytes = [], [], [], [], 0
         self.scheduled = True           # a _submit is due at the end of this loop turn
+        self.held_at = 0.0              # loop time a _submit first held it (the writer busy)
 
     def add(self, rows: list[tuple], sizes: list[int], parts: list, nbytes: int, waiter, first: int) -> None:
         self.rows += rows
@@ -306,9 +347,9 @@ class _Slab:
         self.nbytes += nbytes
         self.spans.append((waiter, first, len(rows)))
 
-    def answered(self, res: list | None, phys: list | None, failure: str = LOST) -> None:
+    def answered(self, res: list | None, phys: list | None, failure: tuple[int, str] = (RC.SYSTEM_ERROR, LOST)) -> None:
         """The writer's reply: P.RESULT tuples and each record's physical offset (``res`` None:
-        lost with a restarted writer, or ``failure``)."""
+        lost with a restarted writer, or ``failure``, a response code and remark)."""
         i = j = 0
         for waiter, first, n in self.spans:
             if res is None:

@@ -19,6 +19,7 @@ import random
 import time
 
 from net.server import DEFERRED
+from readers.link import REJECTED
 from remoting import codec, headers
 from remoting.codes import RequestCode as R, ResponseCode as RC
 from shm.layout import T
@@ -92,7 +93,14 @@ class SendProcessor:
         self._append(turn)
 
     def _append(self, sends: list[tuple]) -> None:
-        """Encode each send's records (a refusal answered at once) and append them all in one go."""
+        """Encode each send's records (a refusal answered at once) and append them all in one go;
+        or, while the writer is stalled, refuse them all (flow control: the client tries again,
+        elsewhere or later, instead of waiting out its time-out)."""
+        if self.link.stalled():
+            code, remark = REJECTED
+            for cmd, conn, *_ in sends:
+                conn.send_reply(cmd, cmd.response(code, remark, ext=dict(self.region)))
+            return
         rows, sizes, parts, sent = [], [], [], []
         for cmd, conn, h, tidx, meta in sends:
             try:
@@ -113,14 +121,15 @@ class SendProcessor:
             self.link.append(rows, sizes, parts, functools.partial(self._stored, sent))
         except Exception as e:              # a bug: answered now rather than left to time out
             log.exception("appending a loop turn's %d sends failed", len(sent))
-            self._stored(sent, 0, len(sent), None, None, f"{type(e).__name__}: {e}"[:500])
+            self._stored(sent, 0, len(sent), None, None, (RC.SYSTEM_ERROR, f"{type(e).__name__}: {e}"[:500]))
 
     def _stored(self, sent: list[tuple], first: int, n: int, results: list | None, phys: list | None,
-                failure: str | None) -> None:
+                failure: tuple[int, str] | None) -> None:
         """The writer's answer to ``sent[first:first + n]`` (a WriterLink waiter)."""
         if results is None:
+            code, remark = failure
             for cmd, conn, _wait in sent[first:first + n]:
-                conn.send_reply(cmd, cmd.response(RC.SYSTEM_ERROR, failure, ext=dict(self.region)))
+                conn.send_reply(cmd, cmd.response(code, remark, ext=dict(self.region)))
             return
         j, flush_waits, last_end = 0, [], -1
         for (cmd, conn, wait), (_rid, status, qid, qoff, _p0, end, _ts, count, _pad) in zip(sent[first:first + n],

@@ -300,18 +300,26 @@ class RingClient:
             self.awaiting[rid] = end
         return ticket
 
-    def push_rows(self, rows: list[tuple], sizes: list[int], records: bytes, answered) -> None:
+    def push_rows(self, rows: list[tuple], sizes: list[int], records: bytes, answered, block: bool = True) -> bool:
         """``push_slab`` from Python rows (P.REQUEST tuples, req_id 0) and record sizes: the same
-        ring entry built with ``struct``, cheaper than numpy for the few requests of a loop turn."""
+        ring entry built with ``struct``, cheaper than numpy for the few requests of a loop turn.
+        ``block`` False: False at once, and nothing pushed, when the ring has no room for it."""
         rid = self._reserve_ids(len(rows))
         rows = [(rid + i, *r[1:]) for i, r in enumerate(rows)]
-        self.awaiting[rid] = self._push(P.PUT, P.slab_bytes(rows, sizes, records))
+        end = self._push(P.PUT, P.slab_bytes(rows, sizes, records), block)
+        if end is None:
+            return False
+        self.awaiting[rid] = end
         self.in_flight[rid] = answered
+        return True
 
-    def _push(self, kind: int, parts) -> int:
-        """One ring entry, waiting (and reading replies) while the ring is full; wakes the writer.
-        Returns the ring position just past the entry."""
+    def _push(self, kind: int, parts, block: bool = True) -> int | None:
+        """One ring entry, waiting (and reading replies) while the ring is full unless not
+        ``block``; wakes the writer.  Returns the ring position just past the entry (None: no
+        room, not blocking)."""
         while not self.requests.try_push(kind, parts):
+            if not block:
+                return None
             self._wait_for_room()
         end = self.requests.write_pos
         self.sh.writer_waker.post()

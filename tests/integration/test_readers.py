@@ -2,6 +2,7 @@
 and tag filters, offsets and group membership shared across readers, bad input."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -56,6 +57,17 @@ def heartbeat_body(client: str, group: str, topic: str = "T", model: str = "CLUS
 
 def heartbeat(w: Wire, client: str, group: str, topic: str = "T", model: str = "CLUSTERING"):
     return w.call(R.HEART_BEAT, {}, heartbeat_body(client, group, topic, model))
+
+
+@contextlib.contextmanager
+def frozen(app, role: str):
+    """``role``'s process stopped (SIGSTOP) for the block, and running again after it whatever happens."""
+    pid = app.role_pid(role)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield pid
+    finally:
+        os.kill(pid, signal.SIGCONT)
 
 
 def test_sends_in_every_dialect_and_pulls_back(appliance_factory):
@@ -244,30 +256,27 @@ def test_sync_flush_times_out_while_the_flusher_is_frozen_and_recovers(appliance
     Boolean.parseBoolean) are answered at once; once the flusher runs again sends succeed."""
     app = appliance_factory(flushDiskType="SYNC_FLUSH", syncFlushTimeout="700").start()
     w = Wire("127.0.0.1", app.cfg.listenPort)
-    flusher = app.role_pid("flusher")
     try:
         assert send_v2(w, "Durable", b"first").code == RC.SUCCESS
-        os.kill(flusher, signal.SIGSTOP)
-        t0 = time.monotonic()
-        opaques = [w.send(R.SEND_MESSAGE_V2, send_ext("Durable", "WAIT\x01TRUE" if i == 5 else "", queue=i % 4),
-                          f"frozen-{i}".encode()) for i in range(6)]
-        no_wait = {w.send(R.SEND_MESSAGE_V2, send_ext("Durable", f"WAIT\x01{v}", queue=3), f"no-wait-{v}".encode())
-                   for v in ("false", "FALSE", "no")}
-        first = [w.read_response() for _ in no_wait]
-        assert {r.opaque for r in first} == no_wait and {r.code for r in first} == {RC.SUCCESS}
-        assert time.monotonic() - t0 < 0.5
-        replies = {r.opaque: r for r in (w.read_response() for _ in opaques)}
-        waited = time.monotonic() - t0
-        assert [replies[o].code for o in opaques] == [RC.FLUSH_DISK_TIMEOUT] * 6
-        assert all(replies[o].remark == "FLUSH_DISK_TIMEOUT" and replies[o].ext["msgId"] for o in opaques)
-        assert 0.6 < waited < 5, waited
-        os.kill(flusher, signal.SIGCONT)
+        with frozen(app, "flusher"):
+            t0 = time.monotonic()
+            opaques = [w.send(R.SEND_MESSAGE_V2, send_ext("Durable", "WAIT\x01TRUE" if i == 5 else "", queue=i % 4),
+                              f"frozen-{i}".encode()) for i in range(6)]
+            no_wait = {w.send(R.SEND_MESSAGE_V2, send_ext("Durable", f"WAIT\x01{v}", queue=3), f"no-wait-{v}".encode())
+                       for v in ("false", "FALSE", "no")}
+            first = [w.read_response() for _ in no_wait]
+            assert {r.opaque for r in first} == no_wait and {r.code for r in first} == {RC.SUCCESS}
+            assert time.monotonic() - t0 < 0.5
+            replies = {r.opaque: r for r in (w.read_response() for _ in opaques)}
+            waited = time.monotonic() - t0
+            assert [replies[o].code for o in opaques] == [RC.FLUSH_DISK_TIMEOUT] * 6
+            assert all(replies[o].remark == "FLUSH_DISK_TIMEOUT" and replies[o].ext["msgId"] for o in opaques)
+            assert 0.6 < waited < 5, waited
         assert send_v2(w, "Durable", b"after").code == RC.SUCCESS
         got = sum((pull_n(w, "Durable", n, queue=q) for q, n in ((0, 4), (1, 2), (2, 1), (3, 4))), [])
         assert sorted(got) == sorted([b"first", b"after", b"no-wait-false", b"no-wait-FALSE", b"no-wait-no"]
                                      + [f"frozen-{i}".encode() for i in range(6)])
     finally:
-        os.kill(flusher, signal.SIGCONT)
         w.close()
 
 
@@ -289,4 +298,38 @@ def test_born_host_is_the_client_behind_haproxy_and_readers_take_plain_connectio
         assert recs[b"via-haproxy"].born_ip == b"\x7f\x00\x00\x01"
     finally:
         direct.close()
+        w.close()
+
+
+def test_a_frozen_writer_gets_sends_refused_busy_while_the_reader_keeps_serving(appliance_factory):
+    """The writer stopped (SIGSTOP): the send it holds waits; sends queued behind it are answered
+    SYSTEM_BUSY (TIMEOUT_CLEAN_QUEUE) after waitTimeMillsInSendQueue, and once it has been stuck
+    osPageCacheBusyTimeOutMills new ones are refused at once (REJECTREQUEST), while the same
+    connection's other requests are answered.  Once it runs again the held send is stored and
+    answered, sends succeed, and nothing refused was stored."""
+    app = appliance_factory(waitTimeMillsInSendQueue="300", osPageCacheBusyTimeOutMills="1000").start()
+    w = Wire("127.0.0.1", app.cfg.listenPort)
+    try:
+        assert send_v2(w, "Flow", b"before").code == RC.SUCCESS
+        with frozen(app, "writer"):
+            t0 = time.monotonic()
+            stuck = w.send(R.SEND_MESSAGE_V2, send_ext("Flow"), b"stuck")          # in the ring, not taken
+            time.sleep(0.05)
+            queued = [w.send(R.SEND_MESSAGE_V2, send_ext("Flow"), f"queued-{i}".encode()) for i in range(3)]
+            replies = [w.read_response() for _ in queued]
+            assert [r.opaque for r in replies] == queued and {r.code for r in replies} == {RC.SYSTEM_BUSY}
+            assert all(r.remark.startswith("[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while")
+                       for r in replies), replies[0].remark
+            assert 0.25 < time.monotonic() - t0 < 0.9
+            assert w.call(R.GET_BROKER_RUNTIME_INFO).code == RC.SUCCESS           # the reader still serves
+            time.sleep(max(0.0, t0 + 1.1 - time.monotonic()))
+            t1 = time.monotonic()
+            refused = send_v2(w, "Flow", b"refused")
+            assert refused.code == RC.SYSTEM_BUSY and time.monotonic() - t1 < 0.5
+            assert refused.remark == "[REJECTREQUEST]system busy, start flow control for a while"
+        late = w.read_response()
+        assert late.opaque == stuck and late.code == RC.SUCCESS
+        assert send_v2(w, "Flow", b"after").code == RC.SUCCESS
+        assert pull_n(w, "Flow", 3) == [b"before", b"stuck", b"after"]
+    finally:
         w.close()

@@ -3,16 +3,18 @@ held (and growing) while the writer works on it, pushed as one ring entry when t
 wakes the loop through the slot's pipe; every waiter answered once, in order."""
 import asyncio
 
-from readers.link import WriterLink
+from readers.link import OVERLOAD, WriterLink
+from remoting.codes import ResponseCode as RC
+from shm.layout import C
 from store import message
 from tests.unit.writer.rig import running_store, small_config
 from writer.client import PutRequest, RingClient
 from writer.topics import topic_config
 
 
-def _with_link(tmp_path, tag: str, test) -> None:
+def _with_link(tmp_path, tag: str, test, **settings) -> None:
     """Run ``await test(link, w)`` on a WriterLink over an in-process store (writer ``w``)."""
-    cfg = small_config(tmp_path / "store", tag)
+    cfg = small_config(tmp_path / "store", tag, **settings)
     with running_store(cfg) as (sh, w, _d, _c):
         async def main():
             link = WriterLink(cfg, sh)
@@ -95,7 +97,7 @@ def test_a_slab_that_cannot_be_pushed_fails_every_request_in_it_with_the_reason(
                         lambda first, n, res, phys, failure: calls.append((first, n, res, phys, failure)))
         await asyncio.sleep(0)
         assert [c[:4] for c in calls] == [(0, 2, None, None)] * 2
-        assert all("exceeds the ring's limit" in c[4] for c in calls)
+        assert all(c[4][0] == RC.SYSTEM_ERROR and "exceeds the ring's limit" in c[4][1] for c in calls)
         assert link.ring.requests.entries() == [] and not w.step() and not link.busy
     _with_link(tmp_path, "nopush", test)
 
@@ -140,3 +142,71 @@ def test_held_pulls_end_once_each_when_their_queue_grows_or_their_time_is_up(tmp
             finally:
                 link.close()
         asyncio.run(main())
+
+
+def _sends(link, count: int, size: int, calls: list, name: str) -> None:
+    """``count`` single-record requests of a ``size``-byte body, appended together; the waiter's
+    calls go to ``calls`` as (name, first, n, results or None, failure)."""
+    tidx, host = link.topics.lookup("TBW102"), ("127.0.0.1", 5555)
+    sizes, parts = [], []
+    for i in range(count):
+        recs = link.ring.record(b"TBW102", 0, 0, b"%c" % (65 + i % 26) * size, b"", 0, 1, host)
+        sizes += recs.sizes
+        parts += recs.parts
+    link.append([RingClient.row(tidx, 0, 0, host, 1, False)] * count, sizes, parts,
+                lambda first, n, res, phys, failure: calls.append((name, first, n, res, failure)))
+
+
+def test_a_stalled_writer_gets_sends_held_behind_it_answered_busy_and_then_refused(tmp_path):
+    """The writer is not stepped: the first slab stays in the ring, the next is held, and after
+    waitTimeMillsInSendQueue it is answered SYSTEM_BUSY (TIMEOUT_CLEAN_QUEUE) and never pushed;
+    after osPageCacheBusyTimeOutMills the link says the writer is stalled (sends are refused)."""
+    async def test(link, w):
+        calls = []
+        _sends(link, 1, 100, calls, "first")
+        await asyncio.sleep(0)                           # pushed: the writer was idle
+        _sends(link, 3, 100, calls, "held")
+        await asyncio.sleep(0)                           # held: the writer has not taken the first
+        assert calls == [] and len(link.ring.requests.entries()) == 1 and not link.stalled()
+        await asyncio.sleep(0.08)
+        assert len(calls) == 1 and calls[0][:4] == ("held", 0, 3, None), calls
+        code, remark = calls[0][4]
+        assert code == RC.SYSTEM_BUSY and remark.startswith(
+            "[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, period in queue: "), remark
+        assert int(remark.split("period in queue: ")[1].split("ms")[0]) >= 50 and remark.endswith("size of queue: 3")
+        assert link.slab is None and len(link.ring.requests.entries()) == 1     # nothing of it pushed
+        assert not link.stalled()
+        await asyncio.sleep(0.15)
+        assert link.stalled()                            # 200 ms without the first slab finished
+        assert w.step()                                  # the writer comes back
+        link.on_wake()
+        assert [c[:3] for c in calls[1:]] == [("first", 0, 1)] and calls[1][3][0][1] == 0
+        assert not link.stalled() and not w.step()      # the held sends were never stored
+    _with_link(tmp_path, "stall", test, waitTimeMillsInSendQueue=50, osPageCacheBusyTimeOutMills=200)
+
+
+def test_a_slab_the_full_ring_cannot_take_is_answered_busy_at_once_not_waited_for(tmp_path):
+    """With the writer stalled, a held slab that outgrows its budget is pushed anyway; once the
+    ring has no room, the next is answered SYSTEM_BUSY (OVERLOAD) instead of blocking the loop."""
+    async def test(link, w):
+        calls = []
+        per = (link.ring.requests.max_entry * 6 // 10) // 4000          # requests in ~0.6 of an entry
+        _sends(link, per, 3900, calls, "a")
+        await asyncio.sleep(0)                                          # pushed (writer idle)
+        for name in "bcde":
+            _sends(link, per, 3900, calls, name)                        # each pushes the one held before
+        assert [c[0] for c in calls] == ["d"] and calls[0][3] is None and calls[0][4] == OVERLOAD, calls
+        assert len(link.ring.requests.entries()) == 3                   # a, b, c; e is held
+        assert link.slab is not None and len(link.slab.rows) == per
+        while w.step():
+            link.on_wake()
+        await asyncio.sleep(0)                                          # e's turn ends, the writer idle: pushed
+        while w.step():
+            link.on_wake()
+        assert [c[0] for c in calls if c[3] is not None] == ["a", "b", "c", "e"]
+        assert all(r[1] == 0 for c in calls if c[3] for r in c[3]), calls
+        written = int(link.ctl[C.WRITTEN])                              # and only theirs are stored
+        bodies = [r.body[:1] for r in message.decode_records(bytes(w.commitlog.file_for(0).view[:written]))]
+        assert len(bodies) == 4 * per and bodies[:3] == [b"A", b"B", b"C"]
+    _with_link(tmp_path, "full", test, waitTimeMillsInSendQueue=10_000, maxMessageSize=8192,
+               mappedFileSizeCommitLog=4 << 20)
