@@ -72,6 +72,9 @@ class _Transport:
     def get_extra_info(self, _name):
         return ("127.0.0.1", 40000)
 
+    def set_write_buffer_limits(self, high: int, low: int) -> None:
+        """Nothing is ever buffered here, so the connection's read pausing never starts."""
+
 
 class _Broker:
     def __init__(self, cfg, link):

@@ -15,7 +15,11 @@ Rules, FACTS §1.7 and STYLE "errors at the edges":
 * any other exception in a handler: logged, SYSTEM_ERROR with the exception's text;
 * oneway requests are never answered; responses from clients (to requests we sent) are dropped;
 * a connection idle for ``idle_s`` (no read, no write) is closed, as Netty's 120 s;
-* a PROXY v2 header in front of the first frame (HAProxy's, net/proxy.py) gives the peer address.
+* a PROXY v2 header in front of the first frame (HAProxy's, net/proxy.py) gives the peer address;
+* a client that does not read its replies stops being read: once ``OUT_HIGH`` bytes of replies
+  wait for it (this loop turn's and the transport's), its further requests wait undispatched
+  and its socket is not read, until it has read them down to ``OUT_LOW``.  So a consumer that
+  pipelines pulls and never reads costs a reader a few MiB, not memory without bound.
 """
 from __future__ import annotations
 
@@ -33,6 +37,8 @@ from remoting.headers import HeaderError
 log = logging.getLogger("rocketbox.net")
 IDLE_S = 120.0
 DEFERRED = object()       # a handler's "I will answer this myself"
+OUT_HIGH = 4 << 20        # replies waiting for a client: stop taking its requests ...
+OUT_LOW = 1 << 20         # ... until it has read them down to this
 
 
 class Connection(asyncio.Protocol):
@@ -43,13 +49,17 @@ class Connection(asyncio.Protocol):
         self.peer, self.peer_addr = "?", ("127.0.0.1", 0)    # "host:port" for logs; (host, port)
         self.last_io = time.monotonic()
         self.out: list[bytes] = []        # replies of this loop turn, written as one
+        self.out_bytes = 0                # their size
         self.head = b""                   # the first bytes, until we know whether a PROXY header leads
+        self.backlog: list[Command] | None = None     # requests read while the client reads no replies
+        self.writing_paused = self.reading_paused = False
 
     def connection_made(self, transport) -> None:
         self.transport, self.loop = transport, asyncio.get_running_loop()   # (each lookup is a getpid())
         peer = transport.get_extra_info("peername")
         self.peer_addr = (peer[0], peer[1]) if peer else ("127.0.0.1", 0)
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        transport.set_write_buffer_limits(high=OUT_HIGH, low=OUT_LOW)
         self.server.connections.add(self)
 
     def connection_lost(self, exc) -> None:
@@ -69,9 +79,43 @@ class Connection(asyncio.Protocol):
             log.warning("%s: closing connection from %s: %s", self.server.name, self.peer, str(e)[:200])
             self.transport.close()
             return
-        for cmd in commands:
+        if self.backlog is not None:              # read before the pause took effect
+            self.backlog += commands
+            return
+        self._run(commands)
+
+    def _run(self, commands: list[Command]) -> None:
+        """Dispatch requests in order while the replies waiting for this client stay under
+        ``OUT_HIGH``; the rest wait in ``backlog``, and the socket is not read meanwhile."""
+        for i, cmd in enumerate(commands):
+            if self.writing_paused or self.out_bytes >= OUT_HIGH:
+                self.backlog = commands[i:]
+                if not self.reading_paused:
+                    self.reading_paused = True
+                    self.transport.pause_reading()
+                return
             if not cmd.is_response:
                 self._dispatch(cmd)
+
+    def pause_writing(self) -> None:
+        """The transport holds ``OUT_HIGH`` bytes the client has not read: read nothing more."""
+        self.writing_paused = True
+        if not self.reading_paused:
+            self.reading_paused = True
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.writing_paused = False
+        self._resume()
+
+    def _resume(self) -> None:
+        """The client reads again: the waiting requests, then its socket."""
+        backlog, self.backlog = self.backlog, None
+        if backlog:
+            self._run(backlog)
+        if self.backlog is None and not self.writing_paused and self.reading_paused:
+            self.reading_paused = False
+            self.transport.resume_reading()
 
     def _proxy_header(self, data: bytes) -> bytes:
         """Strip a PROXY v2 header (net/proxy.py) and take the client address from it; what
@@ -139,12 +183,15 @@ class Connection(asyncio.Protocol):
         if not self.out:
             self.loop.call_soon(self._write_out)
         self.out.append(frame)
+        self.out_bytes += len(frame)
 
     def _write_out(self) -> None:
-        out, self.out = self.out, []
+        out, self.out, self.out_bytes = self.out, [], 0
         if self.transport is not None and not self.transport.is_closing():
             self.last_io = time.monotonic()
             self.transport.write(b"".join(out) if len(out) > 1 else out[0])
+            if self.backlog is not None and not self.writing_paused:
+                self.loop.call_soon(self._resume)     # the transport took it all: go on with the backlog
 
 
 class RemotingServer:

@@ -333,3 +333,35 @@ def test_a_frozen_writer_gets_sends_refused_busy_while_the_reader_keeps_serving(
         assert pull_n(w, "Flow", 3) == [b"before", b"stuck", b"after"]
     finally:
         w.close()
+
+
+def test_a_client_that_reads_no_replies_costs_a_reader_a_few_mib_and_gets_them_all_later(appliance_factory):
+    """2,000 pipelined pulls of 32 KiB-odd each (~70 MB of replies) from a client that reads
+    nothing for a while: the reader stops reading it once a few MiB wait (its memory grows by
+    tens of MiB at most, not 70 MB) and serves other connections; when the client reads, every
+    reply comes, in order, each with its 32 messages."""
+    import psutil
+    app = appliance_factory().start()
+    reader = psutil.Process(app.role_pid("reader-0"))
+    direct = Wire("127.0.0.1", app.cfg.reader_port(0))
+    try:
+        for i in range(32):
+            direct.send(R.SEND_MESSAGE_V2, send_ext("Slow"), bytes([65 + i % 26]) * 1024)
+        assert {direct.read_response().code for _ in range(32)} == {RC.SUCCESS}
+        assert len(pull_n(direct, "Slow", 32)) == 32
+        before = reader.memory_info().rss
+        opaques = [direct.send(R.PULL_MESSAGE, {"consumerGroup": "g1", "topic": "Slow", "queueId": "0",
+                                                "queueOffset": "0", "maxMsgNums": "32", "sysFlag": "0",
+                                                "commitOffset": "0", "suspendTimeoutMillis": "0",
+                                                "subscription": "*", "subVersion": "0"}) for _ in range(2000)]
+        time.sleep(1.5)
+        grown = (reader.memory_info().rss - before) >> 20
+        assert grown < 40, f"reader-0 grew by {grown} MiB holding replies nobody reads"
+        other = Wire("127.0.0.1", app.cfg.reader_port(0))
+        assert other.call(R.GET_BROKER_RUNTIME_INFO).code == RC.SUCCESS     # the reader serves the others
+        other.close()
+        for o in opaques:
+            r = direct.read_response()
+            assert (r.opaque, r.code, len(bodies(r))) == (o, RC.SUCCESS, 32)
+    finally:
+        direct.close()
