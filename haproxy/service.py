@@ -37,20 +37,6 @@ def binary(cfg) -> str:
     return found
 
 
-def configure(cfg) -> tuple[str, str]:
-    """Write ``<store>/run/haproxy.cfg`` from broker.conf and have HAProxy check it: (binary,
-    config path), or Unusable saying what is wrong.  ``appliance start`` calls it before any
-    role starts, and the role at each of its starts."""
-    exe, path = binary(cfg), os.path.join(cfg.run_dir, "haproxy.cfg")
-    os.makedirs(cfg.run_dir, exist_ok=True)
-    with open(path, "w") as f:
-        f.write(render(cfg))
-    check = subprocess.run([exe, "-c", "-q", "-f", path], capture_output=True, text=True)
-    if check.returncode != 0:
-        raise Unusable(f"haproxy rejects {path}: {check.stderr.strip() or check.stdout.strip()}")
-    return exe, path
-
-
 MAX_PIPES = 256          # kernel pipes for splicing large replies (two descriptors each)
 
 
@@ -91,6 +77,20 @@ backend readers
     balance leastconn
 {servers}
 """
+
+
+def configure(cfg) -> tuple[str, str]:
+    """Write ``<store>/run/haproxy.cfg`` from broker.conf and have HAProxy check it: (binary,
+    config path), or Unusable saying what is wrong.  ``appliance start`` calls it before any
+    role starts, and the role at each of its starts."""
+    exe, path = binary(cfg), os.path.join(cfg.run_dir, "haproxy.cfg")
+    os.makedirs(cfg.run_dir, exist_ok=True)
+    with open(path, "w") as f:
+        f.write(render(cfg))
+    check = subprocess.run([exe, "-c", "-q", "-f", path], capture_output=True, text=True)
+    if check.returncode != 0:
+        raise Unusable(f"haproxy rejects {path}: {check.stderr.strip() or check.stdout.strip()}")
+    return exe, path
 
 
 def _die_with_parent() -> None:
