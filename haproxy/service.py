@@ -108,7 +108,11 @@ class HaproxyService:
         self.path = ""
 
     def open(self) -> "HaproxyService":
-        exe, self.path = configure(self.cfg)
+        try:
+            exe, self.path = configure(self.cfg)
+        except Unusable as e:                  # what is wrong is the whole story: no traceback
+            log.error("%s", e)
+            raise SystemExit(2) from None
         self.proc = subprocess.Popen([exe, "-db", "-f", self.path], preexec_fn=_die_with_parent)
         log.info("haproxy (pid %d) starting on ports %d and %d over %d readers", self.proc.pid, self.cfg.listenPort,
                  self.cfg.listenPort - 2, self.cfg.readerProcessNums)

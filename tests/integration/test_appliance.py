@@ -142,6 +142,9 @@ def test_start_without_a_usable_haproxy_says_so_and_starts_nothing(appliance_fac
             "(./install.sh does) or set haproxyBinary in broker.conf") in r.stderr, r.stderr[-2000:]
     assert "Traceback" not in r.stderr and "started " not in r.stderr, r.stderr[-2000:]
     assert not [n for n in os.listdir("/dev/shm") if app.cfg.shmPrefix[1:] in n]
+    r = app.cmd("run", "haproxy")                  # the role alone, as its systemd unit runs it
+    assert r.returncode == 2 and "Traceback" not in r.stderr, (r.returncode, r.stderr[-2000:])
+    assert "ERROR haproxy binary '/nonexistent/haproxy' not found" in r.stderr, r.stderr[-2000:]
 
 
 def test_a_store_directory_that_cannot_be_made_is_named_with_its_setting(appliance_factory):
