@@ -62,5 +62,6 @@ def main(args, cfg) -> int:
     except KeyboardInterrupt:
         return 0
     except MQClientError as e:
-        print(f"appliance {args.cmd}: {e}", file=sys.stderr)
+        maybe = "; a try went unanswered, so the message may be stored all the same" if e.may_be_stored else ""
+        print(f"appliance {args.cmd}: {e}{maybe}", file=sys.stderr)
         return 1

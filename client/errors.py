@@ -13,12 +13,17 @@ RETRIABLE_CODES = frozenset({RC.TOPIC_NOT_EXIST, RC.SERVICE_NOT_AVAILABLE, RC.SY
 
 
 class MQClientError(Exception):
-    """A failure before a broker answered: no route, connection closed, time-out."""
+    """A failure before a broker answered: no route, connection closed, time-out.
+
+    ``may_be_stored``: a request (this one, or an earlier try of the same send) was written to a
+    broker and went unanswered, so what it asked for may have happened all the same: a send that
+    failed this way may be in the store (and sending it again may store it twice)."""
     retriable = True
 
-    def __init__(self, message: str, code: int = -1):
+    def __init__(self, message: str, code: int = -1, may_be_stored: bool = False):
         super().__init__(message)
         self.code = code
+        self.may_be_stored = may_be_stored
 
 
 class MQBrokerError(MQClientError):

@@ -136,7 +136,8 @@ class ClientInstance:
         try:
             return await conn.invoke(Command(code, ext, body), timeout_s or self.timeout_s)
         except (OSError, net.RemotingError) as e:
-            raise MQClientError(f"request {code} to {addr} failed: {e}") from None
+            raise MQClientError(f"request {code} to {addr} failed: {e}",
+                                may_be_stored=isinstance(e, net.Unanswered)) from None
 
     async def call(self, addr: str, code: int, ext: dict | None = None, body: bytes = b"",
                    timeout_s: float | None = None, ok=(RC.SUCCESS,)) -> Command:

@@ -23,6 +23,11 @@ class RemotingError(Exception):
     """The request could not be completed on this connection (closed, timed out)."""
 
 
+class Unanswered(RemotingError):
+    """The request was written and no answer came (time-out, or the connection closed after):
+    what it asked for may have been done all the same."""
+
+
 class Connection(asyncio.Protocol):
     def __init__(self, addr: str, on_request=None):
         self.addr, self.on_request = addr, on_request
@@ -74,10 +79,13 @@ class Connection(asyncio.Protocol):
         fut = asyncio.get_running_loop().create_future()
         self.pending[cmd.opaque] = fut
         try:
-            self.send(cmd)
-            return await asyncio.wait_for(fut, timeout)
-        except asyncio.TimeoutError:
-            raise RemotingError(f"no response from {self.addr} to code {cmd.code} within {timeout:.1f} s") from None
+            self.send(cmd)                  # a ConnectionError here: nothing was sent
+            try:
+                return await asyncio.wait_for(fut, timeout)
+            except asyncio.TimeoutError:
+                raise Unanswered(f"no response from {self.addr} to code {cmd.code} within {timeout:.1f} s") from None
+            except ConnectionError as e:
+                raise Unanswered(str(e)) from None
         finally:
             self.pending.pop(cmd.opaque, None)
 

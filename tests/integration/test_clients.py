@@ -191,3 +191,41 @@ def test_a_reader_killed_with_kill9_loses_nothing_acknowledged(appliance_factory
     assert all(len(set(v)) == 1 for v in doubled.values()), f"copies that are not one retried send: {doubled}"
     assert len(doubled) <= 2, f"more retried duplicates than sends in flight around the kill: {doubled}"
     assert "reader-0 exited" in app.log_text()
+
+
+def test_a_send_whose_tries_all_fail_says_whether_it_may_be_stored(appliance_factory):
+    """The writer stopped (SIGSTOP): the first try is taken by the reader and goes unanswered
+    within the send time-out, the retries are answered SYSTEM_BUSY by the reader's flow control.
+    The error the producer raises is the last try's, and says the message may be stored; once the
+    writer runs again it is, once.  A send refused outright says it is not."""
+    from client.errors import MQBrokerError
+    from remoting.codes import ResponseCode as RC
+    app = appliance_factory(namesrv=True).start()
+
+    async def run():
+        p = await make_topic(app, "Maybe")
+        p.timeout_s = 0.5
+        writer = app.role_pid("writer")
+        os.kill(writer, signal.SIGSTOP)
+        try:
+            try:
+                await p.send(Message("Maybe", b"unanswered"))
+                raise AssertionError("a send went through a stopped writer")
+            except MQBrokerError as e:
+                first = e
+            await asyncio.sleep(1.2)                      # stuck past osPageCacheBusyTimeOutMills
+            try:
+                await p.send(Message("Maybe", b"refused"))
+                raise AssertionError("a send went through a stopped writer")
+            except MQBrokerError as e:
+                second = e
+        finally:
+            os.kill(writer, signal.SIGCONT)
+        bodies = collections.Counter(m.body for m in await read_topic(app, "Maybe"))
+        await p.shutdown()
+        return first, second, bodies
+
+    first, second, bodies = asyncio.run(run())
+    assert first.code == RC.SYSTEM_BUSY and first.may_be_stored, (first, first.may_be_stored)
+    assert second.code == RC.SYSTEM_BUSY and second.remark.startswith("[REJECTREQUEST]") and not second.may_be_stored
+    assert bodies == collections.Counter({b"init": 1, b"unanswered": 1}), bodies
