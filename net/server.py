@@ -63,6 +63,7 @@ class Connection(asyncio.Protocol):
         self.server.connections.add(self)
 
     def connection_lost(self, exc) -> None:
+        self.backlog = None                       # a gone client's unread requests are not run
         self.server.connections.discard(self)
         if self.server.on_close is not None:
             self.server.on_close(self)
@@ -110,6 +111,8 @@ class Connection(asyncio.Protocol):
 
     def _resume(self) -> None:
         """The client reads again: the waiting requests, then its socket."""
+        if self.transport is None or self.transport.is_closing():
+            return
         backlog, self.backlog = self.backlog, None
         if backlog:
             self._run(backlog)
