@@ -108,7 +108,7 @@ class Producer:
         """``ids``: the SendResult's msgId (a batch's, comma-joined); default the UNIQ_KEY in ``props``."""
         ids = props.get("UNIQ_KEY", "") if ids is None else ids
         route, via_default = await self._route(topic)
-        avoid, last, unanswered = None, None, False
+        avoid, last = None, None
         tries = 1 if (queue is not None or oneway) else 1 + self.retries
         for _ in range(tries):
             mq = queue or self._pick(route, avoid)
@@ -127,9 +127,8 @@ class Producer:
                 if resp.code not in STATUS:
                     raise MQBrokerError(resp.code, resp.remark, addr)
             except MQClientError as e:
+                e.may_be_stored = e.may_be_stored or (last is not None and last.may_be_stored)   # earlier tries count
                 last, avoid = e, mq.broker_name
-                unanswered = unanswered or e.may_be_stored
-                e.may_be_stored = unanswered            # an earlier try that went unanswered counts too
                 if not e.retriable:
                     raise
                 if via_default is False and isinstance(e, MQBrokerError) and e.code == RC.TOPIC_NOT_EXIST:

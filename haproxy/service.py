@@ -105,15 +105,14 @@ class HaproxyService:
         self.cfg = cfg
         self.stop_requested = False
         self.proc: subprocess.Popen | None = None
-        self.path = ""
 
     def open(self) -> "HaproxyService":
         try:
-            exe, self.path = configure(self.cfg)
+            exe, path = configure(self.cfg)
         except Unusable as e:                  # what is wrong is the whole story: no traceback
             log.error("%s", e)
             raise SystemExit(2) from None
-        self.proc = subprocess.Popen([exe, "-db", "-f", self.path], preexec_fn=_die_with_parent)
+        self.proc = subprocess.Popen([exe, "-db", "-f", path], preexec_fn=_die_with_parent)
         log.info("haproxy (pid %d) starting on ports %d and %d over %d readers", self.proc.pid, self.cfg.listenPort,
                  self.cfg.listenPort - 2, self.cfg.readerProcessNums)
         return self

@@ -97,9 +97,7 @@ class SendProcessor:
         or, while the writer is stalled, refuse them all (flow control: the client tries again,
         elsewhere or later, instead of waiting out its time-out)."""
         if self.link.stalled():
-            code, remark = REJECTED
-            for cmd, conn, *_ in sends:
-                conn.send_reply(cmd, cmd.response(code, remark, ext=dict(self.region)))
+            self._stored([(cmd, conn, False) for cmd, conn, *_ in sends], 0, len(sends), None, None, REJECTED)
             return
         rows, sizes, parts, sent = [], [], [], []
         for cmd, conn, h, tidx, meta in sends:
