@@ -18,6 +18,7 @@ import functools
 from net.server import DEFERRED
 from readers import storeview as SV
 from readers.admin import offset_key
+from readers.send import FAQ
 from remoting import codec, headers
 from remoting.codes import RequestCode as R, ResponseCode as RC
 from remoting.subscription import parse_expression
@@ -49,7 +50,7 @@ class PullProcessor:
         topic, qid, group = h["topic"], h["queueId"], h["consumerGroup"]
         meta = self.link.topics.live(topic)[1]
         if meta is None:
-            return cmd.response(RC.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
+            return cmd.response(RC.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please! {FAQ}")
         if not meta[T.PERM] & PERM_READ:
             return cmd.response(RC.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden")
         read_nums = meta[T.READ_QUEUE_NUMS]
