@@ -107,6 +107,9 @@ TABLE = (
     # rocketbox's own keys
     ("readerProcessNums", _int_in(1, 64), "2", "reader processes behind HAProxy"),
     ("readerPortBase", _int_in(0, 65535), "0", "reader i listens on 127.0.0.1:<base + i> (0: listenPort + 20)"),
+    ("startNameServer", _bool, "true", "appliance start runs a name server on namesrvAddr's first address when it is "
+                                       "on this host (false: this broker only registers there, e.g. a second broker "
+                                       "on the host)"),
     ("haproxyBinary", _str, "", "HAProxy executable (default: haproxy on PATH, else /usr/sbin/haproxy)"),
     ("shmPrefix", _str, "", "prefix of shared memory and semaphore names (default /rbx-<listenPort>)"),
     ("ringSlots", _int_in(1, 256), "8", "producer ring pairs: readers + tools + benchmarks"),
@@ -161,6 +164,7 @@ class BrokerConfig:
     maxTransferBytesOnMessageInMemory: int
     readerProcessNums: int
     readerPortBase: int
+    startNameServer: bool
     haproxyBinary: str
     shmPrefix: str
     ringSlots: int

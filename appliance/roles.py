@@ -86,10 +86,11 @@ def nameserver_address(cfg) -> tuple[str, int]:
 
 def roles_for(cfg) -> list[str]:
     """What ``appliance start`` runs, in start order: a name server when the first address in
-    ``namesrvAddr`` is on this host, the store roles, the readers, HAProxy."""
+    ``namesrvAddr`` is on this host (unless ``startNameServer`` is false), the store roles, the
+    readers, HAProxy."""
     out = ["flusher", "dispatcher", "writer", *(f"reader-{i}" for i in range(cfg.readerProcessNums)), "haproxy"]
     from net.client import split_addrs
-    if split_addrs(cfg.namesrvAddr):
+    if cfg.startNameServer and split_addrs(cfg.namesrvAddr):
         import psutil
         host = nameserver_address(cfg)[0]
         local = {"localhost", "0.0.0.0", cfg.brokerIP1} | {a.address for addrs in psutil.net_if_addrs().values()

@@ -139,7 +139,7 @@ class Appliance:
 
 
 async def read_topic(app: Appliance, topic: str) -> list:
-    """Every message of ``topic``, each queue read from offset 0 to its end with our pull consumer,
+    """Every message of ``topic`` in this appliance, each queue read from offset 0 to its end with our pull consumer,
     once the dispatcher has caught up with everything written: a send is acknowledged after its
     append, and its consume-queue entry follows within a dispatcher pass (``dispatchPaceMs``)."""
     from client.consumer import PullConsumer
@@ -153,6 +153,8 @@ async def read_topic(app: Appliance, topic: str) -> list:
     pc = await PullConsumer("audit", app.namesrv).start()
     out = []
     for mq in await pc.queues(topic):
+        if mq.broker_name != app.cfg.brokerName:          # another broker's queues of the topic
+            continue
         await pc.assign([mq])
         pc.seek(mq, 0)
         while (res := await pc.pull(mq, 32)).messages:
