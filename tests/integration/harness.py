@@ -138,11 +138,10 @@ class Appliance:
         self.log.close()
 
 
-async def read_topic(app: Appliance, topic: str) -> list:
-    """Every message of ``topic`` in this appliance, each queue read from offset 0 to its end with our pull consumer,
-    once the dispatcher has caught up with everything written: a send is acknowledged after its
-    append, and its consume-queue entry follows within a dispatcher pass (``dispatchPaceMs``)."""
-    from client.consumer import PullConsumer
+async def dispatched(app: Appliance) -> None:
+    """Once the dispatcher has caught up with everything written (≤ 10 s): a send is acknowledged
+    after its append, and its consume-queue entry follows within a dispatcher pass
+    (``dispatchPaceMs``), as RocketMQ's reput follows its CommitLog."""
     sh = app.shared()
     try:
         deadline = time.monotonic() + 10
@@ -150,6 +149,13 @@ async def read_topic(app: Appliance, topic: str) -> list:
             await asyncio.sleep(0.01)
     finally:
         sh.close()
+
+
+async def read_topic(app: Appliance, topic: str) -> list:
+    """Every message of ``topic`` in this appliance, each queue read from offset 0 to its end with our
+    pull consumer, once everything written is dispatched."""
+    from client.consumer import PullConsumer
+    await dispatched(app)
     pc = await PullConsumer("audit", app.namesrv).start()
     out = []
     for mq in await pc.queues(topic):
