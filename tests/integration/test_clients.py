@@ -9,7 +9,7 @@ import os
 import signal
 import time
 
-from client.consumer import PushConsumer
+from client.consumer import RETRY_DELAY_S, PullConsumer, PushConsumer
 from client.message import Message
 from client.producer import Producer
 from tests.integration.harness import read_topic
@@ -154,6 +154,48 @@ def test_consumers_resume_from_committed_offsets_after_a_restart(appliance_facto
     app.start()
     asyncio.run(second())
     assert set(seen.values()) == {1} and len(seen) == 201
+
+
+def test_a_batch_the_listener_refuses_or_fails_on_is_offered_again_and_then_committed(appliance_factory, caplog):
+    """A listener that returns False, or raises, has its batch offered again after 1 s (locally; the
+    broker's retry topic comes with the retry issue); the queue moves on once it is consumed."""
+    app = appliance_factory(namesrv=True).start()
+    seen, refused = collections.Counter(), []
+
+    def listener(msgs):
+        bodies = [m.body for m in msgs]
+        seen.update(bodies)
+        if b"x3" in bodies and seen[b"x3"] == 1:
+            refused.append("False")
+            return False
+        if b"x5" in bodies and seen[b"x5"] == 1:
+            refused.append("raised")
+            raise RuntimeError("the listener broke on x5")
+        return True
+
+    async def run():
+        p = await make_topic(app, "Flaky")
+        q = (await p.send(Message("Flaky", b"x0"))).queue
+        for i in range(1, 8):
+            await p.send(Message("Flaky", f"x{i}".encode()), queue=q)
+        c = PushConsumer("flaky", app.namesrv, consume_from="CONSUME_FROM_FIRST_OFFSET", pull_batch=2)
+        await c.subscribe("Flaky", "*").register(listener).start()
+        t0 = time.monotonic()
+        assert await wait_for(lambda: {f"x{i}".encode() for i in range(8)} <= set(seen)), tally(seen)
+        took = time.monotonic() - t0
+        await c.shutdown()                                    # commits what was consumed
+        pc = await PullConsumer("flaky", app.namesrv).start()
+        await pc.assign([q])
+        committed = pc.positions[q]
+        await pc.shutdown()
+        await p.shutdown()
+        return q, took, committed
+
+    q, took, committed = asyncio.run(run())
+    assert refused == ["False", "raised"] and took >= 2 * RETRY_DELAY_S
+    assert (seen[b"x3"], seen[b"x5"]) == (2, 2) and committed == 8, (tally(seen), committed)
+    assert [r.getMessage() for r in caplog.records if r.name == "rocketbox.client" and r.exc_info] == [
+        f"listener failed on 2 messages of {q}"]
 
 
 def test_a_reader_killed_with_kill9_loses_nothing_acknowledged(appliance_factory):
