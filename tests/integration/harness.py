@@ -138,6 +138,30 @@ class Appliance:
         self.log.close()
 
 
+def create_topic(app: Appliance, topic: str, queues: int) -> None:
+    """As an admin tool would (UPDATE_AND_CREATE_TOPIC through HAProxy)."""
+    from remoting.codes import RequestCode, ResponseCode
+    from tests.integration.wire import Wire
+    w = Wire("127.0.0.1", app.cfg.listenPort)
+    assert w.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {
+        "topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(queues), "writeQueueNums": str(queues),
+        "perm": "6", "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"}).code == ResponseCode.SUCCESS
+    w.close()
+
+
+def wait_route(app: Appliance, topic: str) -> None:
+    """Until the name server has ``topic``'s route: the broker registers a new topic on its next
+    pass (≤ 1 s)."""
+    from remoting.codes import RequestCode, ResponseCode
+    from tests.integration.wire import Wire
+    host, _, port = app.namesrv.partition(":")
+    ns, deadline = Wire(host, int(port)), time.monotonic() + 10
+    while ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}).code != ResponseCode.SUCCESS:
+        assert time.monotonic() < deadline, f"no route for {topic} at the name server"
+        time.sleep(0.1)
+    ns.close()
+
+
 async def dispatched(app: Appliance) -> None:
     """Once the dispatcher has caught up with everything written (≤ 10 s): a send is acknowledged
     after its append, and its consume-queue entry follows within a dispatcher pass

@@ -14,7 +14,7 @@ from remoting import codec
 from remoting.codes import RequestCode as R, ResponseCode as RC
 from store import message
 from store.configfile import loads_tolerant
-from tests.integration.harness import read_topic
+from tests.integration.harness import read_topic, wait_route
 from tests.integration.test_readers import send_v2
 from tests.integration.wire import Wire
 
@@ -24,16 +24,6 @@ CAPTURES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "captures")
 def frame(name: str) -> bytes:
     with open(os.path.join(CAPTURES, name + ".bin"), "rb") as f:
         return f.read()
-
-
-def wait_route(app, topic: str) -> None:
-    """The broker registers a new topic with the name server on its next pass (≤ 1 s)."""
-    host, _, port = app.namesrv.partition(":")
-    ns, deadline = Wire(host, int(port)), time.monotonic() + 10
-    while ns.call(R.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}).code != RC.SUCCESS:
-        assert time.monotonic() < deadline, f"no route for {topic} at the name server"
-        time.sleep(0.1)
-    ns.close()
 
 
 def test_every_captured_client_request_gets_rocketmqs_answer(appliance_factory):

@@ -10,13 +10,10 @@ import json
 import os
 import shutil
 import subprocess
-import time
 
 import pytest
 
-from remoting.codes import RequestCode as R, ResponseCode as RC
-from tests.integration.harness import ROOT, read_topic
-from tests.integration.wire import Wire
+from tests.integration.harness import ROOT, create_topic, read_topic, wait_route
 
 DRIVER = os.path.join(ROOT, "tests", "integration", "nodeclient.js")
 MODULES = os.path.join(ROOT, ".venv", "node", "node_modules")
@@ -31,25 +28,10 @@ def node(**args) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def create_topic(app, topic: str, queues: int) -> None:
-    """As an admin tool would: the topic, then its route at the name server (ali-ons, unlike the
-    Java client, does not fall back to TBW102's route for an unknown topic)."""
-    w = Wire("127.0.0.1", app.cfg.listenPort)
-    assert w.call(R.UPDATE_AND_CREATE_TOPIC, {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(queues),
-                                              "writeQueueNums": str(queues), "perm": "6", "topicFilterType": "SINGLE_TAG",
-                                              "topicSysFlag": "0", "order": "false"}).code == RC.SUCCESS
-    w.close()
-    host, _, port = app.namesrv.partition(":")
-    ns, deadline = Wire(host, int(port)), time.monotonic() + 10
-    while ns.call(R.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}).code != RC.SUCCESS:
-        assert time.monotonic() < deadline, f"no route for {topic} at the name server"
-        time.sleep(0.1)
-    ns.close()
-
-
 def test_node_client_produces_and_its_push_consumer_filters_by_tag(appliance_factory):
     app = appliance_factory(namesrv=True).start()
-    create_topic(app, "NodeTopic", 4)
+    create_topic(app, "NodeTopic", 4)          # ali-ons, unlike Java, does not fall back to TBW102's route
+    wait_route(app, "NodeTopic")
     sent = node(do="produce", namesrv=app.namesrv, topic="NodeTopic", count=20)["sent"]
     assert [s["status"] for s in sent] == ["SEND_OK"] * 20
     assert {s["queue"] for s in sent} <= set(range(4)) and len({s["msg_id"] for s in sent}) == 20

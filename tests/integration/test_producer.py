@@ -12,14 +12,13 @@ import time
 
 import pytest
 
-from client.errors import MQBrokerError
 from client.consumer import PullConsumer
+from client.errors import MQBrokerError
 from client.message import Message
 from client.producer import Producer
-from remoting.codes import RequestCode as R, ResponseCode as RC
-from tests.integration.harness import ROOT, dispatched, read_topic
+from remoting.codes import ResponseCode as RC
+from tests.integration.harness import ROOT, create_topic, dispatched, read_topic
 from tests.integration.test_clients import make_topic
-from tests.integration.wire import Wire
 
 
 def by_position(stored) -> dict:
@@ -82,14 +81,6 @@ def test_sync_async_oneway_batch_and_ordered_sends_are_each_stored_once_where_th
 
     assert too_big.code == RC.MESSAGE_ILLEGAL and not too_big.retriable and not too_big.may_be_stored
     assert "maxMessageSize" in too_big.remark
-
-
-def create_topic(app, topic: str, queues: int) -> None:
-    w = Wire("127.0.0.1", app.cfg.listenPort)
-    assert w.call(R.UPDATE_AND_CREATE_TOPIC, {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(queues),
-                                              "writeQueueNums": str(queues), "perm": "6", "topicFilterType": "SINGLE_TAG",
-                                              "order": "false"}).code == RC.SUCCESS
-    w.close()
 
 
 def test_a_send_to_a_broker_that_died_is_retried_on_the_other(appliance_factory):
