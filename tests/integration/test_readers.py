@@ -150,6 +150,42 @@ def test_long_poll_is_answered_when_the_queue_grows(appliance_factory):
     w2.close()
 
 
+def test_queue_bounds_store_times_searches_by_time_a_message_by_offset_and_runtime_info(appliance_factory):
+    app = appliance_factory().start()
+    w = Wire("127.0.0.1", app.cfg.listenPort)
+    q = {"topic": "Timed", "queueId": "0"}
+    for i in range(4):
+        assert send_v2(w, "Timed", b"t%d" % i).code == RC.SUCCESS
+        time.sleep(0.03)                                                  # store times 30 ms apart
+    assert len(pull_n(w, "Timed", 4)) == 4
+    recs = message.decode_records(pull(w, "Timed", 0).body)
+    ts = [r.store_ts for r in recs]
+    assert ts == sorted(ts) and ts[3] - ts[0] >= 90, ts
+
+    def offset(code, **kw) -> int:
+        return int(w.call(code, {**q, **kw}).ext["offset"])
+
+    assert (offset(R.GET_MIN_OFFSET), offset(R.GET_MAX_OFFSET)) == (0, 4)
+    assert w.call(R.GET_EARLIEST_MSG_STORETIME, q).ext["timestamp"] == str(ts[0])
+    assert w.call(R.GET_EARLIEST_MSG_STORETIME, {**q, "queueId": "3"}).ext["timestamp"] == "-1"   # an empty queue
+    # the first offset stored at or after the time; the max offset past the last
+    assert [offset(R.SEARCH_OFFSET_BY_TIMESTAMP, timestamp=str(t)) for t in
+            (ts[0] - 1000, ts[0], ts[1] - 1, ts[1], ts[2] + 1, ts[3], ts[3] + 1)] == [0, 0, 1, 1, 3, 3, 4]
+    # a record by its CommitLog offset (what a client reads out of an offset msgId)
+    r = w.call(R.VIEW_MESSAGE_BY_ID, {"offset": str(recs[2].phys_offset)})
+    assert r.code == RC.SUCCESS and message.decode_records(r.body)[0].body == b"t2"
+    r = w.call(R.VIEW_MESSAGE_BY_ID, {"offset": str(recs[2].phys_offset + 1)})           # not a record's start
+    assert r.code == RC.SYSTEM_ERROR and "can not find message by the offset" in r.remark
+    r = w.call(R.VIEW_MESSAGE_BY_ID, {"offset": str(1 << 40)})
+    assert r.code == RC.SYSTEM_ERROR and "can not find message by the offset" in r.remark
+    info = json.loads(w.call(R.GET_BROKER_RUNTIME_INFO).body)["table"]
+    end = recs[-1].phys_offset + recs[-1].total_size
+    assert (info["commitLogMinOffset"], info["commitLogMaxOffset"], info["brokerRole"], info["flushDiskType"]) == (
+        "0", str(end), "ASYNC_MASTER", "ASYNC_FLUSH")
+    assert all(isinstance(v, str) for v in info.values())
+    w.close()
+
+
 def test_offsets_and_members_are_shared_by_the_readers(appliance_factory):
     app = appliance_factory().start()
     r0, r1 = (Wire("127.0.0.1", app.cfg.reader_port(i)) for i in range(2))
