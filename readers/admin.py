@@ -94,17 +94,26 @@ class AdminProcessor:
         return cmd.response(ext={"timestamp": str(ts if ts is not None else -1)})
 
     def search_offset(self, cmd, _conn):
-        """The first queue offset whose message was stored at or after ``timestamp`` (max offset
-        when there is none), found by bisection over the records' store times."""
+        """The queue offset of the message stored nearest to ``timestamp``, as RocketMQ 4.x's
+        ``ConsumeQueue.getOffsetInQueueByTime``: one stored at that very ms if any, else the
+        closer of its two neighbours in time (the earlier on a tie), the first message before
+        them all and the last after them all; 0 for an empty queue.  Found by bisection over the
+        records' store times."""
         h, (lo, hi) = self._bounds(cmd)
+        topic, qid, want = h["topic"], h["queueId"], h["timestamp"]
         a, b = lo, hi
-        while a < b:
+        while a < b:                                  # a: the first offset stored at or after want
             mid = (a + b) // 2
-            ts = self._store_ts(h["topic"], h["queueId"], mid)
-            if ts is None or ts >= h["timestamp"]:
+            ts = self._store_ts(topic, qid, mid)
+            if ts is None or ts >= want:
                 b = mid
             else:
                 a = mid + 1
+        if a > lo:                                    # an earlier neighbour: nearer, or as near?
+            before = self._store_ts(topic, qid, a - 1)
+            after = self._store_ts(topic, qid, a) if a < hi else None
+            if before is not None and (after is None or (after != want and want - before <= after - want)):
+                a -= 1
         return cmd.response(ext={"offset": str(a)})
 
     def view_message(self, cmd, _conn):

@@ -168,9 +168,11 @@ def test_queue_bounds_store_times_searches_by_time_a_message_by_offset_and_runti
     assert (offset(R.GET_MIN_OFFSET), offset(R.GET_MAX_OFFSET)) == (0, 4)
     assert w.call(R.GET_EARLIEST_MSG_STORETIME, q).ext["timestamp"] == str(ts[0])
     assert w.call(R.GET_EARLIEST_MSG_STORETIME, {**q, "queueId": "3"}).ext["timestamp"] == "-1"   # an empty queue
-    # the first offset stored at or after the time; the max offset past the last
+    # the message stored nearest the time (RocketMQ 4.x): the first before them all, the last after
     assert [offset(R.SEARCH_OFFSET_BY_TIMESTAMP, timestamp=str(t)) for t in
-            (ts[0] - 1000, ts[0], ts[1] - 1, ts[1], ts[2] + 1, ts[3], ts[3] + 1)] == [0, 0, 1, 1, 3, 3, 4]
+            (ts[0] - 1000, ts[0], ts[1] - 1, ts[1], ts[1] + 2, ts[2] + 1, ts[3], ts[3] + 1000)] == [
+        0, 0, 1, 1, 1, 2, 3, 3]
+    assert offset(R.SEARCH_OFFSET_BY_TIMESTAMP, timestamp=str(ts[0]), queueId="3") == 0       # an empty queue
     # a record by its CommitLog offset (what a client reads out of an offset msgId)
     r = w.call(R.VIEW_MESSAGE_BY_ID, {"offset": str(recs[2].phys_offset)})
     assert r.code == RC.SUCCESS and message.decode_records(r.body)[0].body == b"t2"
