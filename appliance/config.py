@@ -75,6 +75,7 @@ TABLE = (
     ("brokerIP1", _str, lambda: _local_ip(), "address stored in records and registered with name servers"),
     ("listenPort", _int_in(3, 65534), "10911", "client-facing port (HAProxy); VIP = listenPort-2, HA = listenPort+1"),
     ("namesrvAddr", _str, "127.0.0.1:9876", "name servers, host:port;host:port (empty: register nowhere)"),
+    ("kvConfigPath", _str, "", "the name server's KV config file (default <storePathRootDir>/namesrv/kvConfig.json)"),
     ("storePathRootDir", _str, "data/store", "store root (relative paths are relative to the working directory)"),
     ("storePathCommitLog", _str, "", "CommitLog directory (default <storePathRootDir>/commitlog)"),
     ("brokerRole", _choice("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"), "ASYNC_MASTER", ""),
@@ -133,6 +134,7 @@ class BrokerConfig:
     brokerIP1: str
     listenPort: int
     namesrvAddr: str
+    kvConfigPath: str
     storePathRootDir: str
     storePathCommitLog: str
     brokerRole: str
@@ -185,6 +187,10 @@ class BrokerConfig:
     @property
     def commitlog_dir(self) -> str:
         return self.storePathCommitLog or os.path.join(self.root, "commitlog")
+
+    @property
+    def kv_config_path(self) -> str:
+        return self.kvConfigPath or os.path.join(self.root, "namesrv", "kvConfig.json")
 
     @property
     def index_dir(self) -> str:

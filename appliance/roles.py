@@ -18,6 +18,7 @@ import signal
 import sys
 
 from shm.state import SharedState
+from store.errors import StoreError
 
 
 def _writer(cfg, sh):
@@ -38,7 +39,7 @@ def _flusher(cfg, sh):
 def _nameserver(cfg, _sh):
     from nameserver.service import NameServer
     host, port = nameserver_address(cfg)
-    ns = NameServer(host, port)
+    ns = NameServer(host, port, cfg.kv_config_path)
     return ns, ns.wake
 
 
@@ -151,7 +152,11 @@ def run_role(role: str, cfg) -> int:
     with open(pid_path(cfg, role), "w") as f:
         f.write(f"{os.getpid()}\n")
     try:
-        service.open()
+        try:
+            service.open()
+        except StoreError as e:              # a file it needs is unreadable: say which, no traceback
+            logging.getLogger("rocketbox").error("cannot start %s: %s", role, e)
+            return 2
         try:
             service.run()
         finally:

@@ -4,8 +4,10 @@ Handlers (FACTS §3.6, namesrv:processor/DefaultRequestProcessor.java): REGISTER
 zlib-compressed body, optional body CRC), UNREGISTER_BROKER, GET_ROUTEINFO_BY_TOPIC (17 for an
 unknown topic; fastjson's unquoted brokerId keys for clients older than 4.9.4 unless they ask for
 standard JSON), GET_BROKER_CLUSTER_INFO, GET_ALL_TOPIC_LIST_FROM_NAMESERVER and the KV config
-(kept in memory).  Any other code is answered REQUEST_CODE_NOT_SUPPORTED — a Java name server
-stays silent, which only makes clients wait for their time-out.  Brokers that stop registering
+(namesrv:kvconfig/KVConfigManager.java: kept in ``kvConfigPath`` as ``{"configTable": {namespace:
+{key: value}}}``, written after every request that changes it, read at start).  Any other code is
+answered REQUEST_CODE_NOT_SUPPORTED — a Java name server stays silent, which only makes clients
+wait for their time-out.  Brokers that stop registering
 expire after 120 s (scanned every 10 s).  Several name servers run independently: each broker
 registers with all of them.
 """
@@ -23,7 +25,9 @@ from net.server import RemotingServer
 from nameserver.routes import BROKER_EXPIRE_S, RouteTable
 from remoting import headers
 from remoting.codes import V4_9_4, RequestCode as R, ResponseCode as RC
+from store import configfile
 from store.configfile import loads_tolerant
+from store.errors import StoreError
 from store.message import body_crc
 
 log = logging.getLogger("rocketbox.nameserver")
@@ -84,8 +88,8 @@ def _route_fields(table: dict) -> dict[str, dict[str, int]]:
 
 
 class NameServer:
-    def __init__(self, host: str, port: int):
-        self.host, self.port = host, port
+    def __init__(self, host: str, port: int, kv_path: str):
+        self.host, self.port, self.kv_path = host, port, kv_path
         self.routes = RouteTable()
         self.stop_requested = False
         self.handlers = {
@@ -129,7 +133,8 @@ class NameServer:
 
     def put_kv(self, cmd, _conn):
         h = headers.decode(cmd)
-        self.routes.kv.setdefault(h["namespace"], {})[h["key"]] = h["value"]
+        if self.routes.kv.get(h["namespace"], {}).get(h["key"]) != h["value"]:
+            self._set_kv(h["namespace"], h["key"], h["value"])
         return cmd.response()
 
     def get_kv(self, cmd, _conn):
@@ -141,7 +146,8 @@ class NameServer:
 
     def delete_kv(self, cmd, _conn):
         h = headers.decode(cmd)
-        self.routes.kv.get(h["namespace"], {}).pop(h["key"], None)
+        if h["key"] in self.routes.kv.get(h["namespace"], {}):
+            self._set_kv(h["namespace"], h["key"], None)
         return cmd.response()
 
     def kv_list(self, cmd, _conn):
@@ -151,8 +157,35 @@ class NameServer:
             return cmd.response(RC.QUERY_NOT_FOUND, f"No config item, Namespace: {h['namespace']}")
         return cmd.response(body=_body({"table": table}))
 
+    def _set_kv(self, namespace: str, key: str, value: str | None) -> None:
+        """One entry set (deleted when ``value`` is None), on disk before in the table: when the
+        file cannot be written the request is answered SYSTEM_ERROR and nothing has changed."""
+        kv = {ns: dict(table) for ns, table in self.routes.kv.items()}
+        table = kv.setdefault(namespace, {})
+        if value is None:
+            del table[key]
+            if not table:
+                del kv[namespace]
+        else:
+            table[key] = value
+        configfile.write(self.kv_path, {"configTable": kv})
+        self.routes.kv = kv
+
     # ------------------------------------------------------------ lifecycle
     def open(self) -> "NameServer":
+        """Read the KV config; a file that is not ``{"configTable": {namespace: {key: value}}}``
+        (strings all) stops the start, naming the file."""
+        data = configfile.read(self.kv_path)
+        table = data.get("configTable") if isinstance(data, dict) else None
+        if data is not None and not (isinstance(table, dict) and all(
+                isinstance(ns, str) and isinstance(kv, dict) and all(isinstance(k, str) and isinstance(v, str)
+                                                                    for k, v in kv.items())
+                for ns, kv in table.items())):
+            raise StoreError(f"{self.kv_path}: not a KV config ({{\"configTable\": {{namespace: {{key: value}}}}}})")
+        self.routes.kv = table or {}
+        if self.routes.kv:
+            log.info("KV config: %d entries in %d namespaces from %s", sum(map(len, self.routes.kv.values())),
+                     len(self.routes.kv), self.kv_path)
         return self
 
     def close(self) -> None:

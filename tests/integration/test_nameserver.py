@@ -35,13 +35,19 @@ def _wait_port(port, proc, timeout=20):
     raise TimeoutError("name server did not listen")
 
 
-@pytest.fixture
-def nameserver(tmp_path):
+def _run_nameserver(tmp_path, extra: str = "") -> tuple[int, subprocess.Popen]:
+    """``appliance run nameserver`` with its store root (and so its KV config) under tmp_path."""
     port = 19876 + os.getpid() % 500
     conf = tmp_path / "broker.conf"
-    conf.write_text(f"namesrvAddr=127.0.0.1:{port}\nstorePathRootDir={tmp_path}/store\nbrokerIP1=127.0.0.1\n")
+    conf.write_text(f"namesrvAddr=127.0.0.1:{port}\nstorePathRootDir={tmp_path}/store\nbrokerIP1=127.0.0.1\n{extra}")
     proc = subprocess.Popen([sys.executable, "-m", "appliance", "run", "nameserver", "-c", str(conf)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return port, proc
+
+
+@pytest.fixture
+def nameserver(tmp_path):
+    port, proc = _run_nameserver(tmp_path)
     try:
         _wait_port(port, proc)
         yield port, proc
@@ -95,6 +101,53 @@ def test_kv_unknown_codes_bad_fields_and_a_malformed_frame(nameserver):
     assert proc.poll() is None
     good.close()
     bad.close()
+
+
+def test_kv_config_survives_a_restart_in_kvconfig_json_and_a_bad_file_is_named(tmp_path):
+    path = tmp_path / "store" / "namesrv" / "kvConfig.json"
+    for step in ("put", "check and delete", "check deleted"):
+        port, proc = _run_nameserver(tmp_path)
+        try:
+            _wait_port(port, proc)
+            w = Wire("127.0.0.1", port)
+            order = {"namespace": "ORDER_TOPIC_CONFIG", "key": "Orders"}
+            if step == "put":
+                for key, value in (("Orders", "b1:4"), ("Other", "b1:2"), ("Other", "b1:8")):
+                    assert w.call(R.PUT_KV_CONFIG, {**order, "key": key, "value": value}).code == RC.SUCCESS
+                assert json.loads(path.read_text()) == {"configTable": {"ORDER_TOPIC_CONFIG": {
+                    "Orders": "b1:4", "Other": "b1:8"}}}
+            elif step == "check and delete":
+                assert w.call(R.GET_KV_CONFIG, order).ext == {"value": "b1:4"}
+                table = json.loads(w.call(R.GET_KVLIST_BY_NAMESPACE, {"namespace": "ORDER_TOPIC_CONFIG"}).body)
+                assert table == {"table": {"Orders": "b1:4", "Other": "b1:8"}}
+                assert w.call(R.DELETE_KV_CONFIG, order).code == RC.SUCCESS
+                assert w.call(R.DELETE_KV_CONFIG, {**order, "key": "Other"}).code == RC.SUCCESS
+            else:
+                assert w.call(R.GET_KV_CONFIG, order).code == RC.QUERY_NOT_FOUND
+                assert json.loads(path.read_text()) == {"configTable": {}}
+            w.close()
+        finally:
+            proc.terminate()
+            assert proc.wait(10) == 0
+    path.write_text('{"configTable": {"ORDER_TOPIC_CONFIG": ["not", "a", "map"]}}')
+    path.with_suffix(".json.bak").unlink()
+    port, proc = _run_nameserver(tmp_path)
+    _out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2 and "Traceback" not in err, err
+    assert f"cannot start nameserver: {path}: not a KV config" in err, err
+
+    (tmp_path / "a-file").write_text("")               # a KV config that cannot be written: the put is
+    port, proc = _run_nameserver(tmp_path, f"kvConfigPath={tmp_path}/a-file/kvConfig.json\n")   # refused
+    try:
+        _wait_port(port, proc)
+        w = Wire("127.0.0.1", port)
+        r = w.call(R.PUT_KV_CONFIG, {"namespace": "N", "key": "k", "value": "v"})
+        assert r.code == RC.SYSTEM_ERROR and "a-file" in r.remark, r.remark
+        assert w.call(R.GET_KV_CONFIG, {"namespace": "N", "key": "k"}).code == RC.QUERY_NOT_FOUND
+        w.close()
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 def test_appliance_start_runs_a_local_name_server(appliance_factory):
