@@ -6,11 +6,17 @@ live test here: its jars come from Maven, which this box cannot reach."""
 from __future__ import annotations
 
 import asyncio
+import collections
+import glob
 import json
 import os
+import random
 import time
 
+import pytest
+
 from remoting import codec
+from remoting.codec import Command
 from remoting.codes import RequestCode as R, ResponseCode as RC
 from store import message
 from store.configfile import loads_tolerant
@@ -128,3 +134,56 @@ def test_every_captured_client_request_gets_rocketmqs_answer(appliance_factory):
     assert app.stop() == 0                   # the writer keeps the offset Java committed (and nobody else)
     with open(os.path.join(app.cfg.config_dir, "consumerOffset.json")) as f:
         assert loads_tolerant(f.read())["offsetTable"] == {"%RETRY%CID_JAVA@CID_JAVA": {"1": 0}}
+
+
+NAMESRV_CODES = {R.PUT_KV_CONFIG, R.GET_KV_CONFIG, R.DELETE_KV_CONFIG, R.REGISTER_BROKER, R.UNREGISTER_BROKER,
+                 R.GET_ROUTEINFO_BY_TOPIC, R.GET_BROKER_CLUSTER_INFO, R.GET_ALL_TOPIC_LIST_FROM_NAMESERVER,
+                 R.GET_KVLIST_BY_NAMESPACE}
+ODD_VALUES = ("", "-1", "0", "1", "-2147483649", "2147483648", "99999999999999999999", "abc", "x" * 5000, "é☃",
+              "true", "null", " 1", "1.5", "%RETRY%", "TBW102", "SCHEDULE_TOPIC_XXXX", "\x01\x02")
+
+
+def test_mutated_captured_requests_each_get_an_answer_and_log_no_error(appliance_factory):
+    """The captured requests with fields dropped or set to odd values (empty, negative, past 64
+    bits, not numbers, 5,000 bytes, non-ASCII, system topics) and bytes of their bodies flipped,
+    pipelined 800 on a connection: each gets an answer (a long-polled pull may be held), the
+    connections stay open, no handler fails (nothing logged at ERROR), and the broker serves on."""
+    rnd = random.Random(20261123)
+    app = appliance_factory(namesrv=True).start()
+    captured = [next(iter(codec.Decoder().feed(frame(os.path.basename(f)[:-4]))))
+                for f in sorted(glob.glob(os.path.join(CAPTURES, "*__*.bin"))) if "h2c" not in f]
+    host, _, port = app.namesrv.partition(":")
+    wires = {True: Wire(host, int(port), timeout=15), False: Wire("127.0.0.1", app.cfg.listenPort, timeout=15)}
+    waiting = {True: {}, False: {}}               # opaque -> request code, per connection
+    for opaque in range(1, 801):
+        cmd = rnd.choice(captured)
+        ext, body = dict(cmd.ext), bytearray(cmd.body)
+        for _ in range(rnd.randint(1, 3)):
+            if ext and rnd.random() < 0.2:
+                ext.pop(rnd.choice(list(ext)))
+            elif ext:
+                ext[rnd.choice(list(ext))] = rnd.choice(ODD_VALUES)
+        for _ in range(rnd.randint(0, 4) if body and rnd.random() < 0.3 else 0):
+            body[rnd.randrange(len(body))] = rnd.randrange(256)
+        serialization = cmd.serialize_type if rnd.random() < 0.5 else codec.ROCKETMQ
+        to_ns = cmd.code in NAMESRV_CODES
+        wires[to_ns].sock.sendall(codec.encode(Command(cmd.code, ext, bytes(body), opaque=opaque, flag=cmd.flag,
+                                                       language=cmd.language, version=cmd.version,
+                                                       serialize_type=serialization)))
+        if not cmd.flag & codec.RPC_ONEWAY:
+            waiting[to_ns][opaque] = cmd.code
+    answered = collections.Counter()
+    for to_ns, w in wires.items():
+        try:
+            while any(code != R.PULL_MESSAGE for code in waiting[to_ns].values()):
+                r = w.read_response()
+                answered[r.code] += 1
+                assert waiting[to_ns].pop(r.opaque, None) is not None, f"an answer to opaque {r.opaque} twice"
+        except TimeoutError:
+            pytest.fail(f"unanswered after 15 s: {sorted(waiting[to_ns].items())[:20]}")
+    assert answered[RC.SUCCESS] > 100 and answered[RC.SYSTEM_ERROR] > 100, answered      # both kinds were sent
+    errors = [line for line in app.log_text().splitlines() if " ERROR " in line or "Traceback" in line]
+    assert not errors, errors[:10]
+    assert send_v2(wires[False], "StillHere", b"ok").code == RC.SUCCESS
+    for w in wires.values():
+        w.close()
