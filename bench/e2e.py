@@ -10,8 +10,10 @@ selector): every request is pre-encoded once (a pull all but its offset's digits
 as a cycle of ``KEYS_PER_QUEUE`` messages per queue with keys of their own), each connection
 keeps ``--window`` requests in flight (pipelining, as RocketMQ's async sends and Redis pipelines
 do), and replies are matched to requests in order, read only as far as the count needs (a reply's
-code; a pull's next offset and its records' lengths; an XREADGROUP's entries).  What differs is
-only the bytes:
+code; a pull's next offset and its records' lengths; an XREADGROUP's entries).  rocketbox's
+requests carry binary (ROCKETMQ) headers; ``--json`` sends them with the JSON headers every real
+client sends by default, which cost the readers more (pulls stay binary).  What differs is only
+the bytes:
 
   send single  rocketbox SEND_MESSAGE_V2, 1 message      Redis XADD bench * body <1 KiB>
   send batch   rocketbox SEND_BATCH_MESSAGE, --batch msgs Redis --batch XADDs written as one pipeline
@@ -28,7 +30,7 @@ on the same two cores, so what it takes is not the server's).  Before the rows, 
 CPU steadiness for ``--box-seconds``: how fast this box runs Python right now (its speed moves by
 ~2x over a day on the project's VM, and every row with it).
 
-    .venv/bin/python -m bench.e2e [--seconds 5] [--procs 2] [--conns 4] [--window 16] [--batch 32]
+    .venv/bin/python -m bench.e2e [--seconds 5] [--procs 2] [--conns 4] [--window 16] [--batch 32] [--json]
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ import argparse
 import collections
 import multiprocessing as mp
 import os
+import re
 import resource
 import selectors
 import shutil
@@ -62,16 +65,19 @@ TOPIC, QUEUES, GROUP = "BenchE2E", 8, "bench-consumers"
 KEYS_PER_QUEUE = 1024      # distinct message keys per queue in the requests a generator cycles through
 _LEN = struct.Struct(">i")
 _REPLY_CODE = struct.Struct(">h")
+_JSON_CODE = re.compile(rb'"code":(-?\d+)')
 _REDIS_ENTRY_TAIL = b"*2\r\n$4\r\nbody\r\n"
 
 
 # ---------------------------------------------------------------- the two protocols
 class Rocketbox:
-    """Frames in the ROCKETMQ binary header, so a reply's code sits at a fixed place."""
+    """Frames in the ROCKETMQ binary header, so a reply's code sits at a fixed place; sends with
+    ``--json`` in the JSON header every real client sends by default (their replies come in JSON
+    too, and the generator finds their code by a search)."""
     name = "rocketbox"
 
     @staticmethod
-    def send_frames(body: bytes, batch: int) -> list[tuple[bytes, int, int]]:
+    def send_frames(body: bytes, batch: int, serialize_type: int = codec.ROCKETMQ) -> list[tuple[bytes, int, int]]:
         """(request bytes, messages in it, replies it gets), queue by queue in turn: ``KEYS_PER_QUEUE``
         messages to each queue, each with a UNIQ_KEY and KEYS of its own, as real producers send
         them (so the IndexFile's hash slots are touched all over, not a few kept warm)."""
@@ -84,9 +90,9 @@ class Rocketbox:
                        "g": born, "h": "0", "i": props[0], "j": "0", "k": "false", "m": "true" if batch > 1 else "false"}
                 if batch > 1:
                     cmd = Command(R.SEND_BATCH_MESSAGE, ext, encode_client_batch([(0, body, p) for p in props]),
-                                  serialize_type=codec.ROCKETMQ)
+                                  serialize_type=serialize_type)
                 else:
-                    cmd = Command(R.SEND_MESSAGE_V2, ext, body, serialize_type=codec.ROCKETMQ)
+                    cmd = Command(R.SEND_MESSAGE_V2, ext, body, serialize_type=serialize_type)
                 out.append((codec.encode(cmd), batch, 1))
         return out
 
@@ -128,7 +134,11 @@ class Rocketbox:
             size = _LEN.unpack_from(buf, at)[0] + 4
             if n - at < size:
                 break
-            codes.append(int.from_bytes(buf[at + 8:at + 10], "big", signed=True))
+            if buf[at + 4] == codec.JSON:
+                head_end = at + 8 + (_LEN.unpack_from(buf, at + 4)[0] & 0xFFFFFF)
+                codes.append(int(_JSON_CODE.search(buf, at + 8, head_end).group(1)))
+            else:
+                codes.append(int.from_bytes(buf[at + 8:at + 10], "big", signed=True))
             at += size
         return codes, at
 
@@ -503,6 +513,8 @@ def main() -> None:
     ap.add_argument("--batch-window", type=int, default=4, help="batches in flight per connection")
     ap.add_argument("--rate", type=float, default=20000, help="msgs/s of the paced latency row")
     ap.add_argument("--body", type=int, default=1024)
+    ap.add_argument("--json", action="store_true",
+                    help="rocketbox's sends with JSON headers, as real clients send by default (pulls stay binary)")
     ap.add_argument("--readers", type=int, default=2, help="rocketbox readerProcessNums")
     ap.add_argument("--modes", default="ASYNC_FLUSH,SYNC_FLUSH", help="comma-separated: " + ", ".join(PAIRS))
     ap.add_argument("--port", type=int, default=29100, help="rocketbox listenPort (readers above it); redis +100")
@@ -518,7 +530,8 @@ def main() -> None:
     redis_version = subprocess.run([args.redis_server, "--version"], capture_output=True, text=True).stdout.strip()
     print(f"# e2e benchmark: body={args.body}B seconds={args.seconds} warmup={args.warmup} procs={args.procs} "
           f"conns/proc={args.conns} window={args.window} batch={args.batch}x{args.batch_window} rate={args.rate:.0f} "
-          f"readers={args.readers} cpus={os.cpu_count()} store={args.dir or tempfile.gettempdir()}")
+          f"readers={args.readers} send-headers={'JSON' if args.json else 'ROCKETMQ'} cpus={os.cpu_count()} "
+          f"store={args.dir or tempfile.gettempdir()}")
     print(f"# {redis_version}; appendonly yes; load generator and servers share this box")
     if args.box_seconds > 0:
         box = hiccups.measure(args.box_seconds)
@@ -535,8 +548,11 @@ def main() -> None:
             server.start()
             try:
                 proto = server.name
-                single = PROTOCOLS[proto].send_frames(body, 1)
-                batch = PROTOCOLS[proto].send_frames(body, args.batch)
+                if proto == "rocketbox":
+                    header = codec.JSON if args.json else codec.ROCKETMQ
+                    single, batch = (Rocketbox.send_frames(body, n, header) for n in (1, args.batch))
+                else:
+                    single, batch = (Redis.send_frames(body, n) for n in (1, args.batch))
                 rows["send single"][proto] = _with_cpu(server, run_load, proto, server.port, single, args,
                                                        args.window)
                 rows[f"send batch of {args.batch}"][proto] = _with_cpu(server, run_load, proto, server.port, batch,

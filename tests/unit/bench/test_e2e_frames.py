@@ -55,3 +55,23 @@ def test_send_frames_give_every_message_its_own_keys_queue_by_queue_in_turn():
             uniq += found
             keys += re.findall(rb"KEYS\x01(k\d+-\d+)", carried)
         assert len(set(uniq)) == len(uniq) == len(set(keys)) == len(keys) == QUEUES * KEYS_PER_QUEUE, batch
+
+
+def test_json_send_frames_carry_the_same_request_and_their_json_replies_are_read_for_their_code():
+    binary, json_ = (Rocketbox.send_frames(b"b" * 100, 1, t)[:40] for t in (codec.ROCKETMQ, codec.JSON))
+    replies = []
+    for (bframe, *_), (jframe, *_) in zip(binary, json_):
+        (b,), (j,) = codec.Decoder().feed(bframe), codec.Decoder().feed(jframe)
+        assert (j.serialize_type, b.serialize_type) == (codec.JSON, codec.ROCKETMQ)
+        assert (j.code, {**j.ext, "g": ""}, j.body) == (b.code, {**b.ext, "g": ""}, b.body)   # g: born ms
+        code = (RC.SUCCESS, RC.SYSTEM_BUSY, RC.SERVICE_NOT_AVAILABLE)[len(replies) % 3]
+        replies.append((code, codec.encode(j.response(code, "busy" if code else None, ext={"msgId": "AB"}))))
+        replies.append((code, codec.encode(b.response(code, "busy" if code else None, ext={"msgId": "AB"}))))
+    stream = b"".join(frame for _code, frame in replies)
+    for cut in (0, 1, 9, 300, len(stream) // 2, len(stream)):
+        buf = bytearray(stream[:cut])
+        got, used = Rocketbox.replies(buf)
+        del buf[:used]
+        buf += stream[cut:]
+        more, used = Rocketbox.replies(buf)
+        assert used == len(buf) and got + more == [code for code, _frame in replies], cut
