@@ -6,14 +6,17 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from tests.integration.harness import ROOT
 
 
-def test_e2e_bench_prints_every_row_for_both_servers(tmp_path):
+@pytest.mark.parametrize("headers", ["ROCKETMQ", "JSON"])
+def test_e2e_bench_prints_every_row_for_both_servers(tmp_path, headers):
     port = 29000 + (os.getpid() % 10) * 300     # its own ports: above the harness's, below the ephemeral range
     r = subprocess.run([sys.executable, "-m", "bench.e2e", "--seconds", "0.5", "--warmup", "0.2",
                         "--modes", "ASYNC_FLUSH", "--rate", "2000", "--port", str(port), "--dir", str(tmp_path),
-                        "--box-seconds", "0.5"],
+                        "--box-seconds", "0.5", *(["--json"] if headers == "JSON" else [])],
                        cwd=ROOT, capture_output=True, text=True, timeout=170)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "errors" not in r.stdout, r.stdout
@@ -21,7 +24,7 @@ def test_e2e_bench_prints_every_row_for_both_servers(tmp_path):
             for m in re.finditer(r"^ASYNC_FLUSH vs everysec (.+?)\s{2,}(\d+)\s+(\d+)\s+[\d.]+", r.stdout, re.M)}
     assert set(rows) == {"send single", "send batch of 32", "send single at 2000/s", "consume"}, r.stdout
     assert all(rb > 0 and rd > 0 for rb, rd in rows.values()), rows
-    assert "# e2e benchmark: body=1024B" in r.stdout          # it prints its configuration
+    assert "# e2e benchmark: body=1024B" in r.stdout and f"send-headers={headers} " in r.stdout  # its configuration
     box = re.search(r"^# box: bench.hiccups median chunk (\d+) us CPU over 0.5 s, (\d+) slow windows", r.stdout, re.M)
     assert box and 1 <= int(box.group(1)) < 100_000, r.stdout   # and how fast the box ran first
     assert re.search(r"^# box: .*; free page reporting to the host: .+; DAMON schemes: .+$", r.stdout, re.M), r.stdout
