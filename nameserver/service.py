@@ -7,9 +7,8 @@ standard JSON), GET_BROKER_CLUSTER_INFO, GET_ALL_TOPIC_LIST_FROM_NAMESERVER and 
 (namesrv:kvconfig/KVConfigManager.java: kept in ``kvConfigPath`` as ``{"configTable": {namespace:
 {key: value}}}``, written after every request that changes it, read at start).  Any other code is
 answered REQUEST_CODE_NOT_SUPPORTED — a Java name server stays silent, which only makes clients
-wait for their time-out.  Brokers that stop registering
-expire after 120 s (scanned every 10 s).  Several name servers run independently: each broker
-registers with all of them.
+wait for their time-out.  Brokers that stop registering expire after 120 s (scanned every 10 s).
+Several name servers run independently: each broker registers with all of them.
 """
 from __future__ import annotations
 
@@ -85,6 +84,17 @@ def _route_fields(table: dict) -> dict[str, dict[str, int]]:
         except (TypeError, ValueError) as e:
             raise ValueError(f"the config of topic {name[:100]}: {e}") from None
     return out
+
+
+def _kv_table(data) -> dict | None:
+    """The table of a KV config file, ``{"configTable": {namespace: {key: value}}}`` with strings
+    for keys and values; None for anything else."""
+    table = data.get("configTable") if isinstance(data, dict) else None
+    if not isinstance(table, dict) or not all(
+            isinstance(kv, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in kv.items())
+            for kv in table.values()):
+        return None
+    return table
 
 
 class NameServer:
@@ -176,13 +186,10 @@ class NameServer:
         """Read the KV config; a file that is not ``{"configTable": {namespace: {key: value}}}``
         (strings all) stops the start, naming the file."""
         data = configfile.read(self.kv_path)
-        table = data.get("configTable") if isinstance(data, dict) else None
-        if data is not None and not (isinstance(table, dict) and all(
-                isinstance(ns, str) and isinstance(kv, dict) and all(isinstance(k, str) and isinstance(v, str)
-                                                                    for k, v in kv.items())
-                for ns, kv in table.items())):
+        table = {} if data is None else _kv_table(data)
+        if table is None:
             raise StoreError(f"{self.kv_path}: not a KV config ({{\"configTable\": {{namespace: {{key: value}}}}}})")
-        self.routes.kv = table or {}
+        self.routes.kv = table
         if self.routes.kv:
             log.info("KV config: %d entries in %d namespaces from %s", sum(map(len, self.routes.kv.values())),
                      len(self.routes.kv), self.kv_path)
