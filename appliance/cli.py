@@ -8,7 +8,7 @@ import sys
 import psutil
 
 from appliance import config as config_mod
-from appliance.roles import pid_path, roles_for, run_role
+from appliance.roles import pid_path, raise_open_files_limit, roles_for, run_role
 
 
 def _status(cfg) -> int:
@@ -62,6 +62,8 @@ def _main(argv) -> int:
     if args.cmd == "check":
         from appliance import check
         return check.main(cfg)
+    if args.cmd in ("start", "run"):
+        raise_open_files_limit()
     if args.cmd == "run":
         return run_role(args.role, cfg)
     if args.cmd in ("produce", "consume"):

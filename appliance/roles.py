@@ -14,6 +14,7 @@ import ctypes
 import ctypes.util
 import logging
 import os
+import resource
 import signal
 import sys
 
@@ -123,6 +124,17 @@ _PR_SET_PDEATHSIG = 1
 
 def pid_path(cfg, role: str) -> str:
     return os.path.join(cfg.run_dir, f"{role}.pid")
+
+
+def raise_open_files_limit() -> int:
+    """The soft limit of open files raised to the hard one, for this process and the roles it
+    starts: a reader holds a descriptor per client connection, and a login shell's soft limit
+    (1024 on Debian) would stop it near 1,000 clients, silently (HAProxy sets its own).  -> the
+    limit now."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)    # (Linux caps the hard one at fs.nr_open)
+    if 0 <= soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return hard
 
 
 def run_role(role: str, cfg) -> int:

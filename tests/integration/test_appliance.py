@@ -1,10 +1,16 @@
 """The real appliance: supervisor + writer + dispatcher + flusher processes, producers in their
 own processes, checked through the store files afterwards."""
 import os
+import resource
+
+import psutil
+import pytest
 
 from appliance.check import check
+from remoting.codes import RequestCode as R, ResponseCode as RC
 from store.consumequeue import ConsumeQueue, file_size_for
 from tests.integration.harness import read_acks, start_producer, stored_keys
+from tests.integration.wire import Wire
 
 
 def test_concurrent_producers_every_message_once_dense_offsets_and_index(appliance_factory):
@@ -154,3 +160,26 @@ def test_a_store_directory_that_cannot_be_made_is_named_with_its_setting(applian
         assert r.returncode == 2, (key, r.returncode, r.stderr[-2000:])
         assert f"appliance: cannot make the store directory {path} ({key}): Not a directory" in r.stderr, r.stderr
         assert "Traceback" not in r.stderr and not [n for n in os.listdir("/dev/shm") if app.cfg.shmPrefix[1:] in n]
+
+
+def test_roles_serve_more_clients_than_the_soft_open_files_limit_they_were_started_under(appliance_factory):
+    """Started from a shell whose soft limit is 256 open files (Debian's login shells have 1024):
+    600 clients through HAProxy are all served, since every role raises its soft limit to the hard
+    one (before, each reader stopped accepting near the soft limit, silently)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard < 2048:
+        pytest.skip(f"this box's hard limit of open files is {hard}")
+    app = appliance_factory()
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))            # what the appliance inherits
+    try:
+        app.start()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert psutil.Process(app.role_pid("reader-0")).rlimit(psutil.RLIMIT_NOFILE) == (hard, hard)
+    wires = [Wire("127.0.0.1", app.cfg.listenPort, timeout=3) for _ in range(600)]
+    try:
+        for i, w in enumerate(wires):
+            assert w.call(R.GET_BROKER_RUNTIME_INFO).code == RC.SUCCESS, f"client {i} not served"
+    finally:
+        for w in wires:
+            w.close()
