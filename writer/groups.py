@@ -44,6 +44,7 @@ class ConsumerOffsets:
         self.keys, self.qids, self.values = views["offset_keys"], views["offset_qids"], views["offset_values"]
         self.control = control
         self.slot: dict[tuple[bytes, int], int] = {}
+        self.names: list[str] = []          # each slot's key, decoded (the file's keys)
         self.dirty, self.persisted_at = False, time.monotonic()
 
     def load(self) -> None:
@@ -58,6 +59,7 @@ class ConsumerOffsets:
         """A restarted writer: the table is already in shared memory."""
         for s in range(int(self.control[C.OFFSET_COUNT])):
             self.slot[(bytes(self.keys[s]), int(self.qids[s]))] = s
+            self.names.append(bytes(self.keys[s]).decode())
 
     def set(self, key: bytes, qid: int, offset: int) -> None:
         s = self.slot.get((key, qid))
@@ -68,6 +70,7 @@ class ConsumerOffsets:
             self.keys[s], self.qids[s] = key, qid
             self.values[s] = offset
             self.slot[(key, qid)] = s
+            self.names.append(key.decode())
             self.control[C.OFFSET_COUNT] = s + 1
         else:
             self.values[s] = offset
@@ -79,9 +82,11 @@ class ConsumerOffsets:
             self.set(key, qid, offset)
 
     def table(self) -> dict:
-        out: dict[str, dict[str, int]] = {}
-        for (key, qid), s in sorted(self.slot.items()):
-            out.setdefault(key.decode(), {})[str(qid)] = int(self.values[s])
+        """consumerOffset.json's content, read off the shared table's columns in one go (the
+        file's keys are sorted when it is written)."""
+        n, out = int(self.control[C.OFFSET_COUNT]), {}
+        for name, qid, offset in zip(self.names, self.qids[:n].tolist(), self.values[:n].tolist()):
+            out.setdefault(name, {})[str(qid)] = offset
         return {"offsetTable": out}
 
     def persist(self, force: bool = False) -> None:

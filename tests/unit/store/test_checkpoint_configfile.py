@@ -37,3 +37,21 @@ def test_write_keeps_bak_and_read_falls_back(tmp_path):
     with pytest.raises(StoreError, match="topics.json"):
         configfile.read(p)
     assert configfile.read(str(tmp_path / "none.json")) is None
+
+
+def test_dumps_gives_the_bytes_of_json_with_tab_indentation():
+    """The layout fastjson's pretty printer writes (FACTS: TAB-indented), as ``json`` gives it,
+    over config-shaped data and strings that look like indentation or JSON."""
+    samples = [
+        {},
+        {"v": 1},
+        {"offsetTable": {f"T{t}@G{g}": {str(q): 10 ** 12 + q for q in range(3)} for t in range(3) for g in range(2)}},
+        {"dataVersion": {"counter": 3, "timestamp": 1795281395005}, "topicConfigTable": {
+            "TBW102": {"order": False, "perm": 7, "readQueueNums": 8, "topicFilterType": "SINGLE_TAG",
+                       "topicName": "TBW102", "topicSysFlag": 0, "writeQueueNums": 8}}},
+        {"configTable": {"ns": {"k": "  two spaces\n  then\ta tab", "q": 'a "quote" and \\ backslash',
+                                "u": "é☃ \u2028 \x7f \x01", "deep": "{\n  \"x\": 1\n}"}}},
+        {"list": [1, [2, [3, []]], {}, None, True, -5], "empty": {"a": {}, "b": []}, "z": {"y": {"x": {"w": {}}}}},
+    ]
+    for data in samples:
+        assert configfile.dumps(data) == json.dumps(data, indent="\t", sort_keys=True, ensure_ascii=False).encode()

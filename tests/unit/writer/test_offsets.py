@@ -1,0 +1,43 @@
+"""consumerOffset.json and the shared offset table (writer/groups.py): what is set is what the
+file holds, and what a new writer reads back, whether it boots from the file or attaches to the
+table a dead writer left."""
+import json
+
+import numpy as np
+
+from shm.layout import C, OFFSET_KEY_BYTES
+from writer.groups import ConsumerOffsets
+
+
+class _Cfg:
+    def __init__(self, root):
+        self.config_dir = str(root)
+
+
+def _table(root, slots=16):
+    views = {"offset_keys": np.zeros(slots, f"S{OFFSET_KEY_BYTES}"), "offset_qids": np.zeros(slots, "<i4"),
+             "offset_values": np.zeros(slots, "<i8")}
+    return ConsumerOffsets(_Cfg(root), views, np.zeros(64, "<i8")), views
+
+
+def test_set_persist_load_and_attach_agree(tmp_path):
+    first, views = _table(tmp_path)
+    for key, qid, offset in ((b"T@g", 0, 5), (b"T@g", 1, 7), ("Ünï@g".encode(), 3, 2 ** 40), (b"T@g", 0, 6)):
+        first.set(key, qid, offset)
+    want = {"offsetTable": {"T@g": {"0": 6, "1": 7}, "Ünï@g": {"3": 2 ** 40}}}
+    assert first.table() == want and int(first.control[C.OFFSET_COUNT]) == 3
+    first.persist(force=True)
+    with open(first.path, encoding="utf-8") as f:
+        text = f.read()
+    assert json.loads(text) == want and '\t"T@g": {\n\t\t\t"0": 6,' in text     # sorted keys, TAB-indented
+
+    booted, _ = _table(tmp_path)                  # a new writer on a new table reads the file
+    booted.load()
+    assert booted.table() == want and not booted.dirty
+
+    attached = ConsumerOffsets(_Cfg(tmp_path), views, first.control)   # a restarted writer, same table
+    attached.attach()
+    assert attached.table() == want
+    attached.set(b"T@g", 1, 8)
+    attached.set(b"U@h", 0, 1)
+    assert attached.table() == {"offsetTable": {"T@g": {"0": 6, "1": 8}, "Ünï@g": {"3": 2 ** 40}, "U@h": {"0": 1}}}
