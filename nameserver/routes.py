@@ -7,9 +7,12 @@
     kv         namespace    -> {key: value}
 
 Written only by the name server's event loop (one thread), read by its handlers.  A master's
-registration carries its whole topic config, so its queue data is replaced by it (a topic the
-broker no longer has disappears from its routes).  Brokers that have not registered for
-``BROKER_EXPIRE_S`` are dropped by ``expire`` as if they had unregistered.  No I/O.
+registration adds or updates the queue data of each topic it carries and leaves its other topics
+be, as RocketMQ 4.x's ``registerBroker`` does: a Java broker registers a topic an admin created
+with that topic alone (``registerIncrementBrokerData``), which must not take the broker's other
+routes away.  A route goes with DELETE_TOPIC_IN_NAMESRV (an admin's topic deletion), or with its
+broker: brokers that have not registered for ``BROKER_EXPIRE_S`` are dropped by ``expire`` as if
+they had unregistered.  No I/O.
 """
 from __future__ import annotations
 
@@ -38,8 +41,6 @@ class RouteTable:
         addrs[broker_id] = addr
         self.live[addr] = (now, ha_addr)
         if broker_id == 0:
-            for topic in [t for t, q in self.topics.items() if name in q and t not in topic_configs]:
-                self._drop_queue(topic, name)
             for topic, fields in topic_configs.items():
                 self.topics.setdefault(topic, {})[name] = {"brokerName": name, **fields}
             return None, None
@@ -61,6 +62,10 @@ class RouteTable:
                 self.clusters.pop(bd["cluster"], None)
             for topic in [t for t, q in self.topics.items() if name in q]:
                 self._drop_queue(topic, name)
+
+    def delete_topic(self, topic: str) -> None:
+        """DELETE_TOPIC_IN_NAMESRV: the topic's route, on every broker."""
+        self.topics.pop(topic, None)
 
     def _drop_queue(self, topic: str, name: str) -> None:
         del self.topics[topic][name]

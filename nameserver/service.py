@@ -3,7 +3,7 @@
 Handlers (FACTS §3.6, namesrv:processor/DefaultRequestProcessor.java): REGISTER_BROKER (plain or
 zlib-compressed body, optional body CRC), UNREGISTER_BROKER, GET_ROUTEINFO_BY_TOPIC (17 for an
 unknown topic; fastjson's unquoted brokerId keys for clients older than 4.9.4 unless they ask for
-standard JSON), GET_BROKER_CLUSTER_INFO, GET_ALL_TOPIC_LIST_FROM_NAMESERVER and the KV config
+standard JSON), DELETE_TOPIC_IN_NAMESRV, GET_BROKER_CLUSTER_INFO, GET_ALL_TOPIC_LIST_FROM_NAMESERVER and the KV config
 (namesrv:kvconfig/KVConfigManager.java: kept in ``kvConfigPath`` as ``{"configTable": {namespace:
 {key: value}}}``, written after every request that changes it, read at start).  Any other code is
 answered REQUEST_CODE_NOT_SUPPORTED — a Java name server stays silent, which only makes clients
@@ -107,7 +107,7 @@ class NameServer:
             R.GET_ROUTEINFO_BY_TOPIC: self.route, R.GET_BROKER_CLUSTER_INFO: self.cluster_info,
             R.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.topic_list, R.PUT_KV_CONFIG: self.put_kv,
             R.GET_KV_CONFIG: self.get_kv, R.DELETE_KV_CONFIG: self.delete_kv,
-            R.GET_KVLIST_BY_NAMESPACE: self.kv_list,
+            R.GET_KVLIST_BY_NAMESPACE: self.kv_list, R.DELETE_TOPIC_IN_NAMESRV: self.delete_topic,
         }
 
     # ------------------------------------------------------------ handlers
@@ -134,6 +134,10 @@ class NameServer:
         if data is None:
             return cmd.response(RC.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {h['topic']}")
         return cmd.response(body=_body(data, cmd.version >= V4_9_4 or bool(h["acceptStandardJsonOnly"])))
+
+    def delete_topic(self, cmd, _conn):
+        self.routes.delete_topic(headers.decode(cmd)["topic"])
+        return cmd.response()
 
     def cluster_info(self, cmd, _conn):
         return cmd.response(body=_body(self.routes.cluster_info()))

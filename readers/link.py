@@ -60,7 +60,7 @@ class WriterLink:
         self.offsets_end = 0                                        # ring position past the last OFFSET entry
         self.apply_waits: list[tuple[int, asyncio.Future]] = []
         self.unapplied: dict[tuple[bytes, int], tuple[int, int]] = {}  # committed here, not yet in shm
-        self.on_topic_change = None                # called after a topic this reader created or changed
+        self.on_topic_change = None                # awaited after a topic this reader created or changed
         self.loop.add_reader(self.ring.waker.fileno(), self._on_post)
 
     @property
@@ -288,7 +288,7 @@ class WriterLink:
             self.topic_waits.pop(rid, None)
             self.ring.topic_replies.pop(rid, None)
         if status == P.SUCCESS and self.on_topic_change is not None:
-            self.on_topic_change()
+            await self.on_topic_change()
         return status
 
     # ------------------------------------------------------------ consumer groups

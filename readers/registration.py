@@ -1,5 +1,8 @@
 """The broker's registration with every name server (broker:out/BrokerOuterAPI.java): REGISTER_BROKER
-every 30 s and at once when the topic table changes, UNREGISTER_BROKER when the appliance stops.
+every 30 s and when the topic table changes, UNREGISTER_BROKER when the appliance stops.  A topic
+made here is answered once a registration begun after it has ended, as RocketMQ answers a
+topic's creation once its name servers have it; changes that come while one is under way share
+the next one, so making thousands of topics costs a registration per round, not per topic.
 A name server that failed is tried again after 1 s, then 2, 4, ... up to 30 s (all of them: the
 request is one), and its failure is logged once until it succeeds again.
 Reader 0 does it for the whole appliance; the address it registers is HAProxy's (``listenPort``).
@@ -7,10 +10,11 @@ Reader 0 does it for the whole appliance; the address it registers is HAProxy's 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import time
+
+import orjson
 
 from net import client as net
 from remoting.codec import Command
@@ -34,6 +38,8 @@ class Registrar:
         self.conns: dict[str, net.Connection] = {}
         self.failing: set[str] = set()
         self.retry_in, self.retry_at = RETRY_FIRST_S, 0.0     # while some name server fails (monotonic s)
+        self.waiting: asyncio.Future | None = None      # changes not yet covered by a registration begun
+        self.worker: asyncio.Task | None = None         # the registrations that cover changes
 
     def _fields(self) -> dict:
         c = self.cfg
@@ -44,7 +50,7 @@ class Registrar:
         data = configfile.read(os.path.join(self.cfg.config_dir, "topics.json")) or {}
         wrapper = {"dataVersion": data.get("dataVersion", {"counter": 0, "timestamp": 0}),
                    "topicConfigTable": data.get("topicConfigTable", {})}
-        return json.dumps({"filterServerList": [], "topicConfigSerializeWrapper": wrapper}).encode()
+        return orjson.dumps({"filterServerList": [], "topicConfigSerializeWrapper": wrapper})
 
     async def _invoke(self, addr: str, cmd: Command) -> Command:
         conn = self.conns.get(addr)
@@ -63,6 +69,26 @@ class Registrar:
             self.retry_in = min(PERIOD_S, self.retry_in * 2)
         else:
             self.retry_in = RETRY_FIRST_S
+
+    def changed(self) -> asyncio.Future:
+        """A topic changed: a future that is done once a registration begun after now has ended
+        (whether each name server took it or not: failures are logged, and retried)."""
+        if self.waiting is None:
+            self.waiting = asyncio.get_running_loop().create_future()
+            if self.worker is None or self.worker.done():
+                self.worker = asyncio.get_running_loop().create_task(self._register_changes())
+        return self.waiting
+
+    async def _register_changes(self) -> None:
+        while self.waiting is not None:
+            covered, self.waiting = self.waiting, None
+            try:
+                await self.register_all()
+            except Exception:
+                log.exception("registration after a topic change failed")
+            finally:
+                if not covered.done():
+                    covered.set_result(None)
 
     def retry_due(self) -> bool:
         """A name server failed and its back-off (1 s, doubling to 30 s) has passed: one not up

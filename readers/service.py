@@ -68,8 +68,8 @@ class ReaderService:
             handlers.update(proc.handlers())
         server = RemotingServer(f"reader-{self.index}", handlers, on_close=self.clients.connection_closed)
         registrar = Registrar(self.cfg) if addresses(self.cfg) else None
-        if registrar is not None:      # a topic created here reaches the name servers at once
-            self.link.on_topic_change = lambda: self._loop.create_task(registrar.register_all())
+        if registrar is not None:      # a topic created here is answered once the name servers have it
+            self.link.on_topic_change = registrar.changed
         try:
             await server.start("127.0.0.1", self.cfg.reader_port(self.index))
             log.info("reader %d listening on 127.0.0.1:%d (ring slot %d)", self.index, server.port, self.link.slot)

@@ -74,6 +74,7 @@ SCHEMAS: dict[int, tuple[Field, ...]] = {
     R.PUT_KV_CONFIG: _f("namespace:S! key:S! value:S!"),
     R.GET_KV_CONFIG: _f("namespace:S! key:S!"),
     R.DELETE_KV_CONFIG: _f("namespace:S! key:S!"),
+    R.DELETE_TOPIC_IN_NAMESRV: _f("topic:S!"),
     R.GET_KVLIST_BY_NAMESPACE: _f("namespace:S!"),
 }
 

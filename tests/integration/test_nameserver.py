@@ -10,7 +10,8 @@ import time
 import pytest
 
 from remoting.codes import RequestCode as R, ResponseCode as RC
-from tests.integration.harness import ROOT
+from tests.integration.harness import ROOT, create_topic
+from tests.integration.test_readers import send_v2
 from tests.integration.wire import Wire
 
 CAPTURES = os.path.join(ROOT, "tests", "captures")
@@ -79,6 +80,13 @@ def test_register_route_cluster_and_dialects(nameserver):
     assert info["clusterAddrTable"] == {"DefaultCluster": ["b1"]}
     assert json.loads(w.call(R.GET_ALL_TOPIC_LIST_FROM_NAMESERVER).body) == {"topicList": ["TopicTest"]}
     assert w.call(R.REGISTER_BROKER, dict(reg, bodyCrc32="12345"), _register_body(TC)).remark == "crc32 not match"
+    # a Java broker registers an admin's new topic alone (registerIncrementBrokerData): the rest stays
+    made = {"Made": dict(TC["TopicTest"], topicName="Made", readQueueNums=2, writeQueueNums=2)}
+    assert w.call(R.REGISTER_BROKER, reg, _register_body(made)).code == RC.SUCCESS
+    assert json.loads(w.call(R.GET_ALL_TOPIC_LIST_FROM_NAMESERVER).body) == {"topicList": ["Made", "TopicTest"]}
+    assert w.call(R.DELETE_TOPIC_IN_NAMESRV, {"topic": "Made"}).code == RC.SUCCESS     # an admin's deletion
+    assert w.call(R.GET_ROUTEINFO_BY_TOPIC, {"topic": "Made"}).code == RC.TOPIC_NOT_EXIST
+    assert w.call(R.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicTest"}).code == RC.SUCCESS
     assert w.call(R.UNREGISTER_BROKER, {k: reg[k] for k in ("brokerName", "brokerAddr", "clusterName", "brokerId")}).code == 0
     assert w.call(R.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicTest"}).code == RC.TOPIC_NOT_EXIST
     w.close()
@@ -158,6 +166,21 @@ def test_appliance_start_runs_a_local_name_server(appliance_factory):
         assert st.returncode == 0 and re.search(r"nameserver\s+up", st.stdout), st.stdout
         w = Wire("127.0.0.1", port)
         assert w.call(R.GET_BROKER_CLUSTER_INFO).code == RC.SUCCESS
+        # a topic's creation is answered once the name server has its route (as RocketMQ's is),
+        # whether an admin made it or a send did, and however many come at once
+        broker = Wire("127.0.0.1", app.cfg.listenPort)
+        create_topic(app, "Made", 2)
+        assert json.loads(w.call(R.GET_ROUTEINFO_BY_TOPIC, {"topic": "Made"}).body)["queueDatas"][0]["readQueueNums"] == 2
+        assert send_v2(broker, "Sent", b"x").code == RC.SUCCESS
+        assert w.call(R.GET_ROUTEINFO_BY_TOPIC, {"topic": "Sent"}).code == RC.SUCCESS
+        for i in range(20):                                     # pipelined: they share registrations
+            broker.send(R.UPDATE_AND_CREATE_TOPIC, {"topic": f"Many{i}", "defaultTopic": "TBW102", "readQueueNums": "1",
+                                                    "writeQueueNums": "1", "perm": "6", "topicFilterType": "SINGLE_TAG",
+                                                    "order": "false"})
+        assert [broker.read_response().code for _ in range(20)] == [RC.SUCCESS] * 20
+        topics = json.loads(w.call(R.GET_ALL_TOPIC_LIST_FROM_NAMESERVER).body)["topicList"]
+        assert {f"Many{i}" for i in range(20)} <= set(topics)
+        broker.close()
         w.close()
     finally:
         assert app.stop() == 0

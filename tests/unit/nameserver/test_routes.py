@@ -25,7 +25,11 @@ def test_register_route_slave_and_unregister():
     assert r["queueDatas"][0] == {"brokerName": "b1", "perm": 6, "readQueueNums": 8, "topicSysFlag": 0, "writeQueueNums": 8}
     assert t.route("Nope") is None
     assert t.cluster_info()["clusterAddrTable"] == {"C": ["b1", "b2"]}
-    t.register("C", "b1", "10.0.0.1:10911", 0, "h", {"Orders": ROUTES["Orders"]}, 1.0)     # TopicTest dropped
+    # a registration of one topic (a Java broker's after an admin made it) updates that topic, keeps the rest
+    t.register("C", "b1", "10.0.0.1:10911", 0, "h", {"Orders": {**ROUTES["Orders"], "perm": 4}}, 1.0)
+    assert [q["perm"] for q in t.route("Orders")["queueDatas"]] == [4, 6]
+    assert t.route("TopicTest")["queueDatas"] == [{"brokerName": "b1", **ROUTES["TopicTest"]}]
+    t.delete_topic("TopicTest")                                  # DELETE_TOPIC_IN_NAMESRV: gone everywhere
     assert t.route("TopicTest") is None
     t.unregister("b2", "10.0.0.3:10911", 0)
     assert [b["brokerName"] for b in t.route("Orders")["brokerDatas"]] == ["b1"]
