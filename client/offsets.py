@@ -3,12 +3,13 @@ queue is dropped or the consumer stops), in a local file for BROADCASTING (every
 own; Java's ``~/.rocketmq_offsets/<clientId>/<group>/offsets.json``)."""
 from __future__ import annotations
 
-import json
 import os
 
-from client.errors import MQBrokerError
+from client.errors import MQBrokerError, MQClientError
 from client.instance import ClientInstance, MessageQueue
 from remoting.codes import RequestCode as R, ResponseCode as RC
+from store import configfile
+from store.errors import StoreError
 
 
 class RemoteOffsets:
@@ -40,16 +41,20 @@ class RemoteOffsets:
 
 
 class LocalOffsets:
+    """Kept as Java's LocalFileOffsetStore keeps them: the file, else its ``.bak``; a member whose
+    file and ``.bak`` are both there but unreadable does not start (MQClientError naming them),
+    rather than start over from ``consume_from`` and skip or repeat what it had consumed."""
+
     def __init__(self, directory: str, client_id: str, group: str):
         self.path = os.path.join(directory, client_id.replace("@", "_").replace("#", "_"), group, "offsets.json")
         self.table: dict[MessageQueue, int] = {}
         try:
-            with open(self.path) as f:
-                for k, v in json.load(f)["offsetTable"].items():
-                    topic, broker, qid = k.rsplit("|", 2)
-                    self.table[MessageQueue(topic, broker, int(qid))] = int(v)
-        except (OSError, ValueError, KeyError):
-            pass
+            data = configfile.read(self.path) or {"offsetTable": {}}
+            for k, v in data["offsetTable"].items():
+                topic, broker, qid = k.rsplit("|", 2)
+                self.table[MessageQueue(topic, broker, int(qid))] = int(v)
+        except (StoreError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise MQClientError(f"the offsets of broadcasting group {group} in {self.path} cannot be read: {e}") from None
 
     async def read(self, mq: MessageQueue, _addr: str) -> int | None:
         return self.table.get(mq)
@@ -58,8 +63,5 @@ class LocalOffsets:
         self.table[mq] = offset
 
     async def commit(self, _mq: MessageQueue, _addr: str) -> None:
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        tmp = self.path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump({"offsetTable": {f"{q.topic}|{q.broker_name}|{q.queue_id}": o for q, o in self.table.items()}}, f)
-        os.replace(tmp, self.path)
+        configfile.write(self.path, {"offsetTable": {f"{q.topic}|{q.broker_name}|{q.queue_id}": o
+                                                     for q, o in self.table.items()}})

@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import json
 import os
 import signal
 import time
 
+import pytest
+
 from client.consumer import RETRY_DELAY_S, PullConsumer, PushConsumer
+from client.errors import MQClientError
+from client.instance import ClientInstance
 from client.message import Message
 from client.producer import Producer
 from tests.integration.harness import read_topic
@@ -126,6 +131,43 @@ def test_broadcasting_and_tag_filters(appliance_factory, tmp_path):
         await p.shutdown()
 
     asyncio.run(run())
+
+
+def test_a_broadcasting_member_resumes_from_the_offsets_it_keeps_locally(appliance_factory, tmp_path):
+    """BROADCASTING offsets live in the member's own file (Java's LocalFileOffsetStore), under its
+    client id: a member started again with the same instance name takes up where it stopped,
+    while messages sent in between wait for it."""
+    app = appliance_factory(namesrv=True).start()
+    first, second = collections.Counter(), collections.Counter()
+
+    def member(seen):
+        c = PushConsumer("fans", app.namesrv, model="BROADCASTING", consume_from="CONSUME_FROM_FIRST_OFFSET",
+                         offset_dir=str(tmp_path), instance=ClientInstance(app.namesrv, instance_name="member-1"))
+        return c.subscribe("Bcast", "*").register(lambda msgs: seen.update(m.body for m in msgs) or True)
+
+    async def run():
+        p = await make_topic(app, "Bcast")                              # b"init"
+        c = await member(first).start()
+        await asyncio.gather(*(p.send(Message("Bcast", b"a%d" % i)) for i in range(10)))
+        assert await wait_for(lambda: len(first) == 11), tally(first)
+        await c.shutdown()                                              # writes its offsets file
+        await asyncio.gather(*(p.send(Message("Bcast", b"b%d" % i)) for i in range(5)))
+        c = await member(second).start()
+        assert await wait_for(lambda: len(second) == 5), tally(second)
+        await asyncio.sleep(1)
+        await c.shutdown()
+        await p.shutdown()
+        return c.offsets.path
+
+    path = asyncio.run(run())
+    assert set(first.values()) == {1} and set(second) == {b"b%d" % i for i in range(5)}, (tally(first), tally(second))
+    with open(path) as f:
+        assert sum(json.load(f)["offsetTable"].values()) == 16                  # every message, once
+    for name, text in ((path, "{not json"), (path + ".bak", "")):    # both unreadable: it will not start
+        with open(name, "w") as f:
+            f.write(text)
+    with pytest.raises(MQClientError, match=f"offsets of broadcasting group fans in {path} cannot be read"):
+        member(collections.Counter())
 
 
 def test_consumers_resume_from_committed_offsets_after_a_restart(appliance_factory):
