@@ -105,6 +105,8 @@ TABLE = (
     ("checkCRCOnRecover", _bool, "true", ""),
     ("maxTransferCountOnMessageInMemory", _int_in(1, 65536), "32", "most messages one pull returns"),
     ("maxTransferBytesOnMessageInMemory", _int_in(1024, 2**30), "262144", "most bytes one pull returns"),
+    ("accessMessageInMemoryMaxRatio", _int_in(0, 100), "40",
+     "percent of RAM behind the CommitLog's end whose messages count as in memory (a new group's start)"),
     # rocketbox's own keys
     ("readerProcessNums", _int_in(1, 64), "2", "reader processes behind HAProxy"),
     ("readerPortBase", _int_in(0, 65535), "0", "reader i listens on 127.0.0.1:<base + i> (0: listenPort + 20)"),
@@ -164,6 +166,7 @@ class BrokerConfig:
     checkCRCOnRecover: bool
     maxTransferCountOnMessageInMemory: int
     maxTransferBytesOnMessageInMemory: int
+    accessMessageInMemoryMaxRatio: int
     readerProcessNums: int
     readerPortBase: int
     startNameServer: bool

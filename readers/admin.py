@@ -8,6 +8,8 @@ import json
 import os
 import struct
 
+import psutil
+
 from readers.send import SYSTEM_TOPICS
 from remoting import headers
 from remoting.headers import HeaderError
@@ -33,6 +35,8 @@ def offset_key(topic: str, group: str) -> bytes:
 class AdminProcessor:
     def __init__(self, broker):
         self.b, self.cfg, self.link, self.view = broker, broker.cfg, broker.link, broker.link.view
+        # store:DefaultMessageStore#checkInDiskByCommitOffset: this far behind the end is "on disk"
+        self.in_memory_bytes = psutil.virtual_memory().total * self.cfg.accessMessageInMemoryMaxRatio // 100
 
     def handlers(self) -> dict:
         return {R.QUERY_CONSUMER_OFFSET: self.query_offset, R.UPDATE_CONSUMER_OFFSET: self.update_offset,
@@ -43,15 +47,26 @@ class AdminProcessor:
 
     # ------------------------------------------------------------ consumer offsets
     def query_offset(self, cmd, _conn):
+        """A group's committed offset; for a group with none, 0 while the queue still starts at 0
+        and its first message is in memory, else QUERY_NOT_FOUND (the client then starts where its
+        consumeFromWhere says: a new group on a long queue does not read it all from the start)."""
         h = headers.decode(cmd)
-        off = self.link.committed_offset(offset_key(h["topic"], h["consumerGroup"]), h["queueId"])
+        topic, qid = h["topic"], h["queueId"]
+        off = self.link.committed_offset(offset_key(topic, h["consumerGroup"]), qid)
         if off is None or off < 0:
-            lo = self.view.offsets(h["topic"], h["queueId"])
-            if lo is None or lo[0] <= 0:
+            lo = self.view.offsets(topic, qid)
+            if lo is None or lo[0] <= 0 and not self._on_disk(topic, qid, 0):
                 off = 0
             else:
                 return cmd.response(RC.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
         return cmd.response(ext={"offset": str(off)})
+
+    def _on_disk(self, topic: str, qid: int, offset: int) -> bool:
+        """The message at ``offset`` is more than ``accessMessageInMemoryMaxRatio`` of RAM behind
+        the CommitLog's end (store:DefaultMessageStore#checkInDiskByConsumeOffset); False when the
+        queue has no message there."""
+        e = self.view.entries(topic, qid, offset, 1)
+        return bool(len(e)) and int(self.link.ctl[C.WRITTEN]) - int(e["phys"][0]) > self.in_memory_bytes
 
     def update_offset(self, cmd, _conn):
         h = headers.decode(cmd)

@@ -13,11 +13,12 @@ import time
 import pytest
 
 from client.consumer import RETRY_DELAY_S, PullConsumer, PushConsumer
-from client.errors import MQClientError
+from client.errors import MQBrokerError, MQClientError
 from client.instance import ClientInstance
 from client.message import Message
 from client.producer import Producer
-from tests.integration.harness import read_topic
+from remoting.codes import RequestCode as R, ResponseCode as RC
+from tests.integration.harness import dispatched, read_topic
 
 
 async def wait_for(cond, timeout: float = 15.0, step: float = 0.1) -> bool:
@@ -168,6 +169,42 @@ def test_a_broadcasting_member_resumes_from_the_offsets_it_keeps_locally(applian
             f.write(text)
     with pytest.raises(MQClientError, match=f"offsets of broadcasting group fans in {path} cannot be read"):
         member(collections.Counter())
+
+
+def test_a_new_group_on_a_queue_whose_start_is_on_disk_starts_where_consume_from_says(appliance_factory):
+    """A group with no committed offset gets 0 only while the queue's first message is in memory
+    (RocketMQ's checkInDiskByConsumeOffset); with accessMessageInMemoryMaxRatio=0 every stored
+    message counts as on disk, so the broker answers QUERY_NOT_FOUND and a CONSUME_FROM_LAST_OFFSET
+    consumer starts at the end instead of reading the queue from its start."""
+    app = appliance_factory(namesrv=True, accessMessageInMemoryMaxRatio="0").start()
+    seen = collections.Counter()
+
+    async def run():
+        p = await make_topic(app, "Long")
+        q = (await p.send(Message("Long", b"old-0"))).queue
+        for i in range(1, 5):
+            await p.send(Message("Long", b"old-%d" % i), queue=q)
+        broker = (await p.instance.route("Long")).masters[q.broker_name]
+        await dispatched(app)
+        ask = {"consumerGroup": "fresh", "topic": "Long", "queueId": str(q.queue_id)}
+        with pytest.raises(MQBrokerError) as not_found:
+            await p.instance.call(broker, R.QUERY_CONSUMER_OFFSET, ask)
+        empty = await p.instance.call(broker, R.QUERY_CONSUMER_OFFSET, {**ask, "queueId": str((q.queue_id + 1) % 4)})
+        c = PushConsumer("fresh", app.namesrv, consume_from="CONSUME_FROM_LAST_OFFSET")
+        await c.subscribe("Long", "*").register(lambda msgs: seen.update(m.body for m in msgs) or True).start()
+        assert await wait_for(lambda: q in c.pullers)
+        await asyncio.sleep(0.5)
+        await p.send(Message("Long", b"new"), queue=q)
+        assert await wait_for(lambda: b"new" in seen), tally(seen)
+        await asyncio.sleep(0.5)
+        await c.shutdown()
+        await p.shutdown()
+        return not_found.value, empty
+
+    not_found, empty = asyncio.run(run())
+    assert not_found.code == RC.QUERY_NOT_FOUND and "maybe this group consumer boot first" in not_found.remark
+    assert (empty.code, empty.ext["offset"]) == (RC.SUCCESS, "0")          # nothing there: from 0
+    assert set(seen) == {b"new"}, tally(seen)
 
 
 def test_consumers_resume_from_committed_offsets_after_a_restart(appliance_factory):
