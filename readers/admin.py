@@ -55,7 +55,7 @@ class AdminProcessor:
         off = self.link.committed_offset(offset_key(topic, h["consumerGroup"]), qid)
         if off is None or off < 0:
             lo = self.view.offsets(topic, qid)
-            if lo is None or lo[0] <= 0 and not self._on_disk(topic, qid, 0):
+            if lo is None or (lo[0] <= 0 and not self._on_disk(topic, qid, 0)):
                 off = 0
             else:
                 return cmd.response(RC.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
