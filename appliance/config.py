@@ -105,8 +105,10 @@ TABLE = (
     ("checkCRCOnRecover", _bool, "true", ""),
     ("maxTransferCountOnMessageInMemory", _int_in(1, 65536), "32", "most messages one pull returns"),
     ("maxTransferBytesOnMessageInMemory", _int_in(1024, 2**30), "262144", "most bytes one pull returns"),
+    ("maxTransferCountOnMessageInDisk", _int_in(1, 65536), "8", "most messages one pull returns from disk"),
+    ("maxTransferBytesOnMessageInDisk", _int_in(1024, 2**30), "65536", "most bytes one pull returns from disk"),
     ("accessMessageInMemoryMaxRatio", _int_in(0, 100), "40",
-     "percent of RAM behind the CommitLog's end whose messages count as in memory (a new group's start)"),
+     "percent of RAM behind the CommitLog's end whose messages count as in memory, not on disk"),
     # rocketbox's own keys
     ("readerProcessNums", _int_in(1, 64), "2", "reader processes behind HAProxy"),
     ("readerPortBase", _int_in(0, 65535), "0", "reader i listens on 127.0.0.1:<base + i> (0: listenPort + 20)"),
@@ -166,6 +168,8 @@ class BrokerConfig:
     checkCRCOnRecover: bool
     maxTransferCountOnMessageInMemory: int
     maxTransferBytesOnMessageInMemory: int
+    maxTransferCountOnMessageInDisk: int
+    maxTransferBytesOnMessageInDisk: int
     accessMessageInMemoryMaxRatio: int
     readerProcessNums: int
     readerPortBase: int
@@ -190,6 +194,14 @@ class BrokerConfig:
     @property
     def commitlog_dir(self) -> str:
         return self.storePathCommitLog or os.path.join(self.root, "commitlog")
+
+    @property
+    def in_memory_bytes(self) -> int:
+        """How far behind the CommitLog's end a message still counts as in memory
+        (store:DefaultMessageStore#checkInDiskByCommitOffset): ``accessMessageInMemoryMaxRatio``
+        percent of this machine's RAM."""
+        import psutil
+        return psutil.virtual_memory().total * self.accessMessageInMemoryMaxRatio // 100
 
     @property
     def kv_config_path(self) -> str:

@@ -8,8 +8,6 @@ import json
 import os
 import struct
 
-import psutil
-
 from readers.send import SYSTEM_TOPICS
 from remoting import headers
 from remoting.headers import HeaderError
@@ -35,8 +33,7 @@ def offset_key(topic: str, group: str) -> bytes:
 class AdminProcessor:
     def __init__(self, broker):
         self.b, self.cfg, self.link, self.view = broker, broker.cfg, broker.link, broker.link.view
-        # store:DefaultMessageStore#checkInDiskByCommitOffset: this far behind the end is "on disk"
-        self.in_memory_bytes = psutil.virtual_memory().total * self.cfg.accessMessageInMemoryMaxRatio // 100
+        self.in_memory_bytes = self.cfg.in_memory_bytes
 
     def handlers(self) -> dict:
         return {R.QUERY_CONSUMER_OFFSET: self.query_offset, R.UPDATE_CONSUMER_OFFSET: self.update_offset,

@@ -101,9 +101,12 @@ class StoreView:
         return self.span(phys, phys + size)
 
     def pull(self, topic: str, queue_id: int, queue_offset: int, max_count: int,
-             tag_codes: Sequence[int] | None = None, max_bytes: int = 256 * 1024) -> Pulled:
+             tag_codes: Sequence[int] | None = None, max_bytes: int = 256 * 1024,
+             disk: tuple[int, int, int] | None = None) -> Pulled:
         """PULL_MESSAGE's store side: up to ``max_count`` records from ``queue_offset``,
-        filtered by tag hash (``None`` = all) in one vector op."""
+        filtered by tag hash (``None`` = all) in one vector op.  ``disk`` = (in-memory bytes,
+        count, bytes): when the first record scanned is more than the in-memory bytes behind the
+        CommitLog's end, at most that count and those bytes (RocketMQ's on-disk limits)."""
         off = self.offsets(topic, queue_id)
         if off is None:
             return Pulled(NO_QUEUE, 0, 0, 0, [])
@@ -114,6 +117,8 @@ class StoreView:
             return Pulled(NO_NEW, queue_offset, lo, hi, [])
         e = self._entries(topic, queue_id, queue_offset,
                           min(max(max_count, 1) * 4 if tag_codes else max_count, hi - queue_offset))
+        if disk is not None and len(e) and int(self.ctl[C.WRITTEN]) - int(e["phys"][0]) > disk[0]:
+            max_count, max_bytes = min(max_count, disk[1]), disk[2]
         if tag_codes is not None:
             idx = np.flatnonzero(np.isin(e["tags"].astype(np.int64), np.asarray(tag_codes, np.int64)))
             take, picked = idx[:max_count].tolist(), e[idx[:max_count]]

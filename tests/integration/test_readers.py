@@ -188,6 +188,23 @@ def test_queue_bounds_store_times_searches_by_time_a_message_by_offset_and_runti
     w.close()
 
 
+def test_pulls_of_messages_on_disk_get_rocketmqs_smaller_limits(appliance_factory):
+    """A message more than accessMessageInMemoryMaxRatio of RAM behind the CommitLog's end is
+    "on disk": a pull from there returns at most maxTransferCountOnMessageInDisk messages and
+    maxTransferBytesOnMessageInDisk bytes (the first always).  Ratio 0 puts every message there."""
+    app = appliance_factory(accessMessageInMemoryMaxRatio="0", maxTransferBytesOnMessageInDisk="8192").start()
+    w = Wire("127.0.0.1", app.cfg.listenPort)
+    for i in range(20):
+        assert send_v2(w, "Cold", b"s%02d" % i, queue=0).code == RC.SUCCESS
+        assert send_v2(w, "Cold", bytes([65 + i]) * 3000, queue=1).code == RC.SUCCESS
+    assert len(pull_n(w, "Cold", 8)) == 8 and len(pull_n(w, "Cold", 2, queue=1)) == 2
+    small = pull(w, "Cold", 0, queue=0)
+    assert bodies(small) == [b"s%02d" % i for i in range(8)] and small.ext["nextBeginOffset"] == "8"   # count cap
+    big = pull(w, "Cold", 3, queue=1)
+    assert bodies(big) == [b"D" * 3000, b"E" * 3000] and big.ext["nextBeginOffset"] == "5"            # bytes cap
+    w.close()
+
+
 def test_offsets_and_members_are_shared_by_the_readers(appliance_factory):
     app = appliance_factory().start()
     r0, r1 = (Wire("127.0.0.1", app.cfg.reader_port(i)) for i in range(2))
