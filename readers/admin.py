@@ -33,7 +33,6 @@ def offset_key(topic: str, group: str) -> bytes:
 class AdminProcessor:
     def __init__(self, broker):
         self.b, self.cfg, self.link, self.view = broker, broker.cfg, broker.link, broker.link.view
-        self.in_memory_bytes = self.cfg.in_memory_bytes
 
     def handlers(self) -> dict:
         return {R.QUERY_CONSUMER_OFFSET: self.query_offset, R.UPDATE_CONSUMER_OFFSET: self.update_offset,
@@ -59,11 +58,10 @@ class AdminProcessor:
         return cmd.response(ext={"offset": str(off)})
 
     def _on_disk(self, topic: str, qid: int, offset: int) -> bool:
-        """The message at ``offset`` is more than ``accessMessageInMemoryMaxRatio`` of RAM behind
-        the CommitLog's end (store:DefaultMessageStore#checkInDiskByConsumeOffset); False when the
-        queue has no message there."""
+        """The queue's message at ``offset`` is ``on_disk`` (DefaultMessageStore's
+        checkInDiskByConsumeOffset); False when it has no message there."""
         e = self.view.entries(topic, qid, offset, 1)
-        return bool(len(e)) and int(self.link.ctl[C.WRITTEN]) - int(e["phys"][0]) > self.in_memory_bytes
+        return bool(len(e)) and self.view.on_disk(int(e["phys"][0]))
 
     def update_offset(self, cmd, _conn):
         h = headers.decode(cmd)

@@ -41,8 +41,7 @@ def tag_codes(expression: str | None) -> tuple[int, ...] | None:
 class PullProcessor:
     def __init__(self, broker):
         self.b, self.cfg, self.link, self.view = broker, broker.cfg, broker.link, broker.link.view
-        c = self.cfg       # a pull whose first message is "on disk" gets RocketMQ's smaller limits
-        self.disk = (c.in_memory_bytes, c.maxTransferCountOnMessageInDisk, c.maxTransferBytesOnMessageInDisk)
+        self.disk_limits = (self.cfg.maxTransferCountOnMessageInDisk, self.cfg.maxTransferBytesOnMessageInDisk)
 
     def handlers(self) -> dict:
         return {R.PULL_MESSAGE: self.pull}
@@ -92,7 +91,8 @@ class PullProcessor:
     def _run(self, cmd, topic: str, qid: int, offset: int, max_nums: int, codes) -> tuple[int, bytes]:
         """The pull's answer now: (response code, encoded response)."""
         count = max(1, min(max_nums, self.cfg.maxTransferCountOnMessageInMemory))
-        p = self.view.pull(topic, qid, offset, count, codes, self.cfg.maxTransferBytesOnMessageInMemory, self.disk)
+        p = self.view.pull(topic, qid, offset, count, codes, self.cfg.maxTransferBytesOnMessageInMemory,
+                           self.disk_limits)
         if p.status == SV.FOUND:
             code, status = RC.SUCCESS, "FOUND"
         elif p.status == SV.NO_MATCHED:

@@ -48,6 +48,7 @@ class StoreView:
         self.cfg, self.sh, self.ctl, self.slot = cfg, shared, shared.control, slot
         self.cq_file_size = file_size_for(cfg.mappedFileSizeConsumeQueue)
         self.cqs: dict[tuple[str, int], ConsumeQueue] = {}
+        self.in_memory_bytes = cfg.in_memory_bytes
 
     def open(self) -> "StoreView":
         self.commitlog = MappedFileQueue(self.cfg.commitlog_dir, self.cfg.mappedFileSizeCommitLog, False).load()
@@ -100,13 +101,17 @@ class StoreView:
             size = struct.unpack_from(">i", head, 0)[0]
         return self.span(phys, phys + size)
 
+    def on_disk(self, phys: int) -> bool:
+        """The record at ``phys`` is more than ``accessMessageInMemoryMaxRatio`` of RAM behind the
+        CommitLog's end (store:DefaultMessageStore#checkInDiskByCommitOffset)."""
+        return int(self.ctl[C.WRITTEN]) - phys > self.in_memory_bytes
+
     def pull(self, topic: str, queue_id: int, queue_offset: int, max_count: int,
              tag_codes: Sequence[int] | None = None, max_bytes: int = 256 * 1024,
-             disk: tuple[int, int, int] | None = None) -> Pulled:
+             disk_limits: tuple[int, int] | None = None) -> Pulled:
         """PULL_MESSAGE's store side: up to ``max_count`` records from ``queue_offset``,
-        filtered by tag hash (``None`` = all) in one vector op.  ``disk`` = (in-memory bytes,
-        count, bytes): when the first record scanned is more than the in-memory bytes behind the
-        CommitLog's end, at most that count and those bytes (RocketMQ's on-disk limits)."""
+        filtered by tag hash (``None`` = all) in one vector op.  ``disk_limits`` = (count, bytes)
+        instead when the first record scanned is ``on_disk`` (RocketMQ's on-disk limits)."""
         off = self.offsets(topic, queue_id)
         if off is None:
             return Pulled(NO_QUEUE, 0, 0, 0, [])
@@ -117,8 +122,8 @@ class StoreView:
             return Pulled(NO_NEW, queue_offset, lo, hi, [])
         e = self._entries(topic, queue_id, queue_offset,
                           min(max(max_count, 1) * 4 if tag_codes else max_count, hi - queue_offset))
-        if disk is not None and len(e) and int(self.ctl[C.WRITTEN]) - int(e["phys"][0]) > disk[0]:
-            max_count, max_bytes = min(max_count, disk[1]), disk[2]
+        if disk_limits is not None and len(e) and self.on_disk(int(e["phys"][0])):
+            max_count, max_bytes = min(max_count, disk_limits[0]), disk_limits[1]
         if tag_codes is not None:
             idx = np.flatnonzero(np.isin(e["tags"].astype(np.int64), np.asarray(tag_codes, np.int64)))
             take, picked = idx[:max_count].tolist(), e[idx[:max_count]]
