@@ -70,8 +70,12 @@ def dumps(data) -> bytes:
 
 def write(path: str, data) -> None:
     """Persist ``data`` durably: tmp file fsynced, old copied to .bak, then renamed into place."""
+    write_bytes(path, dumps(data))
+
+
+def write_bytes(path: str, text: bytes) -> None:
+    """``write`` of a file's bytes already laid out (``dumps``, then touched up by its owner)."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    text = dumps(data)
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
         f.write(text)

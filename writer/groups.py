@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 
 import numpy as np
@@ -34,6 +35,23 @@ def subscription_group(name: str) -> dict:
     return {"brokerId": 0, "consumeBroadcastEnable": True, "consumeEnable": True, "consumeFromMinEnable": True,
             "groupName": name, "notifyConsumerIdsChangedEnable": True, "retryMaxTimes": 16,
             "retryQueueNums": 1, "whichBrokerWhenConsumeSlowly": 1}
+
+
+_QUEUE_ID_KEY = re.compile(rb'\n\t\t\t"(-?\d+)":')
+
+
+def unquote_queue_ids(text: bytes) -> bytes:
+    """consumerOffset.json as fastjson writes it (FACTS §5.6): the queue ids, Integer map keys,
+    unquoted (``{0:6,1:3}``; ``loads_tolerant`` reads them back).  In ``dumps``' layout they are
+    the only keys three tabs deep and the only keys followed by a number, so two passes of plain
+    replaces find them (~5 ms over 65,536 offsets, a regex ~60 ms) -- unless a group's name holds
+    a quote (escaped ``\\"``) that a plain replace could take for a key's end: then the regex."""
+    if b'\\"' in text:
+        return _QUEUE_ID_KEY.sub(rb"\n\t\t\t\1:", text)
+    text = text.replace(b'\n\t\t\t"', b"\n\t\t\t")
+    for c in b"-0123456789":
+        text = text.replace(b'": %c' % c, b": %c" % c)
+    return text
 
 
 class ConsumerOffsets:
@@ -91,7 +109,7 @@ class ConsumerOffsets:
 
     def persist(self, force: bool = False) -> None:
         if self.dirty and (force or time.monotonic() - self.persisted_at >= PERSIST_INTERVAL_S):
-            configfile.write(self.path, self.table())
+            configfile.write_bytes(self.path, unquote_queue_ids(configfile.dumps(self.table())))
             self.dirty, self.persisted_at = False, time.monotonic()
 
 

@@ -1,11 +1,10 @@
 """consumerOffset.json and the shared offset table (writer/groups.py): what is set is what the
 file holds, and what a new writer reads back, whether it boots from the file or attaches to the
 table a dead writer left."""
-import json
-
 import numpy as np
 
 from shm.layout import C, OFFSET_KEY_BYTES
+from store import configfile
 from writer.groups import ConsumerOffsets
 
 
@@ -29,7 +28,9 @@ def test_set_persist_load_and_attach_agree(tmp_path):
     first.persist(force=True)
     with open(first.path, encoding="utf-8") as f:
         text = f.read()
-    assert json.loads(text) == want and '\t"T@g": {\n\t\t\t"0": 6,' in text     # sorted keys, TAB-indented
+    # as fastjson writes it: TAB-indented, queue ids (Integer keys) unquoted; read back tolerantly
+    assert '\t\t"T@g": {\n\t\t\t0: 6,\n\t\t\t1: 7\n\t\t},' in text and '\t\t\t3: 1099511627776\n' in text, text
+    assert configfile.loads_tolerant(text) == want
 
     booted, _ = _table(tmp_path)                  # a new writer on a new table reads the file
     booted.load()
@@ -41,3 +42,15 @@ def test_set_persist_load_and_attach_agree(tmp_path):
     attached.set(b"T@g", 1, 8)
     attached.set(b"U@h", 0, 1)
     assert attached.table() == {"offsetTable": {"T@g": {"0": 6, "1": 8}, "Ünï@g": {"3": 2 ** 40}, "U@h": {"0": 1}}}
+
+
+def test_queue_ids_are_unquoted_and_nothing_else_whatever_the_group_is_called(tmp_path):
+    offsets, _ = _table(tmp_path)
+    odd = 'T@a": 1,\n\t\t\t"2'                  # a group name that looks like the file's own syntax
+    offsets.set(odd.encode(), 0, 9)
+    offsets.set(b"T@g", 12, -1)
+    offsets.persist(force=True)
+    with open(offsets.path, encoding="utf-8") as f:
+        text = f.read()
+    assert '\t\t\t0: 9\n' in text and '\t\t\t12: -1\n' in text and '"T@a\\": 1,\\n\\t\\t\\t\\"2": {' in text, text
+    assert configfile.loads_tolerant(text) == {"offsetTable": {odd: {"0": 9}, "T@g": {"12": -1}}}
