@@ -15,6 +15,9 @@ Rules, FACTS §1.7 and STYLE "errors at the edges":
 * any other exception in a handler: logged, SYSTEM_ERROR with the exception's text;
 * oneway requests are never answered; responses from clients (to requests we sent) are dropped;
 * a connection idle for ``idle_s`` (no read, no write) is closed, as Netty's 120 s;
+* open files: at its RLIMIT_NOFILE a process cannot accept, and the event loop says nothing, so
+  the idle sweep (every <= 10 s) also counts the descriptors held and warns once past
+  ``FD_WARN`` of the limit (again after falling below ``FD_REARM``);
 * a PROXY v2 header in front of the first frame (HAProxy's, net/proxy.py) gives the peer address;
 * a client that does not read its replies stops being read: once ``OUT_HIGH`` bytes of replies
   wait for it (this loop turn's and the transport's), its further requests wait undispatched
@@ -26,6 +29,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import os
+import resource
 import time
 
 from net import proxy
@@ -37,6 +42,7 @@ from remoting.headers import HeaderError
 log = logging.getLogger("rocketbox.net")
 IDLE_S = 120.0
 DEFERRED = object()       # a handler's "I will answer this myself"
+FD_WARN, FD_REARM = 0.9, 0.8   # share of RLIMIT_NOFILE in use: warn past the first, re-arm below the second
 OUT_HIGH = 4 << 20        # replies waiting for a client: stop taking its requests ...
 OUT_LOW = 1 << 20         # ... until it has read them down to this
 
@@ -204,6 +210,7 @@ class RemotingServer:
         self.connections: set[Connection] = set()
         self.server: asyncio.base_events.Server | None = None
         self._reaper: asyncio.Task | None = None
+        self.files_warned = False
 
     async def start(self, host: str, port: int) -> "RemotingServer":
         loop = asyncio.get_running_loop()
@@ -222,6 +229,22 @@ class RemotingServer:
             for conn in [c for c in self.connections if now - c.last_io > self.idle_s]:
                 log.info("%s: closing %s, idle for %.0f s", self.name, conn.peer, now - conn.last_io)
                 conn.transport.close()
+            self.check_open_files()
+
+    def check_open_files(self) -> None:
+        """Warn while the process nears its open-files limit, where new clients go unaccepted."""
+        limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if limit == resource.RLIM_INFINITY:
+            return
+        used = len(os.listdir("/proc/self/fd"))
+        if not self.files_warned and used >= FD_WARN * limit:
+            self.files_warned = True
+            log.warning("%s: %d of %d open files in use (RLIMIT_NOFILE), %d clients connected: at the limit new "
+                        "clients cannot connect, and nothing more is logged; raise the limit (systemd LimitNOFILE=, "
+                        "ulimit -n)", self.name, used, limit, len(self.connections))
+        elif self.files_warned and used < FD_REARM * limit:
+            self.files_warned = False
+            log.info("%s: %d of %d open files in use again", self.name, used, limit)
 
     async def close(self) -> None:
         if self._reaper is not None:
