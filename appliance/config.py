@@ -125,7 +125,6 @@ TABLE = (
     ("shmOffsetSlots", _int_in(16, 2**22), "65536", "most (topic, group, queue) consumer offsets the appliance can hold"),
     ("writerBatchBytes", _int_in(64 * 1024, 2**31), "8388608", "most bytes the writer takes from one ring per pass"),
     ("dispatchPaceMs", _int_in(0, 1000), "10", "under load, a dispatcher pass at most every N ms unless a long poll waits (0: every write)"),
-    ("commitLogWarmAheadMb", _int_in(0, 65536), "64", "the flusher brings the CommitLog's page cache in this far ahead of the writer (0: off)"),
 )
 _BY_KEY = {row[0]: row for row in TABLE}
 ALIASES = {"mapedFileSizeConsumeQueue": "mappedFileSizeConsumeQueue", "mapedFileSizeCommitLog": "mappedFileSizeCommitLog"}
@@ -185,7 +184,6 @@ class BrokerConfig:
     shmOffsetSlots: int
     writerBatchBytes: int
     dispatchPaceMs: int
-    commitLogWarmAheadMb: int
     source: str = "<defaults>"
 
     # ---------------------------------------------------------------- derived

@@ -8,9 +8,6 @@ that one flush.  ASYNC_FLUSH flushes every ``flushIntervalCommitLog`` ms when at
 and at once when some slot waits.  Consume queues and the index are flushed every
 ``flushIntervalConsumeQueue`` ms, then the checkpoint is written.
 
-Its ``warm-ahead`` thread (flusher/warmahead.py) brings the CommitLog's page cache in ahead of
-the writer.
-
 A failed fdatasync raises out of ``step`` and ends the process (the supervisor restarts it and
 recovery takes over); it is never logged and ignored.
 """
@@ -22,7 +19,6 @@ import time
 
 import numpy as np
 
-from flusher.warmahead import WarmAhead
 from shm.layout import C, S
 from store import indexfile
 from store.checkpoint import Checkpoint
@@ -44,7 +40,6 @@ class FlusherService:
         self.last_thorough = self.last_cq = time.monotonic()
         self.cq_flushed = None
         self.flush_count = 0
-        self.warm_ahead = WarmAhead(cfg, self.ctl)
 
     def open(self) -> "FlusherService":
         self.checkpoint.load()
@@ -56,7 +51,6 @@ class FlusherService:
 
     def close(self) -> None:
         """Final flush of everything; ``abort`` goes only when dispatch has caught up."""
-        self.warm_ahead.stop()
         self.flush_commitlog(force=True)
         self.flush_logics(force=True)
         if self.ctl[C.DISPATCHED] >= self.ctl[C.WRITTEN] and self.ctl[C.FLUSHED] >= self.ctl[C.WRITTEN]:
@@ -127,7 +121,6 @@ class FlusherService:
         return did
 
     def run(self) -> None:
-        self.warm_ahead.start()
         interval = (self.cfg.flushIntervalConsumeQueue if self.cfg.sync_flush else
                     min(self.cfg.flushIntervalCommitLog, self.cfg.flushIntervalConsumeQueue)) / 1000
         while not self.stop_requested:
