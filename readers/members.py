@@ -21,7 +21,7 @@ from shm.layout import CLIENT, CLIENT_ROWS, S
 from store.configfile import loads_tolerant
 
 CHANNEL_EXPIRE_MS = 120_000       # a client silent this long is gone (ClientHousekeepingService)
-GROUP_MAX_BYTES = 127
+GROUP_MAX_BYTES = 255             # RocketMQ's Validators.CHARACTER_MAX_LENGTH
 
 
 def parse_heartbeat(body: bytes) -> tuple[str, list[tuple[str, list["Subscription"]]]]:
@@ -111,7 +111,7 @@ class Members:
             if not len(free):
                 raise RuntimeError(f"this reader already holds {CLIENT_ROWS} consumers")
             row = self.row_of[key] = int(free[0])
-            self.rows[row] = (group.encode()[:127], client_id.encode()[:119], now_ms)
+            self.rows[row] = (group.encode()[:GROUP_MAX_BYTES], client_id.encode()[:119], now_ms)
             self.bump()
         else:
             self.rows["heartbeat_ms"][row] = now_ms
@@ -149,7 +149,7 @@ class Members:
     def group_members(self, group: str, now_ms: int | None = None) -> list[str]:
         """Client ids of the group on every live reader, sorted as Java's String.compareTo would."""
         now_ms = now_ms or int(time.time() * 1000)
-        want = group.encode()[:127]
+        want = group.encode()[:GROUP_MAX_BYTES]
         owners = self.sh.slots[:, S.OWNER_PID]
         out = set()
         for i in np.flatnonzero(owners > 0).tolist():

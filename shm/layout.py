@@ -54,7 +54,7 @@ CONTROL_FIELDS = (
 C = type("C", (), {name.upper(): i for i, (name, _w, _m) in enumerate(CONTROL_FIELDS)})
 CONTROL_LEN = 32      # int64 words reserved; room to grow without moving what follows
 assert len(CONTROL_FIELDS) <= CONTROL_LEN
-LAYOUT_MAGIC = 0x52424F5802       # "RBOX" v2
+LAYOUT_MAGIC = 0x52424F5803       # "RBOX" v3 (v3: group names of 255 bytes)
 
 SLOT_FIELDS = (
     ("owner_pid", "slot owner", "pid holding the slot (flock'ed), 0 = free"),
@@ -72,9 +72,9 @@ NAME_BYTES = 128      # topic names are at most 127 bytes
 TOPIC_FIELDS = ("read_queue_nums", "write_queue_nums", "perm", "topic_sys_flag", "order", "live")
 T = type("T", (), {name.upper(): i for i, name in enumerate(TOPIC_FIELDS)})
 TOPIC_LEN = 8
-OFFSET_KEY_BYTES = 256   # "topic@group": topic <= 127 bytes, group <= 127 bytes
+OFFSET_KEY_BYTES = 384   # "topic@group": topic <= 127 bytes, group <= 255 bytes (RocketMQ's limits)
 CLIENT_ROWS = 1024       # consumer-group members one reader can hold
-CLIENT = np.dtype([("group", "S128"), ("client_id", "S120"), ("heartbeat_ms", "<i8")])   # heartbeat_ms 0 = free
+CLIENT = np.dtype([("group", "S256"), ("client_id", "S120"), ("heartbeat_ms", "<i8")])   # heartbeat_ms 0 = free
 
 
 def state_size(max_slots: int, queue_slots: int, topic_slots: int, offset_slots: int) -> int:

@@ -263,14 +263,21 @@ def test_refused_consumer_requests_say_what_is_wrong_and_register_nothing(applia
         assert "heartbeat body does not parse: " in w.call(R.HEART_BEAT, {}, body).remark
     r = w.call(R.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "g1"})
     assert r.code == RC.SYSTEM_ERROR and "no consumer for this group" in r.remark      # nothing registered
-    long_group = {"consumerGroup": "g" * 300, "topic": "T", "queueId": "0"}
-    for r, size in ((w.call(R.UPDATE_CONSUMER_OFFSET, {**long_group, "commitOffset": "1"}), 302),
-                    (w.call(R.QUERY_CONSUMER_OFFSET, long_group), 302),
-                    (pull(w, "TBW102", 0, flag=0x1, group="g" * 300), 307)):        # a pull that commits
+    long_group = {"consumerGroup": "g" * 400, "topic": "T", "queueId": "0"}
+    for r, size in ((w.call(R.UPDATE_CONSUMER_OFFSET, {**long_group, "commitOffset": "1"}), 402),
+                    (w.call(R.QUERY_CONSUMER_OFFSET, long_group), 402),
+                    (pull(w, "TBW102", 0, flag=0x1, group="g" * 400), 407)):        # a pull that commits
         assert r.code == RC.SYSTEM_ERROR
-        assert r.remark == f"topic@group is {size} bytes; the offset table holds at most 255", r.remark
+        assert r.remark == f"topic@group is {size} bytes; the offset table holds at most 383", r.remark
+    assert "longer than 255 bytes" in heartbeat(w, "c1", "g" * 256).remark
     assert heartbeat(w, "c1", "g1").code == RC.SUCCESS
     assert json.loads(w.call(R.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "g1"}).body)["consumerIdList"] == ["c1"]
+    longest = "G" * 255                                   # RocketMQ's longest group name, whole
+    assert heartbeat(w, "c2", longest, "T" * 127).code == RC.SUCCESS
+    assert json.loads(w.call(R.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": longest}).body)["consumerIdList"] == ["c2"]
+    key = {"consumerGroup": longest, "topic": "T" * 127, "queueId": "1"}
+    assert w.call(R.UPDATE_CONSUMER_OFFSET, {**key, "commitOffset": "5"}).code == RC.SUCCESS
+    assert w.call(R.QUERY_CONSUMER_OFFSET, key).ext["offset"] == "5"
     w.close()
     assert "Traceback" not in app.log_text()          # refusals, not failures of the reader
 
