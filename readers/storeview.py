@@ -110,8 +110,9 @@ class StoreView:
              tag_codes: Sequence[int] | None = None, max_bytes: int = 256 * 1024,
              disk_limits: tuple[int, int] | None = None) -> Pulled:
         """PULL_MESSAGE's store side: up to ``max_count`` records from ``queue_offset``,
-        filtered by tag hash (``None`` = all) in one vector op.  ``disk_limits`` = (count, bytes)
-        instead when the first record scanned is ``on_disk`` (RocketMQ's on-disk limits)."""
+        filtered by tag hash (``None`` = all) in one vector op, within ``max_bytes`` (the first
+        always).  ``disk_limits`` = (count, bytes): the limits of records ``on_disk``, message by
+        message as RocketMQ's ``isTheBatchFull`` (``_disk_cut``)."""
         off = self.offsets(topic, queue_id)
         if off is None:
             return Pulled(NO_QUEUE, 0, 0, 0, [])
@@ -122,8 +123,6 @@ class StoreView:
             return Pulled(NO_NEW, queue_offset, lo, hi, [])
         e = self._entries(topic, queue_id, queue_offset,
                           min(max(max_count, 1) * 4 if tag_codes else max_count, hi - queue_offset))
-        if disk_limits is not None and len(e) and self.on_disk(int(e["phys"][0])):
-            max_count, max_bytes = min(max_count, disk_limits[0]), disk_limits[1]
         if tag_codes is not None:
             idx = np.flatnonzero(np.isin(e["tags"].astype(np.int64), np.asarray(tag_codes, np.int64)))
             take, picked = idx[:max_count].tolist(), e[idx[:max_count]]
@@ -135,17 +134,36 @@ class StoreView:
             return Pulled(NO_MATCHED, queue_offset + len(e), lo, hi, [])
         phys, sizes = picked["phys"], picked["size"]
         start, end = int(phys[0]), int(phys[-1]) + int(sizes[-1])
-        if end - start <= max_bytes and end - start == int(sizes.sum()):
+        if disk_limits is not None and self.on_disk(start):          # (a queue's later records are newer)
+            n = self._disk_cut(phys.tolist(), sizes.tolist(), max_bytes, disk_limits)
+            parts = self._runs(phys[:n].tolist(), sizes[:n].tolist(), 1 << 62)[0]
+        elif end - start <= max_bytes and end - start == int(sizes.sum()):
             parts, n = [self.span(start, end)], len(picked)    # one run (a batch), under the cap
         else:
             parts, n = self._runs(phys.tolist(), sizes.tolist(), max_bytes)
         if n < len(picked):
-            scanned = take[n]                        # the byte cap stopped it here
+            scanned = take[n]                        # a cap stopped it here
         elif matched >= max_count:
             scanned = take[-1] + 1
         else:
             scanned = len(e)
         return Pulled(FOUND, queue_offset + scanned, lo, hi, parts, n)
+
+    def _disk_cut(self, phys: list[int], sizes: list[int], max_bytes: int, disk_limits: tuple[int, int]) -> int:
+        """How many of these records (up to the pull's count, the first on disk) one pull returns,
+        deciding record by record as RocketMQ's ``isTheBatchFull``: one on disk is taken while
+        the batch holds fewer than ``disk_limits[0]`` and stays within ``disk_limits[1]`` bytes
+        with it; one in memory (a pull may cross the line) within ``max_bytes``."""
+        disk_count, disk_bytes = disk_limits
+        line = int(self.ctl[C.WRITTEN]) - self.in_memory_bytes       # records below it are on disk
+        n = total = 0
+        for at, size in zip(phys, sizes):
+            cap = disk_bytes if at < line else max_bytes
+            if n and ((at < line and n >= disk_count) or total + size > cap):
+                break
+            n += 1
+            total += size
+        return n
 
     def _runs(self, phys: list[int], sizes: list[int], max_bytes: int) -> tuple[list, int]:
         """Views of the records at ``phys`` (increasing, as a queue's are) within ``max_bytes``
