@@ -22,6 +22,8 @@ from store.configfile import loads_tolerant
 
 CHANNEL_EXPIRE_MS = 120_000       # a client silent this long is gone (ClientHousekeepingService)
 GROUP_MAX_BYTES = 255             # RocketMQ's Validators.CHARACTER_MAX_LENGTH
+CLIENT_ID_MAX_BYTES = CLIENT["client_id"].itemsize   # ip@instanceName[@unitName]: never cut short, or a
+                                  # client would not find itself among its group's members
 
 
 def parse_heartbeat(body: bytes) -> tuple[str, list[tuple[str, list["Subscription"]]]]:
@@ -36,6 +38,8 @@ def parse_heartbeat(body: bytes) -> tuple[str, list[tuple[str, list["Subscriptio
     client_id = data.get("clientID")
     if not isinstance(client_id, str) or not client_id:
         raise ValueError("no clientID")
+    if len(client_id.encode()) > CLIENT_ID_MAX_BYTES:
+        raise ValueError(f"clientID '{client_id[:200]}' is longer than {CLIENT_ID_MAX_BYTES} bytes")
     consumers = _list(data, "consumerDataSet", "the heartbeat")
     out = []
     for c in consumers:
@@ -111,7 +115,7 @@ class Members:
             if not len(free):
                 raise RuntimeError(f"this reader already holds {CLIENT_ROWS} consumers")
             row = self.row_of[key] = int(free[0])
-            self.rows[row] = (group.encode()[:GROUP_MAX_BYTES], client_id.encode()[:119], now_ms)
+            self.rows[row] = (group.encode()[:GROUP_MAX_BYTES], client_id.encode(), now_ms)
             self.bump()
         else:
             self.rows["heartbeat_ms"][row] = now_ms

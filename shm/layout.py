@@ -54,7 +54,7 @@ CONTROL_FIELDS = (
 C = type("C", (), {name.upper(): i for i, (name, _w, _m) in enumerate(CONTROL_FIELDS)})
 CONTROL_LEN = 32      # int64 words reserved; room to grow without moving what follows
 assert len(CONTROL_FIELDS) <= CONTROL_LEN
-LAYOUT_MAGIC = 0x52424F5803       # "RBOX" v3 (v3: group names of 255 bytes)
+LAYOUT_MAGIC = 0x52424F5803       # "RBOX" v3 (v3: group names of 255 bytes, client ids of 248)
 
 SLOT_FIELDS = (
     ("owner_pid", "slot owner", "pid holding the slot (flock'ed), 0 = free"),
@@ -74,7 +74,7 @@ T = type("T", (), {name.upper(): i for i, name in enumerate(TOPIC_FIELDS)})
 TOPIC_LEN = 8
 OFFSET_KEY_BYTES = 384   # "topic@group": topic <= 127 bytes, group <= 255 bytes (RocketMQ's limits)
 CLIENT_ROWS = 1024       # consumer-group members one reader can hold
-CLIENT = np.dtype([("group", "S256"), ("client_id", "S120"), ("heartbeat_ms", "<i8")])   # heartbeat_ms 0 = free
+CLIENT = np.dtype([("group", "S256"), ("client_id", "S248"), ("heartbeat_ms", "<i8")])   # heartbeat_ms 0 = free
 
 
 def state_size(max_slots: int, queue_slots: int, topic_slots: int, offset_slots: int) -> int:

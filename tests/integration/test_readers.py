@@ -272,9 +272,9 @@ def test_refused_consumer_requests_say_what_is_wrong_and_register_nothing(applia
     assert "longer than 255 bytes" in heartbeat(w, "c1", "g" * 256).remark
     assert heartbeat(w, "c1", "g1").code == RC.SUCCESS
     assert json.loads(w.call(R.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "g1"}).body)["consumerIdList"] == ["c1"]
-    longest = "G" * 255                                   # RocketMQ's longest group name, whole
-    assert heartbeat(w, "c2", longest, "T" * 127).code == RC.SUCCESS
-    assert json.loads(w.call(R.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": longest}).body)["consumerIdList"] == ["c2"]
+    longest, long_id = "G" * 255, "10.0.0.1@" + "i" * 239     # RocketMQ's longest group name; our longest id
+    assert heartbeat(w, long_id, longest, "T" * 127).code == RC.SUCCESS
+    assert json.loads(w.call(R.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": longest}).body)["consumerIdList"] == [long_id]
     key = {"consumerGroup": longest, "topic": "T" * 127, "queueId": "1"}
     assert w.call(R.UPDATE_CONSUMER_OFFSET, {**key, "commitOffset": "5"}).code == RC.SUCCESS
     assert w.call(R.QUERY_CONSUMER_OFFSET, key).ext["offset"] == "5"

@@ -50,6 +50,7 @@ def test_tag_codes_of_a_filtered_subscription():
     (b'{"clientID": "c", "consumerDataSet": [1]}', "consumerDataSet entry 1 is not an object"),
     (b'{"clientID": "c", "consumerDataSet": [{"groupName": 7}]}', "consumer group name '7' is empty"),
     (b'{"clientID": "c", "consumerDataSet": [{"groupName": "%s"}]}' % (b"g" * 256), "longer than 255 bytes"),
+    (b'{"clientID": "%s", "consumerDataSet": []}' % (b"c" * 249), "longer than 248 bytes"),
     (b'{"clientID": "c", "consumerDataSet": [{"groupName": "g", "subscriptionDataSet": {"a": 1}}]}',
      "subscriptionDataSet of group g is not a list"),
     (b'{"clientID": "c", "consumerDataSet": [{"groupName": "g", "subscriptionDataSet": ["T"]}]}',
