@@ -115,7 +115,7 @@ class Members:
             if not len(free):
                 raise RuntimeError(f"this reader already holds {CLIENT_ROWS} consumers")
             row = self.row_of[key] = int(free[0])
-            self.rows[row] = (group.encode()[:GROUP_MAX_BYTES], client_id.encode(), now_ms)
+            self.rows[row] = (group.encode(), client_id.encode(), now_ms)
             self.bump()
         else:
             self.rows["heartbeat_ms"][row] = now_ms
@@ -153,7 +153,7 @@ class Members:
     def group_members(self, group: str, now_ms: int | None = None) -> list[str]:
         """Client ids of the group on every live reader, sorted as Java's String.compareTo would."""
         now_ms = now_ms or int(time.time() * 1000)
-        want = group.encode()[:GROUP_MAX_BYTES]
+        want = group.encode()
         owners = self.sh.slots[:, S.OWNER_PID]
         out = set()
         for i in np.flatnonzero(owners > 0).tolist():
