@@ -65,7 +65,10 @@ class AdminProcessor:
 
     def update_offset(self, cmd, _conn):
         h = headers.decode(cmd)
-        self.link.commit_offset(offset_key(h["topic"], h["consumerGroup"]), h["queueId"], h["commitOffset"])
+        if not self.link.commit_offset(offset_key(h["topic"], h["consumerGroup"]), h["queueId"], h["commitOffset"]):
+            return None if cmd.is_oneway else cmd.response(
+                RC.SYSTEM_ERROR, f"the broker's consumer offset table is full ({self.cfg.shmOffsetSlots} offsets, "
+                                 "shmOffsetSlots): this offset is not kept")
         return None if cmd.is_oneway else self._applied(cmd)
 
     async def _applied(self, cmd):

@@ -60,6 +60,7 @@ class WriterLink:
         self.offsets_end = 0                                        # ring position past the last OFFSET entry
         self.apply_waits: list[tuple[int, asyncio.Future]] = []
         self.unapplied: dict[tuple[bytes, int], tuple[int, int]] = {}  # committed here, not yet in shm
+        self.full_warned_at = float("-inf")   # when a full offset table was last logged
         self.on_topic_change = None                # awaited after a topic this reader created or changed
         self.loop.add_reader(self.ring.waker.fileno(), self._on_post)
 
@@ -292,10 +293,20 @@ class WriterLink:
         return status
 
     # ------------------------------------------------------------ consumer groups
-    def commit_offset(self, key: bytes, queue_id: int, offset: int) -> None:
+    def commit_offset(self, key: bytes, queue_id: int, offset: int) -> bool:
+        """Queue a committed offset for the writer; False (and a warning now and then) when the
+        shared table is full and does not hold this one yet."""
+        if (key, queue_id) not in self.unapplied and not self.offsets.has_room(key, queue_id):
+            now = self.loop.time()
+            if now - self.full_warned_at >= 60:
+                self.full_warned_at = now
+                log.warning("consumer offsets of new (topic@group, queue)s are refused: the table is full "
+                            "(%d offsets; raise shmOffsetSlots)", len(self.offsets.keys))
+            return False
         if not self.offset_batch:
             self.loop.call_soon(self._push_offsets)
         self.offset_batch.append((key, queue_id, offset))
+        return True
 
     def _push_offsets(self) -> None:
         if not self.offset_batch:

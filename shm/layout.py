@@ -12,7 +12,7 @@ Segment ``/<prefix>.state`` (in this order):
     queue min    queue_slots x int64      (dispatcher) first queue offset still stored
     topic names  topic_slots x 128 bytes  (writer)
     topic meta   topic_slots x TOPIC_FIELDS x int32 (writer)
-    offset keys  offset_slots x 256 bytes  (writer)   "topic@group" of each consumer offset slot
+    offset keys  offset_slots x 384 bytes  (writer)   "topic@group" of each consumer offset slot
     offset qids  offset_slots x int32      (writer)
     offset vals  offset_slots x int64      (writer)   committed consumer offset
     client rows  max_slots x CLIENT_ROWS x CLIENT     consumer-group members; slot i's rows are

@@ -109,3 +109,7 @@ class OffsetIndex:
             self.seen = n
             s = self.by_key.get((key, queue_id))
         return None if s is None else int(self.values[s])
+
+    def has_room(self, key: bytes, queue_id: int) -> bool:
+        """The table holds this offset, or a free slot for it (slots are never given back)."""
+        return int(self.control[C.OFFSET_COUNT]) < len(self.keys) or self.get(key, queue_id) is not None

@@ -10,6 +10,7 @@ the writer stops, as RocketMQ's broker persists them; the shared table is always
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import time
@@ -19,6 +20,7 @@ import numpy as np
 from shm.layout import C, OFFSET_KEY_BYTES
 from store import configfile
 
+log = logging.getLogger("rocketbox.writer")
 PERSIST_INTERVAL_S = 5.0          # flushConsumerOffsetInterval
 
 
@@ -95,9 +97,18 @@ class ConsumerOffsets:
         self.dirty = True
 
     def apply(self, updates: np.ndarray) -> None:
-        """An OFFSET ring entry: rows of (key, queue id, offset), applied in order."""
+        """An OFFSET ring entry: rows of (key, queue id, offset), applied in order.  A new offset
+        the full table cannot take is dropped and counted (readers refuse those already, unless
+        several raced for the last slots); the rows after it are applied all the same."""
+        refused = 0
         for key, qid, _pad, offset in updates.tolist():
-            self.set(key, qid, offset)
+            if int(self.control[C.OFFSET_COUNT]) < len(self.keys) or (key, qid) in self.slot:
+                self.set(key, qid, offset)
+            else:
+                refused += 1
+        if refused:
+            log.warning("%d new consumer offsets dropped: the shared offset table is full (%d offsets, see "
+                        "shmOffsetSlots)", refused, len(self.keys))
 
     def table(self) -> dict:
         """consumerOffset.json's content, read off the shared table's columns in one go (the

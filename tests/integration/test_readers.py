@@ -282,6 +282,26 @@ def test_refused_consumer_requests_say_what_is_wrong_and_register_nothing(applia
     assert "Traceback" not in app.log_text()          # refusals, not failures of the reader
 
 
+def test_a_full_offset_table_refuses_new_offsets_and_keeps_serving(appliance_factory):
+    """shmOffsetSlots bounds the (topic@group, queue) offsets: past it a new commit is refused
+    with a remark naming the key to raise, the offsets it holds still move, pulls are served."""
+    app = appliance_factory(shmOffsetSlots="16").start()
+    w = Wire("127.0.0.1", app.cfg.listenPort)
+    key = {"consumerGroup": "g1", "topic": "T"}
+    for q in range(16):
+        assert w.call(R.UPDATE_CONSUMER_OFFSET, {**key, "queueId": str(q), "commitOffset": str(q)}).code == RC.SUCCESS
+    r = w.call(R.UPDATE_CONSUMER_OFFSET, {**key, "queueId": "16", "commitOffset": "1"})
+    assert r.code == RC.SYSTEM_ERROR and r.remark == (
+        "the broker's consumer offset table is full (16 offsets, shmOffsetSlots): this offset is not kept")
+    assert w.call(R.UPDATE_CONSUMER_OFFSET, {**key, "queueId": "3", "commitOffset": "30"}).code == RC.SUCCESS
+    assert w.call(R.QUERY_CONSUMER_OFFSET, {**key, "queueId": "3"}).ext["offset"] == "30"
+    assert send_v2(w, "Full", b"x").code == RC.SUCCESS
+    assert pull_n(w, "Full", 1, flag=0x1, group="g2") == [b"x"]            # its commit is not kept, the pull is
+    w.close()
+    assert "consumer offsets of new (topic@group, queue)s are refused: the table is full (16 offsets" in app.log_text()
+    assert "Traceback" not in app.log_text()
+
+
 def test_malformed_frame_closes_only_that_connection(appliance_factory):
     app = appliance_factory().start()
     good, bad = Wire("127.0.0.1", app.cfg.listenPort), Wire("127.0.0.1", app.cfg.listenPort)

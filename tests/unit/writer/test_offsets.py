@@ -6,6 +6,7 @@ import numpy as np
 from shm.layout import C, OFFSET_KEY_BYTES
 from store import configfile
 from writer.groups import ConsumerOffsets
+from writer.protocol import OFFSET_UPDATE
 
 
 class _Cfg:
@@ -54,3 +55,11 @@ def test_queue_ids_are_unquoted_and_nothing_else_whatever_the_group_is_called(tm
         text = f.read()
     assert '\t\t\t0: 9\n' in text and '\t\t\t12: -1\n' in text and '"T@a\\": 1,\\n\\t\\t\\t\\"2": {' in text, text
     assert configfile.loads_tolerant(text) == {"offsetTable": {odd: {"0": 9}, "T@g": {"12": -1}}}
+
+
+def test_a_full_table_drops_only_the_new_offsets_it_cannot_take(tmp_path, caplog):
+    offsets, _ = _table(tmp_path, slots=2)
+    rows = np.array([(b"T@g", 0, 0, 1), (b"T@g", 1, 0, 2), (b"T@g", 2, 0, 3), (b"T@g", 0, 0, 4)], OFFSET_UPDATE)
+    offsets.apply(rows)                      # queue 2 has no slot left; the update after it is kept
+    assert offsets.table() == {"offsetTable": {"T@g": {"0": 4, "1": 2}}}
+    assert "1 new consumer offsets dropped: the shared offset table is full (2 offsets" in caplog.text
