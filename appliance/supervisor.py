@@ -26,6 +26,7 @@ from appliance import recovery
 from appliance.roles import FINISH_STOP, SUPERVISED_ENV, listeners, pid_path, roles_for
 from shm.layout import C
 from shm.state import SharedState
+from shm.tables import TableFull
 
 log = logging.getLogger("rocketbox.supervisor")
 STOP_TIMEOUT_S = 60
@@ -111,7 +112,10 @@ class Supervisor:
         os.makedirs(self.cfg.run_dir, exist_ok=True)
         with open(pid_path(self.cfg, "supervisor"), "w") as f:
             f.write(f"{os.getpid()}\n")
-        report = recovery.recover(self.cfg, self.sh)
+        try:
+            report = recovery.recover(self.cfg, self.sh)
+        except TableFull as e:           # the store holds more than broker.conf makes room for
+            raise CannotStart(f"the store does not fit: {e}; raise it in {self.config_path or 'broker.conf'}") from None
         log.info("recovered (%s exit): CommitLog end %d, cut %d bytes, re-dispatched from %d, %d queues",
                  "abnormal" if report.abnormal else "normal", report.end_offset, report.cut_bytes,
                  report.redispatch_from, report.queues)
@@ -200,6 +204,9 @@ def run(cfg, config_path: str | None) -> int:
     try:
         sup.start()
     except CannotStart as e:
+        if getattr(sup, "sh", None) is not None:
+            sup.sh.close()
+            sup.sh.unlink()
         if sup.lock_fd >= 0:
             os.close(sup.lock_fd)
         print(f"appliance: {e}", file=sys.stderr)

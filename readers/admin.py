@@ -159,7 +159,7 @@ class AdminProcessor:
     async def _create(self, cmd, tc):
         status = await self.link.create_topic(tc)
         if status != 0:
-            return cmd.response(RC.SYSTEM_ERROR, f"create topic[{tc['topicName']}] failed (writer status {status})")
+            return cmd.response(RC.SYSTEM_ERROR, self.link.creation_failed(tc["topicName"], status))
         return cmd.response()
 
     def all_topics(self, cmd, _conn):

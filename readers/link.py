@@ -279,6 +279,13 @@ class WriterLink:
                 log.exception("long-poll callback failed")
 
     # ------------------------------------------------------------ topics
+    def creation_failed(self, topic: str, status: int) -> str:
+        """The remark for a topic the writer did not create."""
+        if status == P.TOPICS_FULL:
+            return (f"create topic[{topic}] failed: the broker's topic table is full "
+                    f"({len(self.topics.names)} topics, shmTopicSlots)")
+        return f"create topic[{topic}] failed (writer status {status})"
+
     async def create_topic(self, tc: dict, timeout_s: float = 10.0) -> int:
         rid = self.ring.push_topic(tc)
         fut = self.loop.create_future()

@@ -132,7 +132,11 @@ class SendProcessor:
         j, flush_waits, last_end = 0, [], -1
         for (cmd, conn, wait), (_rid, status, qid, qoff, _p0, end, _ts, count, _pad) in zip(sent[first:first + n],
                                                                                             results):
-            if status != P.SUCCESS:
+            if status == P.QUEUES_FULL:
+                conn.send_reply(cmd, cmd.response(RC.SYSTEM_ERROR, f"the broker's queue table is full "
+                                                  f"({self.cfg.shmQueueSlots} queues, shmQueueSlots): a queue not "
+                                                  "written before cannot take messages", ext=dict(self.region)))
+            elif status != P.SUCCESS:
                 conn.send_reply(cmd, cmd.response(status, f"put failed with status {status}", ext=dict(self.region)))
             elif wait:
                 flush_waits.append((cmd, conn, qid, qoff, phys[j:j + count]))
@@ -203,5 +207,5 @@ class SendProcessor:
         status = await self.link.create_topic(tc)
         tidx = self.link.topics.lookup(topic)
         if status != P.SUCCESS or tidx is None:
-            raise MessageRejected(RC.SYSTEM_ERROR, f"create topic[{topic}] failed (writer status {status})")
+            raise MessageRejected(RC.SYSTEM_ERROR, self.link.creation_failed(topic, status))
         return tidx

@@ -53,6 +53,10 @@ class TopicIndex:
         return queue_nums_of(self.row(idx))
 
 
+class TableFull(RuntimeError):
+    """A shared table with no slot left for a new entry; the message names the key that sizes it."""
+
+
 def queue_nums_of(row) -> int:
     """How many queues a topic's meta row gives it: the larger of its read and write counts."""
     return max(row[T.READ_QUEUE_NUMS], row[T.WRITE_QUEUE_NUMS])
@@ -63,7 +67,7 @@ def append_queue(views: dict, control: np.ndarray, topic: bytes, queue_id: int) 
     boot recovery before any role runs.  The entry is filled in before the count is raised."""
     s = int(control[C.QUEUE_COUNT])
     if s >= len(views["queue_ids"]):
-        raise RuntimeError(f"shared queue table is full ({s} queues, see shmQueueSlots)")
+        raise TableFull(f"shared queue table is full ({s} queues, see shmQueueSlots)")
     views["queue_names"][s] = topic
     views["queue_ids"][s] = queue_id
     control[C.QUEUE_COUNT] = s + 1

@@ -53,6 +53,8 @@ TOPIC_RES = np.dtype([("req_id", "<u8"), ("status", "<i4"), ("topic_idx", "<i4")
 OFFSET_UPDATE = np.dtype([("key", f"S{OFFSET_KEY_BYTES}"), ("queue_id", "<i4"), ("pad", "<i4"), ("offset", "<i8")])
 
 SUCCESS, SYSTEM_ERROR, MESSAGE_ILLEGAL, SERVICE_NOT_AVAILABLE, TOPIC_NOT_EXIST = 0, 1, 13, 14, 17
+QUEUES_FULL = 1001      # rocketbox's own: a first write to a queue with no queue slot left (answered SYSTEM_ERROR)
+TOPICS_FULL = 1002      # rocketbox's own: a new topic with no topic slot left (answered SYSTEM_ERROR)
 
 _CODES = {"<u8": "Q", "<i8": "q", "<u4": "I", "<i4": "i"}
 

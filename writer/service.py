@@ -29,7 +29,7 @@ import numpy as np
 
 from shm.layout import C, S, T
 from shm.ring import RingCorrupt
-from shm.tables import append_queue, queue_nums_of
+from shm.tables import TableFull, append_queue, queue_nums_of
 from store import message
 from store.errors import DiskFull
 from store.mappedfile import MappedFileQueue
@@ -197,7 +197,7 @@ class WriterService:
             res[0] = (req_id, P.SUCCESS, idx)
         except Exception as e:          # a bad request from a producer: answer it, keep going
             log.warning("create topic refused: %s", e)
-            res[0] = (req_id, P.SYSTEM_ERROR, -1)
+            res[0] = (req_id, P.TOPICS_FULL if isinstance(e, TableFull) else P.SYSTEM_ERROR, -1)
         return P.TOPIC_RESULT, [res]
 
     def _group_state(self, kind: int, payload: np.ndarray) -> None:
@@ -240,6 +240,11 @@ class WriterService:
         rec_start = np.zeros(len(sizes), dtype=np.int64)
         np.cumsum(sizes[:-1], out=rec_start[1:])
         status = self._validate(requests, counts, sizes, rec_start, recs)
+        ok, room = np.flatnonzero(status == P.SUCCESS), self._queue_room()
+        if room < len(ok):                       # (else even one new queue per request fits)
+            keys = (requests["topic_idx"][ok].astype(np.int64) << 20) | requests["queue_id"][ok]
+            new = [k for k in np.unique(keys).tolist() if k not in self.slot_of]
+            status[ok[np.isin(keys, new[room:])]] = P.QUEUES_FULL
         ok_req = status == P.SUCCESS
         if ok_req.any() and not self._ensure_files(int(sizes.sum())):
             status[ok_req] = P.SERVICE_NOT_AVAILABLE
@@ -272,6 +277,7 @@ class WriterService:
         plan = []               # per slab: (j, request rows, records, [[status, tidx, qid, count, sys_flag, starts, sizes]])
         total, topics = 0, {}   # topics: index -> (live, queue count), read once per pass
         appends = False         # any request to append
+        room, new, slot_of = self._queue_room(), set(), self.slot_of   # queue slots this pass may take
         out = []
         for j, requests, sizes, recs in slabs:
             recs = memoryview(recs)                  # struct and slicing on it skip numpy's overhead
@@ -300,8 +306,13 @@ class WriterService:
                     status = P.SYSTEM_ERROR
                 elif bad and any(at <= i < at + count for i in bad):
                     status = P.MESSAGE_ILLEGAL
-                else:
+                elif (tidx << 20) | qid in slot_of:
                     status, appends = P.SUCCESS, True
+                elif (tidx << 20) | qid in new or len(new) < room:     # a queue's first write
+                    status, appends = P.SUCCESS, True
+                    new.add((tidx << 20) | qid)
+                else:
+                    status = P.QUEUES_FULL
                 rows.append([status, tidx, qid, count, sys_flag, rec_start[at:at + count], size_l[at:at + count]])
                 at += count
             plan.append((j, req_l, recs, rows))
@@ -310,7 +321,7 @@ class WriterService:
                 for r in rows:
                     if r[0] == P.SUCCESS:
                         r[0] = P.SERVICE_NOT_AVAILABLE
-        next_qoff, slot_of = self.next_qoff, self.slot_of
+        next_qoff = self.next_qoff
         for j, req_l, recs, rows in plan:
             results, phys_out, copies = [], [], []
             for req, (status, tidx, qid, count, sys_flag, starts, rsizes) in zip(req_l, rows):
@@ -451,6 +462,11 @@ class WriterService:
                     self._new_slot(int(keys[j]), int(tidx[j]), int(qid[j]))
             return self._slots(keys, tidx, qid)
         return self.slot_of_key[pos_c]
+
+    def _queue_room(self) -> int:
+        """Queue slots still free.  A pass takes at most this many new queues; a request for one
+        more is answered QUEUES_FULL (the writer never stops in the middle of a pass on it)."""
+        return len(self.sh.views["queue_ids"]) - int(self.ctl[C.QUEUE_COUNT])
 
     def _new_slot(self, key: int, tidx: int, qid: int) -> None:
         s = append_queue(self.sh.views, self.ctl, self.sh.views["topic_names"][tidx], qid)

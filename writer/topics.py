@@ -10,6 +10,7 @@ import os
 import time
 
 from shm.layout import C, NAME_BYTES, T
+from shm.tables import TableFull
 from store import configfile
 from store.consumequeue import queue_dir
 
@@ -73,7 +74,10 @@ class TopicTable:
             self.index[self.names[i].decode()] = i
 
     def upsert(self, tc: dict) -> int:
+        """Create or update a topic: checked, persisted, then published to the shared table."""
         name = tc["topicName"]
+        if name not in self.index and int(self.control[C.TOPIC_COUNT]) >= len(self.names):
+            raise TableFull(f"shared topic table is full ({len(self.names)} topics, see shmTopicSlots)")
         self.configs[name] = tc
         self.data_version = {"counter": self.data_version.get("counter", 0) + 1, "timestamp": int(time.time() * 1000)}
         self.persist()
@@ -101,7 +105,7 @@ class TopicTable:
         if new:
             i = int(self.control[C.TOPIC_COUNT])
             if i >= len(self.names):
-                raise RuntimeError(f"shared topic table is full ({len(self.names)} topics, see shmTopicSlots)")
+                raise TableFull(f"shared topic table is full ({len(self.names)} topics, see shmTopicSlots)")
             self.names[i] = raw
         row = self.meta[i]
         row[T.READ_QUEUE_NUMS] = int(tc.get("readQueueNums", 16))

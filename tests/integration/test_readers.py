@@ -302,6 +302,48 @@ def test_a_full_offset_table_refuses_new_offsets_and_keeps_serving(appliance_fac
     assert "Traceback" not in app.log_text()
 
 
+def test_full_topic_and_queue_tables_refuse_with_remarks_and_the_store_still_starts(appliance_factory):
+    """shmTopicSlots / shmQueueSlots bound the shared tables: past them a new topic (created or
+    auto-created by a send) and a first write to a new queue are refused naming the key to raise,
+    nothing refused is persisted or stored, and the writer lives on.  A store that holds more than
+    broker.conf makes room for does not start: one line naming the key, exit 2."""
+    app = appliance_factory(shmTopicSlots="20", shmQueueSlots="24").start()
+    w = Wire("127.0.0.1", app.cfg.listenPort)
+    created = []
+    for i in range(20):
+        r = w.call(R.UPDATE_AND_CREATE_TOPIC, {"topic": f"A{i}", "defaultTopic": "TBW102", "readQueueNums": "12",
+                                               "writeQueueNums": "12", "perm": "6", "topicFilterType": "SINGLE_TAG",
+                                               "topicSysFlag": "0", "order": "false"})
+        if r.code != RC.SUCCESS:
+            assert r.remark == f"create topic[A{i}] failed: the broker's topic table is full (20 topics, shmTopicSlots)"
+            break
+        created.append(f"A{i}")
+    assert 3 <= len(created) < 20
+    r = send_v2(w, "NewOne", b"x")
+    assert r.code == RC.SYSTEM_ERROR and "the broker's topic table is full" in r.remark
+    held = int(app.shared().control[C.QUEUE_COUNT])              # queue slots already given out
+    codes = [send_v2(w, t, b"m", queue=q).code for t in created[:2] for q in range(12)]
+    assert codes == [RC.SUCCESS] * (24 - held) + [RC.SYSTEM_ERROR] * held
+    r = send_v2(w, created[2], b"y", queue=0)
+    assert r.code == RC.SYSTEM_ERROR and r.remark == ("the broker's queue table is full (24 queues, shmQueueSlots): "
+                                                      "a queue not written before cannot take messages")
+    assert send_v2(w, created[0], b"z", queue=0).code == RC.SUCCESS            # a queue it holds takes more
+    w.close()
+    assert app.stop() == 0
+    with open(f"{app.cfg.config_dir}/topics.json") as f:
+        assert "NewOne" not in f.read()
+    app.start()                                     # what it persisted fits what it has room for
+    assert app.stop() == 0
+    with open(app.conf) as f:
+        conf = f.read()
+    with open(app.conf, "w") as f:
+        f.write(conf.replace("shmTopicSlots=20", "shmTopicSlots=16"))
+    r = app.cmd("start")
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        f"appliance: the store does not fit: shared topic table is full (16 topics, see shmTopicSlots); "
+        f"raise it in {app.conf}"], r.stderr
+
+
 def test_malformed_frame_closes_only_that_connection(appliance_factory):
     app = appliance_factory().start()
     good, bad = Wire("127.0.0.1", app.cfg.listenPort), Wire("127.0.0.1", app.cfg.listenPort)

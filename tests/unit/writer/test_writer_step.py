@@ -13,6 +13,7 @@ from store import message
 from writer import protocol as P
 from writer.client import PutRequest
 from writer.service import WriterService
+from writer.topics import topic_config
 from tests.unit.store.test_mappedfile import mappings
 from tests.unit.writer.rig import running_store, small_config
 
@@ -312,3 +313,19 @@ def test_struct_built_slabs_and_results_are_the_numpy_bytes(put_path):
     head[0] = (2, 4)
     assert b"".join(P.result_bytes(results, [1000, -1, -1, -1])) == (
         head.tobytes() + np.array(results, dtype=P.RESULT).tobytes() + np.array([1000, -1, -1, -1], "<i8").tobytes())
+
+
+def test_a_full_queue_table_refuses_first_writes_to_new_queues_and_the_writer_lives_on(tmp_path):
+    cfg = small_config(tmp_path / "store", "qf", shmQueueSlots=16)
+    with running_store(cfg) as (sh, w, d, c):
+        w.topics.upsert(topic_config("Q", 20, 20))
+        taken = int(sh.control[C.QUEUE_COUNT])                 # slots boot recovery already gave out
+        res = put(w, c, [PutRequest("Q", q, [b"m%d" % q], [{}]) for q in range(20)])
+        room = 16 - taken
+        assert [r.status for r in res] == [P.SUCCESS] * room + [P.QUEUES_FULL] * (20 - room)
+        assert int(sh.control[C.QUEUE_COUNT]) == 16
+        written = int(sh.control[C.WRITTEN])
+        assert written == res[room - 1].end_offset             # nothing of the refused ones stored
+        again = put(w, c, [PutRequest("Q", 3, [b"again"], [{}]), PutRequest("Q", 19, [b"x"], [{}])])
+        assert [(r.status, r.queue_offset) for r in again] == [(P.SUCCESS, 1), (P.QUEUES_FULL, 0)]
+        assert int(sh.control[C.WRITTEN]) == again[0].end_offset > written
