@@ -274,10 +274,11 @@ class WriterService:
         meta, min_size, max_size = self.sh.views["topic_meta"], message.MIN_RECORD_SIZE, self.cfg.max_record_size
         head, magic = message.HEAD.unpack_from, message.MAGIC
         stopping, n_topics = bool(self.ctl[C.STOPPING]), self.sh.topic_count()
-        plan = []               # per slab: (j, request rows, records, [[status, tidx, qid, count, sys_flag, starts, sizes]])
+        plan = []               # per slab: (j, request rows, records, [[status, tidx, qid, count, sys_flag, starts, sizes, slot]])
         total, topics = 0, {}   # topics: index -> (live, queue count), read once per pass
         appends = False         # any request to append
-        room, new, slot_of = self._queue_room(), set(), self.slot_of   # queue slots this pass may take
+        room, new, slot_of = -1, set(), self.slot_of   # queue slots this pass may take, read at its first new queue
+        slot = None             # a request's queue slot (read only for those SUCCESS leaves; None: new this pass)
         out = []
         for j, requests, sizes, recs in slabs:
             recs = memoryview(recs)                  # struct and slicing on it skip numpy's overhead
@@ -306,14 +307,17 @@ class WriterService:
                     status = P.SYSTEM_ERROR
                 elif bad and any(at <= i < at + count for i in bad):
                     status = P.MESSAGE_ILLEGAL
-                elif (tidx << 20) | qid in slot_of:
+                elif (slot := slot_of.get(key := (tidx << 20) | qid)) is not None or key in new:
                     status, appends = P.SUCCESS, True
-                elif (tidx << 20) | qid in new or len(new) < room:     # a queue's first write
-                    status, appends = P.SUCCESS, True
-                    new.add((tidx << 20) | qid)
-                else:
-                    status = P.QUEUES_FULL
-                rows.append([status, tidx, qid, count, sys_flag, rec_start[at:at + count], size_l[at:at + count]])
+                else:                                           # a queue's first write
+                    if room < 0:
+                        room = self._queue_room()
+                    if len(new) < room:
+                        status, appends = P.SUCCESS, True
+                        new.add(key)
+                    else:
+                        status = P.QUEUES_FULL
+                rows.append([status, tidx, qid, count, sys_flag, rec_start[at:at + count], size_l[at:at + count], slot])
                 at += count
             plan.append((j, req_l, recs, rows))
         if appends and not self._ensure_files(total):
@@ -324,16 +328,17 @@ class WriterService:
         next_qoff = self.next_qoff
         for j, req_l, recs, rows in plan:
             results, phys_out, copies = [], [], []
-            for req, (status, tidx, qid, count, sys_flag, starts, rsizes) in zip(req_l, rows):
+            for req, (status, tidx, qid, count, sys_flag, starts, rsizes, slot) in zip(req_l, rows):
                 req_id = req[0]
                 if status != P.SUCCESS:
                     results.append((req_id, status, qid, 0, 0, 0, 0, count, 0))
                     phys_out += [-1] * count
                     continue
-                key = (tidx << 20) | qid
-                slot = slot_of.get(key)
-                if slot is None:
-                    slot = self._new_slot(key, tidx, qid)
+                if slot is None:                     # a queue new this pass: made by its first request
+                    key = (tidx << 20) | qid
+                    slot = slot_of.get(key)
+                    if slot is None:
+                        slot = self._new_slot(key, tidx, qid)
                 tx = sys_flag & message.TX_MASK
                 queued = tx != message.TX_PREPARED and tx != message.TX_ROLLBACK
                 qoff0 = next_qoff.item(slot) if queued else 0
