@@ -9,7 +9,7 @@ import json
 import logging
 import time
 
-from readers.members import Members, parse_heartbeat
+from readers.members import Members, MembersFull, parse_heartbeat
 from remoting import headers
 from remoting.codec import RPC_ONEWAY, Command
 from remoting.codes import RequestCode as R, ResponseCode as RC
@@ -25,6 +25,7 @@ class ClientProcessor:
         self.b, self.cfg, self.link = broker, broker.cfg, broker.link
         self.members = Members(broker.sh, self.link.slot)
         self.groups_sent: set[str] = set()
+        self.full_warned_at = float("-inf")     # when a refusal for full client rows was last logged
 
     def handlers(self) -> dict:
         return {R.HEART_BEAT: self.heartbeat, R.UNREGISTER_CLIENT: self.unregister,
@@ -47,7 +48,14 @@ class ClientProcessor:
             retry = "%RETRY%" + group
             if self.link.topics.lookup(retry) is None:
                 await self.link.create_topic(topic_config(retry, 1, 1))
-            if self.members.heartbeat(conn, client_id, group, subs, now):
+            try:
+                joined = self.members.heartbeat(conn, client_id, group, subs, now)
+            except MembersFull as e:       # each such client asks again every heartbeat: logged once a minute
+                if time.monotonic() - self.full_warned_at >= 60:
+                    self.full_warned_at = time.monotonic()
+                    log.warning("%s (from %s)", e, conn.peer)
+                return cmd.response(RC.SYSTEM_ERROR, str(e))
+            if joined:
                 log.info("consumer %s joined group %s from %s", client_id, group, conn.peer)
                 self.notify_changes()
         return cmd.response()

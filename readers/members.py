@@ -26,6 +26,10 @@ CLIENT_ID_MAX_BYTES = CLIENT["client_id"].itemsize   # ip@instanceName[@unitName
                                   # client would not find itself among its group's members
 
 
+class MembersFull(RuntimeError):
+    """This reader's client rows are all taken: a new (group, client) pair is refused."""
+
+
 def parse_heartbeat(body: bytes) -> tuple[str, list[tuple[str, list["Subscription"]]]]:
     """A HEART_BEAT's HeartbeatData -> (client id, [(consumer group, its subscriptions)]), or
     ValueError naming what does not fit.  Producers' data is not kept (nothing asks for it)."""
@@ -105,20 +109,22 @@ class Members:
     def heartbeat(self, conn, client_id: str, group: str, subs: list[Subscription], now_ms: int) -> bool:
         """Register one consumer group of a HEART_BEAT (``parse_heartbeat``); True when the
         group's membership changed."""
-        for sub in subs:
-            self.subs[(group, sub.topic)] = sub
         key = (group, client_id)
         row = self.row_of.get(key)
         changed = row is None or self.conns.get(group, {}).get(client_id) is not conn
         if row is None:
             free = np.flatnonzero(self.rows["heartbeat_ms"] == 0)
             if not len(free):
-                raise RuntimeError(f"this reader already holds {CLIENT_ROWS} consumers")
+                raise MembersFull(f"this reader already holds {CLIENT_ROWS} consumer group members (a consumer "
+                                  f"takes one per group it is in): consumer {client_id} of group {group} is not "
+                                  f"registered; more readers (readerProcessNums) hold more")
             row = self.row_of[key] = int(free[0])
             self.rows[row] = (group.encode(), client_id.encode(), now_ms)
             self.bump()
         else:
             self.rows["heartbeat_ms"][row] = now_ms
+        for sub in subs:
+            self.subs[(group, sub.topic)] = sub
         self.conns.setdefault(group, {})[client_id] = conn
         return changed
 
