@@ -4,7 +4,7 @@ processes listen with.
 One ``Decoder`` per connection.  Each request goes to the handler registered for its code; a
 handler returns the response ``Command`` (or None: nothing to say), a coroutine for work that
 waits (topic creation), or ``DEFERRED``: it has taken the request and will answer it
-itself through ``Connection.send_reply`` or ``reply_frame`` (sends, held pulls: no task per
+itself through ``Connection.send_reply``, ``write`` or ``reply_pieces`` (sends, held pulls: no task per
 request).
 Rules, FACTS §1.7 and STYLE "errors at the edges":
 
@@ -54,7 +54,7 @@ class Connection(asyncio.Protocol):
         self.loop: asyncio.AbstractEventLoop | None = None
         self.peer, self.peer_addr = "?", ("127.0.0.1", 0)    # "host:port" for logs; (host, port)
         self.last_io = time.monotonic()
-        self.out: list[bytes] = []        # replies of this loop turn, written as one
+        self.out: list = []               # replies of this loop turn (frames, pieces of frames), written as one
         self.out_bytes = 0                # their size
         self.head = b""                   # the first bytes, until we know whether a PROXY header leads
         self.backlog: list[Command] | None = None     # requests read while the client reads no replies
@@ -178,17 +178,21 @@ class Connection(asyncio.Protocol):
         if resp is not None and not req.is_oneway:
             self.send(resp)
 
-    def reply_frame(self, req: Command, frame: bytes) -> None:
-        """``send_reply`` of an answer already encoded (a ``codec.ResponseTemplate``'s)."""
+    def reply_pieces(self, req: Command, pieces: list) -> None:
+        """``send_reply`` of an answer already encoded, in pieces (``ResponseTemplate.encode_pieces``:
+        a pull's records as views of the CommitLog), written as they are, never joined."""
         if not req.is_oneway:
-            self.write(frame)
+            if not self.out:
+                self.loop.call_soon(self._write_out)
+            self.out += pieces
+            self.out_bytes += sum(map(len, pieces))
 
     def send(self, cmd: Command) -> None:
         self.write(codec.encode(cmd))
 
     def write(self, frame: bytes) -> None:
         """Queue an encoded frame; everything queued in this loop turn goes out in one write (one
-        syscall and, through HAProxy, one packet for a pipelining client's whole burst)."""
+        writev and, through HAProxy, one packet for a pipelining client's whole burst)."""
         if not self.out:
             self.loop.call_soon(self._write_out)
         self.out.append(frame)
@@ -198,7 +202,10 @@ class Connection(asyncio.Protocol):
         out, self.out, self.out_bytes = self.out, [], 0
         if self.transport is not None and not self.transport.is_closing():
             self.last_io = time.monotonic()
-            self.transport.write(b"".join(out) if len(out) > 1 else out[0])
+            if len(out) == 1:
+                self.transport.write(out[0])
+            else:                       # uvloop: one writev of the pieces as they are (asyncio's joins them)
+                self.transport.writelines(out)
             if self.backlog is not None and not self.writing_paused:
                 self.loop.call_soon(self._resume)     # the transport took it all: go on with the backlog
 

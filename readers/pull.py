@@ -72,24 +72,25 @@ class PullProcessor:
             codes = sub.tag_codes if sub is not None else None
         if h["sysFlag"] & COMMIT_OFFSET and self.cfg.brokerRole != "SLAVE":
             self.link.commit_offset(offset_key(topic, group), qid, h["commitOffset"])
-        code, frame = self._run(cmd, topic, qid, h["queueOffset"], h["maxMsgNums"], codes)
+        code, pieces = self._run(cmd, topic, qid, h["queueOffset"], h["maxMsgNums"], codes)
         if code == RC.PULL_NOT_FOUND and h["sysFlag"] & SUSPEND and h["suspendTimeoutMillis"] > 0:
             self.link.when_grown(topic, qid, h["queueOffset"], h["suspendTimeoutMillis"] / 1000, functools.partial(
                 self._held, cmd, conn, topic, qid, h["queueOffset"], h["maxMsgNums"], codes))
         else:
-            conn.reply_frame(cmd, frame)
+            conn.reply_pieces(cmd, pieces)
         return DEFERRED
 
     def _held(self, cmd, conn, topic, qid, offset, max_nums, codes, _grew: bool) -> None:
         """A held pull's end (the queue grew, or the time-out): run it once more and answer."""
         try:
-            _code, frame = self._run(cmd, topic, qid, offset, max_nums, codes)
+            _code, pieces = self._run(cmd, topic, qid, offset, max_nums, codes)
         except Exception as e:
-            frame = codec.encode(conn.failure(cmd, e))
-        conn.reply_frame(cmd, frame)
+            pieces = [codec.encode(conn.failure(cmd, e))]
+        conn.reply_pieces(cmd, pieces)
 
-    def _run(self, cmd, topic: str, qid: int, offset: int, max_nums: int, codes) -> tuple[int, bytes]:
-        """The pull's answer now: (response code, encoded response)."""
+    def _run(self, cmd, topic: str, qid: int, offset: int, max_nums: int, codes) -> tuple[int, list]:
+        """The pull's answer now: (response code, the response in pieces: its head, then the
+        records as views of the CommitLog)."""
         count = max(1, min(max_nums, self.cfg.maxTransferCountOnMessageInMemory))
         p = self.view.pull(topic, qid, offset, count, codes, self.cfg.maxTransferBytesOnMessageInMemory,
                            self.disk_limits)
@@ -107,4 +108,4 @@ class PullProcessor:
             code = RC.PULL_OFFSET_MOVED
             status = "OFFSET_TOO_SMALL" if offset < p.min_offset else "OFFSET_OVERFLOW_BADLY"
         values = ("0", str(p.next_offset), str(p.min_offset), str(p.max_offset))
-        return code, _ANSWER.encode(cmd, code, status, values, p.parts)
+        return code, _ANSWER.encode_pieces(cmd, code, status, values, p.parts)

@@ -420,17 +420,24 @@ class ResponseTemplate:
         return got
 
     def encode(self, req: Command, code: int, remark: str | None, values: tuple[str, ...], body=()) -> bytes:
-        """``body``: its pieces (bytes-likes: a pull's views of the CommitLog), joined straight
-        into the frame."""
-        if req.serialize_type == ROCKETMQ:
-            return self._binary(req.opaque, code, remark, tuple([v.encode("utf-8") for v in values]), body)
+        """The response as one frame (``body``: its pieces, bytes-likes, joined into it)."""
+        pieces = self.encode_pieces(req, code, remark, values, body)
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    def encode_pieces(self, req: Command, code: int, remark: str | None, values: tuple[str, ...], body=()) -> list:
+        """The response as its frame's head (length fields, header) followed by ``body``'s
+        pieces as given: written with one ``writelines`` (a writev), a pull's views of the
+        CommitLog go to the socket without a copy of their own."""
         body_len = sum(map(len, body)) if body else 0
+        if req.serialize_type == ROCKETMQ:
+            return [self._binary(req.opaque, code, remark, tuple([v.encode("utf-8") for v in values]), body_len),
+                    *body]
         enc = json.encoder.encode_basestring
         ext = "".join([k + enc(v) for k, v in zip(self._json_keys, values)])
         remark = "" if remark is None else ',"remark":' + enc(remark)
         header = (f'{{"code":{code},"extFields":{{{ext}{self._json_static}{self._json_end}{req.opaque}'
                   f'{self._json_version}{remark}}}').encode("utf-8")
-        return b"".join((_PREFIX.pack(4 + len(header) + body_len, (JSON << 24) | len(header)), header, *body))
+        return [_PREFIX.pack(4 + len(header) + body_len, (JSON << 24) | len(header)) + header, *body]
 
     def encode_ascii(self, req: Command, code: int, values: tuple[bytes, ...]) -> bytes:
         """``encode`` of a response without a remark or body whose values are ASCII that JSON
@@ -441,10 +448,10 @@ class ResponseTemplate:
         header = self._json_ascii % (code, *values, req.opaque)
         return _PREFIX.pack(4 + len(header), (JSON << 24) | len(header)) + header
 
-    def _binary(self, opaque: int, code: int, remark: str | None, values: tuple[bytes, ...], body=()) -> bytes:
-        """A ROCKETMQ-serialized response to request ``opaque``, its values UTF-8."""
+    def _binary(self, opaque: int, code: int, remark: str | None, values: tuple[bytes, ...], body_len: int = 0) -> bytes:
+        """A ROCKETMQ-serialized response to request ``opaque``, its values UTF-8: the frame up
+        to its body, of ``body_len`` bytes."""
         shape = (remark, *map(len, values))
         hlen, rlen, rest = self._bin_shapes.get(shape) or self._bin_shape(shape)
-        head = _BIN_FRAME_HEAD.pack(4 + hlen + (sum(map(len, body)) if body else 0), (ROCKETMQ << 24) | hlen, code,
-                                    self._lang, SERVER_VERSION, opaque, RPC_RESPONSE, rlen)
-        return b"".join((head, rest % values, *body)) if body else head + rest % values
+        return _BIN_FRAME_HEAD.pack(4 + hlen + body_len, (ROCKETMQ << 24) | hlen, code, self._lang, SERVER_VERSION,
+                                    opaque, RPC_RESPONSE, rlen) + rest % values

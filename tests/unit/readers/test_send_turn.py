@@ -28,6 +28,11 @@ class _Kept(_Transport):
         self.raw.append(bytes(data))
         self.replies += self.out.feed(data)
 
+    def writelines(self, pieces) -> None:
+        super().writelines(pieces)
+        self.raw.append(b"".join(pieces))
+        self.replies += self.out.feed(self.raw[-1])
+
 
 def _serve(tmp_path, check) -> None:
     """``await check(writer, link, conn, out)``: a reader connection whose sends go to a real

@@ -98,6 +98,9 @@ def test_a_response_template_encodes_the_bytes_command_response_does(stype):
         for values in (("0", "42", "0", "42"), ("0", "1042", "7", "12345678901")):
             want = codec.encode(req.response(code, remark, ext=dict(zip(pull_keys, values)), body=b"".join(parts)))
             assert pull.encode(req, code, remark, values, parts) == want
+            pieces = pull.encode_pieces(req, code, remark, values, parts)     # what a reader writes
+            assert b"".join(pieces) == want and all(a is b for a, b in zip(pieces[1:], parts))
+            assert len(pieces) == 1 + len(parts)                 # the records' views as given, not copied
 
 
 @pytest.mark.parametrize("stype", [codec.JSON, codec.ROCKETMQ])
