@@ -6,7 +6,7 @@ import resource
 
 import pytest
 
-from net.server import RemotingServer
+from net.server import RemotingServer, fd_table_size
 
 
 @pytest.fixture
@@ -40,3 +40,14 @@ def test_warns_once_near_the_limit_and_rearms_below(low_limit, caplog):
     server.check_open_files()
     assert [r.levelno for r in caplog.records] == [logging.WARNING, logging.INFO]
     assert "open files in use again" in caplog.records[-1].getMessage()
+
+
+def test_the_descriptor_table_bounds_the_count_without_walking_it():
+    """Far below the limit, the sweep reads one line of /proc/self/status, not every descriptor."""
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(300)]
+    try:
+        fds = [int(n) for n in os.listdir("/proc/self/fd")]
+        assert fd_table_size() > max(fds) and fd_table_size() >= len(fds) >= 300
+    finally:
+        for fd in held:
+            os.close(fd)
