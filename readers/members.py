@@ -99,7 +99,7 @@ class Members:
         self.row_of: dict[tuple[str, str], int] = {}         # (group, client id) -> row
         self.conns: dict[str, dict[str, object]] = {}        # group -> client id -> connection
         self.subs: dict[tuple[str, str], Subscription] = {}  # (group, topic) -> subscription
-        self.known: dict[str, frozenset] = {}                # group -> members last notified about
+        self.known: dict[str, frozenset] = {}                # group -> member ids (bytes) last notified about
         self.seen_versions = self.version.copy()
 
     def bump(self) -> None:
@@ -156,25 +156,35 @@ class Members:
         return out
 
     # ------------------------------------------------------------ the shared view
+    def _live_rows(self):
+        """The client rows of every live reader's slot (a dead reader's are ignored)."""
+        owners = self.sh.slots[:, S.OWNER_PID]
+        for i in np.flatnonzero(owners > 0).tolist():
+            if i == self.slot or psutil.pid_exists(int(owners[i])):
+                yield self.all_rows[i]
+
     def group_members(self, group: str, now_ms: int | None = None) -> list[str]:
         """Client ids of the group on every live reader, sorted as Java's String.compareTo would."""
-        now_ms = now_ms or int(time.time() * 1000)
-        want = group.encode()
-        owners = self.sh.slots[:, S.OWNER_PID]
-        out = set()
-        for i in np.flatnonzero(owners > 0).tolist():
-            if i != self.slot and not psutil.pid_exists(int(owners[i])):
-                continue
-            rows = self.all_rows[i]
-            hit = (rows["group"] == want) & (rows["heartbeat_ms"] > now_ms - CHANNEL_EXPIRE_MS)
+        fresh_after = (now_ms or int(time.time() * 1000)) - CHANNEL_EXPIRE_MS
+        want, out = group.encode(), set()
+        for rows in self._live_rows():
+            hit = (rows["group"] == want) & (rows["heartbeat_ms"] > fresh_after)
             out.update(c.decode() for c in rows["client_id"][hit].tolist())
         return sorted(out, key=lambda s: s.encode("utf-16-be"))
 
     def changed_groups(self) -> list[str]:
-        """Local groups whose member set differs from what their connections were last told."""
+        """Local groups whose member set differs from what their connections were last told.
+        Every group's members are read in one pass over the rows (a pass per group cost ~30 µs
+        each: 30 ms per membership change on a reader with 1,000 groups)."""
+        fresh_after = int(time.time() * 1000) - CHANNEL_EXPIRE_MS
+        by_group: dict[bytes, set[bytes]] = {}
+        for rows in self._live_rows():
+            fresh = np.flatnonzero(rows["heartbeat_ms"] > fresh_after)
+            for g, c in zip(rows["group"][fresh].tolist(), rows["client_id"][fresh].tolist()):
+                by_group.setdefault(g, set()).add(c)
         out = []
         for group in list(self.conns):
-            now = frozenset(self.group_members(group))
+            now = frozenset(by_group.get(group.encode(), ()))
             if self.known.get(group) != now:
                 self.known[group] = now
                 out.append(group)
