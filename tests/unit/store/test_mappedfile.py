@@ -1,7 +1,6 @@
 """How files are mapped and written, read from the kernel's own record of each mapping
 (/proc/self/smaps: VmFlags, where "rr" is VM_RAND_READ, what MADV_RANDOM sets, and Rss, the pages
 the mapping holds)."""
-import os
 
 from store.indexfile import IndexFile
 from store.mappedfile import MappedFile, MappedFileQueue
