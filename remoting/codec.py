@@ -448,7 +448,8 @@ class ResponseTemplate:
         header = self._json_ascii % (code, *values, req.opaque)
         return _PREFIX.pack(4 + len(header), (JSON << 24) | len(header)) + header
 
-    def _binary(self, opaque: int, code: int, remark: str | None, values: tuple[bytes, ...], body_len: int = 0) -> bytes:
+    def _binary(self, opaque: int, code: int, remark: str | None, values: tuple[bytes, ...], body_len: int = 0
+                ) -> bytes:
         """A ROCKETMQ-serialized response to request ``opaque``, its values UTF-8: the frame up
         to its body, of ``body_len`` bytes."""
         shape = (remark, *map(len, values))

@@ -274,11 +274,12 @@ class WriterService:
         meta, min_size, max_size = self.sh.views["topic_meta"], message.MIN_RECORD_SIZE, self.cfg.max_record_size
         head, magic = message.HEAD.unpack_from, message.MAGIC
         stopping, n_topics = bool(self.ctl[C.STOPPING]), self.sh.topic_count()
-        plan = []               # per slab: (j, request rows, records, [[status, tidx, qid, count, sys_flag, starts, sizes, slot]])
+        plan = []               # per slab: (j, request rows, records, [[status, tidx, qid, count, sys_flag, starts,
+                                #                                         sizes, slot]])
         total, topics = 0, {}   # topics: index -> (live, queue count), read once per pass
         appends = False         # any request to append
         room, new, slot_of = -1, set(), self.slot_of   # queue slots this pass may take, read at its first new queue
-        slot = None             # a request's queue slot (read only for those SUCCESS leaves; None: new this pass)
+        slot = None             # a request's queue slot, kept in its row (None: a queue new this pass)
         out = []
         for j, requests, sizes, recs in slabs:
             recs = memoryview(recs)                  # struct and slicing on it skip numpy's overhead
