@@ -47,7 +47,7 @@ class ClientProcessor:
                 self.groups_sent.add(group)
             retry = "%RETRY%" + group
             if self.link.topics.lookup(retry) is None:
-                await self.link.create_topic(topic_config(retry, 1, 1))
+                await self.link.auto_create_topic(topic_config(retry, 1, 1))
             try:
                 joined = self.members.heartbeat(conn, client_id, group, subs, now)
             except MembersFull as e:       # each such client asks again every heartbeat: logged once a minute

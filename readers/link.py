@@ -56,6 +56,7 @@ class WriterLink:
         self.clean_timer: asyncio.TimerHandle | None = None
         self.polls: list[list] = []        # held pulls: [topic, queue, offset, callback, timer]
         self.topic_waits: dict[int, asyncio.Future] = {}
+        self.creating: dict[str, asyncio.Future] = {}              # auto-creations under way, by topic
         self.offset_batch: list[tuple[bytes, int, int]] = []
         self.offsets_end = 0                                        # ring position past the last OFFSET entry
         self.apply_waits: list[tuple[int, asyncio.Future]] = []
@@ -298,6 +299,18 @@ class WriterLink:
         if status == P.SUCCESS and self.on_topic_change is not None:
             await self.on_topic_change()
         return status
+
+    async def auto_create_topic(self, tc: dict) -> int:
+        """``create_topic`` of a topic a request found missing (a send's auto-creation, a group's
+        retry topic), once: the requests that find it missing while its creation is under way
+        (a pipelining producer's first sends) share that creation, as RocketMQ's broker creates
+        such a topic under a lock, not once per request."""
+        name = tc["topicName"]
+        pending = self.creating.get(name)
+        if pending is None:
+            pending = self.creating[name] = asyncio.ensure_future(self.create_topic(tc))
+            pending.add_done_callback(lambda _f: self.creating.pop(name, None))
+        return await asyncio.shield(pending)
 
     # ------------------------------------------------------------ consumer groups
     def commit_offset(self, key: bytes, queue_id: int, offset: int) -> bool:

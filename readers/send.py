@@ -204,7 +204,7 @@ class SendProcessor:
                 raise MessageRejected(RC.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!{FAQ}")
             nums = max(1, min(h["defaultTopicQueueNums"], meta[T.WRITE_QUEUE_NUMS]))
             tc = topic_config(topic, nums, nums, meta[T.PERM] & ~PERM_INHERIT)
-        status = await self.link.create_topic(tc)
+        status = await self.link.auto_create_topic(tc)
         tidx = self.link.topics.lookup(topic)
         if status != P.SUCCESS or tidx is None:
             raise MessageRejected(RC.SYSTEM_ERROR, self.link.creation_failed(topic, status))

@@ -105,6 +105,28 @@ def test_sends_in_every_dialect_and_pulls_back(appliance_factory):
     w.close()
 
 
+def test_pipelined_sends_to_a_new_topic_create_it_once_and_are_stored_in_order(appliance_factory):
+    """A producer's first sends to a topic that does not exist yet, pipelined: one creation,
+    shared by all of them (not one per send), and every send stored once, in order."""
+    app = appliance_factory().start()
+    w = Wire("127.0.0.1", app.cfg.reader_port(0))
+    with open(f"{app.cfg.config_dir}/topics.json") as f:
+        before = loads_tolerant(f.read())["dataVersion"]["counter"]
+    for i in range(40):
+        w.send(R.SEND_MESSAGE_V2, send_ext("Fresh"), b"m%d" % i)
+    replies = sorted((w.read_response() for _ in range(40)), key=lambda r: r.opaque)
+    assert [(r.code, r.ext["queueOffset"]) for r in replies] == [(RC.SUCCESS, str(i)) for i in range(40)]
+    got = pull_n(w, "Fresh", 32)                       # (a pull takes 32 at most)
+    deadline = time.monotonic() + 5
+    while len(got) < 40 and time.monotonic() < deadline:
+        got += bodies(pull(w, "Fresh", len(got)))
+    assert got == [b"m%d" % i for i in range(40)]
+    with open(f"{app.cfg.config_dir}/topics.json") as f:
+        topics = loads_tolerant(f.read())
+    assert topics["dataVersion"]["counter"] == before + 1 and "Fresh" in topics["topicConfigTable"]
+    w.close()
+
+
 def test_bad_sends_get_rocketmq_codes(appliance_factory):
     app = appliance_factory(autoCreateTopicEnable="false").start()
     w = Wire("127.0.0.1", app.cfg.listenPort)
