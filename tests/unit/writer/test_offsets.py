@@ -1,11 +1,13 @@
 """consumerOffset.json and the shared offset table (writer/groups.py): what is set is what the
 file holds, and what a new writer reads back, whether it boots from the file or attaches to the
 table a dead writer left."""
+import os
+
 import numpy as np
 
 from shm.layout import C, OFFSET_KEY_BYTES
 from store import configfile
-from writer.groups import ConsumerOffsets
+from writer.groups import PERSIST_INTERVAL_S, ConsumerOffsets
 from writer.protocol import OFFSET_UPDATE
 
 
@@ -63,3 +65,29 @@ def test_a_full_table_drops_only_the_new_offsets_it_cannot_take(tmp_path, caplog
     offsets.apply(rows)                      # queue 2 has no slot left; the update after it is kept
     assert offsets.table() == {"offsetTable": {"T@g": {"0": 4, "1": 2}}}
     assert "1 new consumer offsets dropped: the shared offset table is full (2 offsets" in caplog.text
+
+
+def test_the_periodic_write_runs_in_its_own_thread_and_a_failed_one_is_tried_again(tmp_path, caplog):
+    """Every PERSIST_INTERVAL_S the file is written by a thread (the writer's loop goes on); a
+    write that fails is logged, and the next period writes what the table holds then."""
+    offsets, _ = _table(tmp_path)
+    offsets.set(b"T@g", 0, 5)
+    os.mkdir(offsets.path + ".tmp")                       # where the write goes first: it fails
+    offsets.persisted_at -= PERSIST_INTERVAL_S
+    offsets.persist()
+    assert offsets.persisting is not None                 # under way in its own thread
+    offsets.persisting.join()
+    assert not os.path.exists(offsets.path) and offsets.dirty
+    assert [r.getMessage()[:60] for r in caplog.records if r.levelname == "ERROR"] == [
+        f"cannot write {offsets.path}: [Errno 21] Is a directory"[:60]]
+    os.rmdir(offsets.path + ".tmp")
+    offsets.set(b"T@g", 1, 7)
+    offsets.persist()                                     # not due yet: nothing
+    assert offsets.persisting is None and not os.path.exists(offsets.path)
+    offsets.persisted_at -= PERSIST_INTERVAL_S
+    offsets.persist()
+    offsets.set(b"T@g", 0, 6)                             # while it writes: for the next one
+    offsets.persist(force=True)                           # the stop: after the write under way, this one
+    with open(offsets.path, encoding="utf-8") as f:
+        assert configfile.loads_tolerant(f.read()) == {"offsetTable": {"T@g": {"0": 6, "1": 7}}}
+    assert offsets.persisting is None and not offsets.dirty
