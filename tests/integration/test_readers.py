@@ -261,7 +261,14 @@ def test_offsets_and_members_are_shared_by_the_readers(appliance_factory):
         time.sleep(0.1)
     assert [c.code for c in r0.pushed] == [R.NOTIFY_CONSUMER_IDS_CHANGED]
     assert json.loads(r0.call(R.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "g1"}).body)["consumerIdList"] == ["c1"]
-    # committed offsets survive a restart (consumerOffset.json)
+    # committed offsets survive a restart (consumerOffset.json): written every 5 s while running too
+    deadline, persisted = time.monotonic() + 12, None
+    while persisted != 43 and time.monotonic() < deadline:
+        time.sleep(0.5)
+        with contextlib.suppress(FileNotFoundError):
+            with open(f"{app.cfg.config_dir}/consumerOffset.json") as f:
+                persisted = loads_tolerant(f.read())["offsetTable"].get("T@g1", {}).get("3")
+    assert persisted == 43
     r0.close()
     assert app.stop() == 0
     app.start()
