@@ -123,6 +123,7 @@ TABLE = (
     ("shmQueueSlots", _int_in(16, 2**24), "65536", "most topic-queues the appliance can hold"),
     ("shmTopicSlots", _int_in(16, 2**22), "16384", "most topics the appliance can hold"),
     ("shmOffsetSlots", _int_in(16, 2**22), "65536", "most (topic, group, queue) consumer offsets the appliance can hold"),
+    ("shmClientRows", _int_in(16, 2**20), "1024", "most consumer group members one reader can hold (a consumer takes one per group)"),
     ("writerBatchBytes", _int_in(64 * 1024, 2**31), "8388608", "most bytes the writer takes from one ring per pass"),
     ("dispatchPaceMs", _int_in(0, 1000), "10", "under load, a dispatcher pass at most every N ms unless a long poll waits (0: every write)"),
 )
@@ -182,6 +183,7 @@ class BrokerConfig:
     shmQueueSlots: int
     shmTopicSlots: int
     shmOffsetSlots: int
+    shmClientRows: int
     writerBatchBytes: int
     dispatchPaceMs: int
     source: str = "<defaults>"
@@ -243,7 +245,7 @@ class BrokerConfig:
     def geometry(self):
         from shm.state import Geometry
         return Geometry(self.shmPrefix, self.ringSlots, self.ringRequestBytes, self.ringResponseBytes,
-                        self.shmQueueSlots, self.shmTopicSlots, self.shmOffsetSlots)
+                        self.shmQueueSlots, self.shmTopicSlots, self.shmOffsetSlots, self.shmClientRows)
 
 
 def _parse_lines(text: str, source: str):

@@ -17,7 +17,7 @@ import time
 import numpy as np
 import psutil
 
-from shm.layout import CLIENT, CLIENT_ROWS, S
+from shm.layout import CLIENT, S
 from store.configfile import loads_tolerant
 
 CHANNEL_EXPIRE_MS = 120_000       # a client silent this long is gone (ClientHousekeepingService)
@@ -93,7 +93,7 @@ class Members:
         self.sh, self.slot = shared, slot
         self.all_rows = shared.views["clients"]
         self.rows = self.all_rows[slot]
-        self.rows[:] = np.zeros(CLIENT_ROWS, CLIENT)          # a new owner: whatever was here is stale
+        self.rows[:] = np.zeros(len(self.rows), CLIENT)       # a new owner: whatever was here is stale
         self.version = shared.slots[:, S.MEMBERS_VERSION]
         self.bump()
         self.row_of: dict[tuple[str, str], int] = {}         # (group, client id) -> row
@@ -115,9 +115,9 @@ class Members:
         if row is None:
             free = np.flatnonzero(self.rows["heartbeat_ms"] == 0)
             if not len(free):
-                raise MembersFull(f"this reader already holds {CLIENT_ROWS} consumer group members (a consumer "
+                raise MembersFull(f"this reader already holds {len(self.rows)} consumer group members (a consumer "
                                   f"takes one per group it is in): consumer {client_id} of group {group} is not "
-                                  f"registered; more readers (readerProcessNums) hold more")
+                                  f"registered; raise shmClientRows, or readerProcessNums")
             row = self.row_of[key] = int(free[0])
             self.rows[row] = (group.encode(), client_id.encode(), now_ms)
             self.bump()

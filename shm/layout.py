@@ -15,7 +15,7 @@ Segment ``/<prefix>.state`` (in this order):
     offset keys  offset_slots x 384 bytes  (writer)   "topic@group" of each consumer offset slot
     offset qids  offset_slots x int32      (writer)
     offset vals  offset_slots x int64      (writer)   committed consumer offset
-    client rows  max_slots x CLIENT_ROWS x CLIENT     consumer-group members; slot i's rows are
+    client rows  max_slots x client_rows x CLIENT     consumer-group members; slot i's rows are
                                                       written only by slot i's owner (a reader)
 
 Segment ``/<prefix>.rings``: for each slot, a request ring (slot owner -> writer) then a response
@@ -73,17 +73,17 @@ TOPIC_FIELDS = ("read_queue_nums", "write_queue_nums", "perm", "topic_sys_flag",
 T = type("T", (), {name.upper(): i for i, name in enumerate(TOPIC_FIELDS)})
 TOPIC_LEN = 8
 OFFSET_KEY_BYTES = 384   # "topic@group": topic <= 127 bytes, group <= 255 bytes (RocketMQ's limits)
-CLIENT_ROWS = 1024       # consumer-group members one reader can hold
 CLIENT = np.dtype([("group", "S256"), ("client_id", "S248"), ("heartbeat_ms", "<i8")])   # heartbeat_ms 0 = free
 
 
-def state_size(max_slots: int, queue_slots: int, topic_slots: int, offset_slots: int) -> int:
+def state_size(max_slots: int, queue_slots: int, topic_slots: int, offset_slots: int, client_rows: int) -> int:
     return (CONTROL_LEN * 8 + max_slots * SLOT_LEN * 8 + queue_slots * (NAME_BYTES + 4 + 8 + 8)
             + topic_slots * (NAME_BYTES + TOPIC_LEN * 4) + offset_slots * (OFFSET_KEY_BYTES + 4 + 8)
-            + max_slots * CLIENT_ROWS * CLIENT.itemsize)
+            + max_slots * client_rows * CLIENT.itemsize)
 
 
-def state_views(buf: np.ndarray, max_slots: int, queue_slots: int, topic_slots: int, offset_slots: int) -> dict:
+def state_views(buf: np.ndarray, max_slots: int, queue_slots: int, topic_slots: int, offset_slots: int,
+                client_rows: int) -> dict:
     """Carve the state segment into named numpy views (no copies)."""
     views, at = {}, 0
 
@@ -103,7 +103,7 @@ def state_views(buf: np.ndarray, max_slots: int, queue_slots: int, topic_slots: 
     take("topic_names", topic_slots, f"S{NAME_BYTES}")
     take("topic_meta", topic_slots * TOPIC_LEN, "<i4", (topic_slots, TOPIC_LEN))
     take("offset_values", offset_slots, "<i8")
-    take("clients", max_slots * CLIENT_ROWS, CLIENT, (max_slots, CLIENT_ROWS))
+    take("clients", max_slots * client_rows, CLIENT, (max_slots, client_rows))
     take("offset_keys", offset_slots, f"S{OFFSET_KEY_BYTES}")
     take("offset_qids", offset_slots, "<i4")
     assert at <= len(buf)

@@ -22,12 +22,14 @@ class Geometry:
     queue_slots: int
     topic_slots: int
     offset_slots: int
+    client_rows: int       # consumer-group members each slot's owner (a reader) can hold
 
 
 class SharedState:
     def __init__(self, g: Geometry):
         self.g = g
-        self.state = Segment(g.prefix + ".state", layout.state_size(g.max_slots, g.queue_slots, g.topic_slots, g.offset_slots))
+        self.state = Segment(g.prefix + ".state", layout.state_size(g.max_slots, g.queue_slots, g.topic_slots,
+                                                                    g.offset_slots, g.client_rows))
         self.rings_seg = Segment(g.prefix + ".rings", g.max_slots * (ring_size(g.request_bytes) + ring_size(g.response_bytes)))
         self.writer_waker = Waker(g.prefix + ".wake.writer")
         self.dispatcher_waker = Waker(g.prefix + ".wake.dispatcher")
@@ -64,7 +66,8 @@ class SharedState:
 
     def _carve(self) -> None:
         g = self.g
-        self.views = layout.state_views(self.state.buf, g.max_slots, g.queue_slots, g.topic_slots, g.offset_slots)
+        self.views = layout.state_views(self.state.buf, g.max_slots, g.queue_slots, g.topic_slots, g.offset_slots,
+                                        g.client_rows)
         self.control = self.views["control"]
         self.slots = self.views["slots"]
         self.request_rings, self.response_rings = [], []

@@ -11,7 +11,7 @@ import time
 
 from remoting import codec
 from remoting.codes import RequestCode as R, ResponseCode as RC
-from shm.layout import C, CLIENT_ROWS
+from shm.layout import C
 from store import message
 from store.configfile import loads_tolerant
 from tests.integration.wire import Wire
@@ -332,28 +332,34 @@ def test_a_full_offset_table_refuses_new_offsets_and_keeps_serving(appliance_fac
 
 
 def test_a_reader_with_all_client_rows_taken_refuses_new_members_and_keeps_the_others(appliance_factory):
-    """A reader holds CLIENT_ROWS (group, client) members: one more is refused with a remark
+    """A reader holds shmClientRows (group, client) members: one more is refused with a remark
     naming what to raise, logged once however often it asks, and a member that leaves makes room."""
-    app = appliance_factory().start()
+    rows = 40
+    app = appliance_factory(shmClientRows=str(rows)).start()
     w = Wire("127.0.0.1", app.cfg.reader_port(0))              # straight to one reader
-    for i in range(CLIENT_ROWS):
+    for i in range(rows):
         w.send(R.HEART_BEAT, {}, heartbeat_body(f"c{i}", "crowd"))
-    codes = [w.read_response().code for _ in range(CLIENT_ROWS)]
-    assert codes == [RC.SUCCESS] * CLIENT_ROWS
+    codes = [w.read_response().code for _ in range(rows)]
+    assert codes == [RC.SUCCESS] * rows
     for _ in range(3):
         r = heartbeat(w, "late", "crowd")
         assert r.code == RC.SYSTEM_ERROR and r.remark == (
-            f"this reader already holds {CLIENT_ROWS} consumer group members (a consumer takes one per group it "
-            f"is in): consumer late of group crowd is not registered; more readers (readerProcessNums) hold more")
+            f"this reader already holds {rows} consumer group members (a consumer takes one per group it "
+            f"is in): consumer late of group crowd is not registered; raise shmClientRows, or readerProcessNums")
     assert heartbeat(w, "c7", "crowd").code == RC.SUCCESS                  # a member it holds stays one
     members = json.loads(w.call(R.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "crowd"}).body)["consumerIdList"]
-    assert len(members) == CLIENT_ROWS and "late" not in members and "c7" in members
+    assert len(members) == rows and "late" not in members and "c7" in members
     assert w.call(R.UNREGISTER_CLIENT, {"clientID": "c7", "consumerGroup": "crowd"}).code == RC.SUCCESS
     assert heartbeat(w, "late", "crowd").code == RC.SUCCESS
     members = json.loads(w.call(R.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "crowd"}).body)["consumerIdList"]
-    assert len(members) == CLIENT_ROWS and "late" in members and "c7" not in members
+    assert len(members) == rows and "late" in members and "c7" not in members
+    other = Wire("127.0.0.1", app.cfg.reader_port(1))          # the other reader has rows of its own
+    assert heartbeat(other, "elsewhere", "crowd").code == RC.SUCCESS
+    members = json.loads(w.call(R.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "crowd"}).body)["consumerIdList"]
+    assert len(members) == rows + 1 and "elsewhere" in members
     w.close()
-    assert app.log_text().count(f"this reader already holds {CLIENT_ROWS} consumer group members") == 1
+    other.close()
+    assert app.log_text().count(f"this reader already holds {rows} consumer group members") == 1
     assert "Traceback" not in app.log_text()
 
 
