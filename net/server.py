@@ -44,6 +44,9 @@ log = logging.getLogger("rocketbox.net")
 IDLE_S = 120.0
 DEFERRED = object()       # a handler's "I will answer this myself"
 FD_WARN, FD_REARM = 0.9, 0.8   # share of RLIMIT_NOFILE in use: warn past the first, re-arm below the second
+BACKLOG = 1024            # listen queue, RocketMQ's serverSocketBacklog: HAProxy opens a reader connection per
+                          # client at once, and 600 clients at once overflowed asyncio's 100 (the kernel's
+                          # SYN cookies then lost some: clients closed before their first reply)
 OUT_HIGH = 4 << 20        # replies waiting for a client: stop taking its requests ...
 OUT_LOW = 1 << 20         # ... until it has read them down to this
 
@@ -232,7 +235,8 @@ class RemotingServer:
 
     async def start(self, host: str, port: int) -> "RemotingServer":
         loop = asyncio.get_running_loop()
-        self.server = await loop.create_server(lambda: Connection(self), host, port, reuse_address=True)
+        self.server = await loop.create_server(lambda: Connection(self), host, port, reuse_address=True,
+                                               backlog=BACKLOG)
         self._reaper = loop.create_task(self._reap_idle())
         return self
 
