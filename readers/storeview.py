@@ -8,6 +8,8 @@ slot's ``dispatch_wait`` flag.
 """
 from __future__ import annotations
 
+import bisect
+import itertools
 import struct
 import time
 from collections.abc import Sequence
@@ -30,8 +32,8 @@ class Pulled:
     next_offset: int
     min_offset: int
     max_offset: int
-    parts: list              # byte views of the CommitLog: whole records in queue order, each run of
-                             # records adjacent in the CommitLog as one view
+    parts: list              # byte views of the CommitLog: whole records in queue order, one view
+                             # when all are adjacent under the cap, else one per record
     count: int = 0           # records in ``parts``
 
     def body(self) -> bytes:
@@ -167,27 +169,20 @@ class StoreView:
 
     def _runs(self, phys: list[int], sizes: list[int], max_bytes: int) -> tuple[list, int]:
         """Views of the records at ``phys`` (increasing, as a queue's are) within ``max_bytes``
-        (the first always), one per run adjacent in the CommitLog; and how many records they
-        hold.  A queue's records are rarely adjacent, so a pull is up to one piece per record,
-        cut from the file's memoryview when one file holds them all (a checked numpy view per
-        piece cost ~60% more per pulled message)."""
-        runs, total, n = [], 0, 0
-        start = end = phys[0]
-        for at, size in zip(phys, sizes):
-            if n and total + size > max_bytes:
-                break
-            if at != end:
-                runs.append((start, end))
-                start = at
-            end = at + size
-            total += size
-            n += 1
-        runs.append((start, end))
+        (the first always), one per record, and how many they are (a pull whose records are
+        one run is answered with one view before this).  A queue's records are rarely adjacent,
+        so runs are not sought: a loop merging them cost ~2.4 µs more per pull of 32 than
+        these slices, which a writev takes as they are.  Cut from the file's memoryview when
+        one file holds them all (a checked numpy view per piece cost ~60% more)."""
+        if sum(sizes) > max_bytes:                   # the cap stops it (the first record always)
+            n = max(1, bisect.bisect_right(list(itertools.accumulate(sizes)), max_bytes))
+            phys, sizes = phys[:n], sizes[:n]
+        end = phys[-1] + sizes[-1]
         mf = self.commitlog.file_for(phys[0])
         if mf is None or end > mf.end or end > self.ctl[C.WRITTEN]:     # across files, or not mapped yet:
-            return [self.span(a, b) for a, b in runs], n                # each run checked (none crosses files)
+            return [self.span(a, a + z) for a, z in zip(phys, sizes)], len(phys)   # each checked
         view, base = memoryview(mf.view), mf.start
-        return [view[a - base:b - base] for a, b in runs], n
+        return [view[a - base:a - base + z] for a, z in zip(phys, sizes)], len(phys)
 
     def span(self, start: int, end: int) -> np.ndarray:
         """CommitLog bytes [start, end) within one file, as a read-only uint8 view of the mmap."""
