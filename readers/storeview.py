@@ -138,11 +138,11 @@ class StoreView:
         start, end = int(phys[0]), int(phys[-1]) + int(sizes[-1])
         if disk_limits is not None and self.on_disk(start):          # (a queue's later records are newer)
             n = self._disk_cut(phys.tolist(), sizes.tolist(), max_bytes, disk_limits)
-            parts = self._runs(phys[:n].tolist(), sizes[:n].tolist(), 1 << 62)[0]
+            parts = self._pieces(phys[:n].tolist(), sizes[:n].tolist(), 1 << 62)[0]
         elif end - start <= max_bytes and end - start == int(sizes.sum()):
             parts, n = [self.span(start, end)], len(picked)    # one run (a batch), under the cap
         else:
-            parts, n = self._runs(phys.tolist(), sizes.tolist(), max_bytes)
+            parts, n = self._pieces(phys.tolist(), sizes.tolist(), max_bytes)
         if n < len(picked):
             scanned = take[n]                        # a cap stopped it here
         elif matched >= max_count:
@@ -167,7 +167,7 @@ class StoreView:
             total += size
         return n
 
-    def _runs(self, phys: list[int], sizes: list[int], max_bytes: int) -> tuple[list, int]:
+    def _pieces(self, phys: list[int], sizes: list[int], max_bytes: int) -> tuple[list, int]:
         """Views of the records at ``phys`` (increasing, as a queue's are) within ``max_bytes``
         (the first always), one per record, and how many they are (a pull whose records are
         one run is answered with one view before this).  A queue's records are rarely adjacent,
