@@ -91,3 +91,51 @@ def test_hiccups_measures_chunks_and_reports_windows(tmp_path):
     assert f"DAMON schemes: {', '.join(res['damon_schemes']) or 'none running'}" in r.stdout, r.stdout
     reporting = os.path.exists("/sys/module/page_reporting/parameters/page_reporting_order")
     assert (res["free_page_reporting"] is not None) == reporting, res
+
+
+def test_floor_bench_prints_its_rows_for_the_null_readers_and_redis(tmp_path):
+    port = 29000 + (os.getpid() % 10) * 300 + 150     # within test_e2e's block, clear of its ports
+    r = subprocess.run([sys.executable, "-m", "bench.floor", "--seconds", "0.5", "--warmup", "0.2", "--rate", "2000",
+                        "--port", str(port), "--dir", str(tmp_path)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=170)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "errors" not in r.stdout, r.stdout
+    assert "# floor benchmark: body=1024B" in r.stdout and "null readers=2 " in r.stdout      # its configuration
+    rows = {(m.group(1).strip(), m.group(2).strip()): (int(m.group(3)), int(m.group(4)))
+            for m in re.finditer(r"^(.+?)\s{2,}(pipelined|paced 2000/s)\s+(\d+)\s+(\d+)\s+[\d.]+", r.stdout, re.M)}
+    servers = ("HAProxy + 2 null readers", "1 null reader, no HAProxy", "redis-server (everysec)")
+    assert set(rows) == {(s, row) for s in servers for row in ("pipelined", "paced 2000/s")}, r.stdout
+    assert all(got > 0 and redis > 0 for got, redis in rows.values()), rows
+    cpu = re.findall(r"^#   CPU µs/msg (.+) \((\d+)% of a core; load generator (\d+)%\)$", r.stdout, re.M)
+    assert len(cpu) == 6, r.stdout
+    by_process = [dict(re.findall(r"(\S+) ([\d.]+)", line)) for line, *_ in cpu]
+    assert set(by_process[0]) == {"haproxy", "null-reader-0", "null-reader-1"}, by_process
+    assert set(by_process[2]) == {"null-reader"} and set(by_process[4]) == {"redis-server"}, by_process
+    assert os.listdir(tmp_path) == []                 # Redis's and the null appliance's temp dirs are gone
+
+
+def test_null_reader_answers_every_frame_with_its_opaque_after_a_proxy_header():
+    from bench.floor import NullReader
+    from net import proxy as _proxy
+    from remoting import codec
+    from remoting.codec import Command
+
+    class Transport:
+        def __init__(self):
+            self.written = []
+
+        def writelines(self, pieces):
+            self.written += pieces
+
+    frames = b"".join(codec.encode(Command(310, {"b": "T"}, b"x" * n, opaque=1000 + n, serialize_type=codec.ROCKETMQ))
+                      for n in range(5))
+    header = _proxy.SIGNATURE + bytes([0x21, 0x11, 0, 12]) + bytes([10, 0, 0, 1, 127, 0, 0, 1, 0x30, 0x39, 0x27, 0x10])
+    reader, t = NullReader(), Transport()
+    reader.connection_made(t)
+    data = header + frames
+    for i in range(0, len(data), 7):                  # split anywhere: the header and frames across reads
+        reader.data_received(data[i:i + 7])
+    got = codec.Decoder().feed(b"".join(t.written))
+    assert [c.opaque for c in got] == [1000 + n for n in range(5)]
+    assert all(c.is_response and c.code == 0 and c.ext["queueId"] == "3" for c in got)
+    assert len(t.written[0]) == len(NullReader.REPLY) and not reader.buf
