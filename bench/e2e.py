@@ -396,7 +396,7 @@ def run_consume(target, args) -> dict:
             max(r["elapsed"] for r in res), "gen_cpu_s": gen_cpu}
 
 
-def _with_cpu(server, run, *args, **kwargs) -> dict:
+def with_cpu(server, run, *args, **kwargs) -> dict:
     """``run``'s result, plus the server's CPU over the whole run (warm-up and drain included):
     ``cpu`` µs per message acknowledged in it, by process, and ``cpu_pct`` of one core; and
     ``gen_pct``, the load generator's share of a core over the same time (the two share the box)."""
@@ -409,7 +409,7 @@ def _with_cpu(server, run, *args, **kwargs) -> dict:
 
 
 # ---------------------------------------------------------------- the servers
-def _wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 30) -> None:
+def wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -440,8 +440,8 @@ class RocketboxServer:
     def _ready(self) -> None:
         cfg = config.load(self.conf)
         for i in range(cfg.readerProcessNums):
-            _wait_port(cfg.reader_port(i), self.app.proc, f"reader {i}")
-        _wait_port(self.port, self.app.proc, "HAProxy")
+            wait_port(cfg.reader_port(i), self.app.proc, f"reader {i}")
+        wait_port(self.port, self.app.proc, "HAProxy")
         time.sleep(2.5)     # HAProxy checks each reader every 1 s: let every reader be marked up first
         resp = _call(self.port, Command(R.UPDATE_AND_CREATE_TOPIC, {
             "topic": TOPIC, "defaultTopic": "TBW102", "readQueueNums": str(QUEUES), "writeQueueNums": str(QUEUES),
@@ -480,7 +480,7 @@ class RedisServer:
                                       "--appendonly", "yes", "--appendfsync", self.fsync, "--save", "",
                                       "--daemonize", "no", "--logfile", os.path.join(self.dir, "redis.log")],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        _wait_port(self.port, self.proc, "redis-server")
+        wait_port(self.port, self.proc, "redis-server")
         return self
 
     def prepare_consume(self) -> None:
@@ -502,24 +502,31 @@ class RedisServer:
 PAIRS = {"ASYNC_FLUSH": "everysec", "SYNC_FLUSH": "always"}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def load_arguments(doc: str) -> argparse.ArgumentParser:
+    """The options of the load (``run_load``'s ``args``) and of the Redis beside it, shared by
+    the benchmarks that drive both with this generator."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=5, help="measured seconds per row")
     ap.add_argument("--warmup", type=float, default=1)
     ap.add_argument("--procs", type=int, default=2, help="load generator processes")
     ap.add_argument("--conns", type=int, default=4, help="connections per generator process")
     ap.add_argument("--window", type=int, default=16, help="requests in flight per connection (single sends)")
-    ap.add_argument("--batch", type=int, default=32, help="messages per batch send")
-    ap.add_argument("--batch-window", type=int, default=4, help="batches in flight per connection")
     ap.add_argument("--rate", type=float, default=20000, help="msgs/s of the paced latency row")
     ap.add_argument("--body", type=int, default=1024)
+    ap.add_argument("--redis-server", default=shutil.which("redis-server") or "/usr/bin/redis-server")
+    ap.add_argument("--dir", default=None, help="where the stores go (default: system temp dir)")
+    return ap
+
+
+def main() -> None:
+    ap = load_arguments(__doc__)
+    ap.add_argument("--batch", type=int, default=32, help="messages per batch send")
+    ap.add_argument("--batch-window", type=int, default=4, help="batches in flight per connection")
     ap.add_argument("--json", action="store_true",
                     help="rocketbox's sends with JSON headers, as real clients send by default (pulls stay binary)")
     ap.add_argument("--readers", type=int, default=2, help="rocketbox readerProcessNums")
     ap.add_argument("--modes", default="ASYNC_FLUSH,SYNC_FLUSH", help="comma-separated: " + ", ".join(PAIRS))
     ap.add_argument("--port", type=int, default=29100, help="rocketbox listenPort (readers above it); redis +100")
-    ap.add_argument("--redis-server", default=shutil.which("redis-server") or "/usr/bin/redis-server")
-    ap.add_argument("--dir", default=None, help="where both stores go (default: system temp dir)")
     ap.add_argument("--box-seconds", type=float, default=2, help="bench.hiccups' CPU steadiness check first (0: skip)")
     args = ap.parse_args()
     unknown = [m for m in args.modes.split(",") if m not in PAIRS]
@@ -553,14 +560,14 @@ def main() -> None:
                     single, batch = (Rocketbox.send_frames(body, n, header) for n in (1, args.batch))
                 else:
                     single, batch = (Redis.send_frames(body, n) for n in (1, args.batch))
-                rows["send single"][proto] = _with_cpu(server, run_load, proto, server.port, single, args,
+                rows["send single"][proto] = with_cpu(server, run_load, proto, server.port, single, args,
                                                        args.window)
-                rows[f"send batch of {args.batch}"][proto] = _with_cpu(server, run_load, proto, server.port, batch,
+                rows[f"send batch of {args.batch}"][proto] = with_cpu(server, run_load, proto, server.port, batch,
                                                                        args, args.batch_window)
-                rows[f"send single at {args.rate:.0f}/s"][proto] = _with_cpu(
+                rows[f"send single at {args.rate:.0f}/s"][proto] = with_cpu(
                     server, run_load, proto, server.port, single, args, args.window, rate=args.rate)
                 server.prepare_consume()
-                rows["consume"][proto] = _with_cpu(server, run_consume, server, args)
+                rows["consume"][proto] = with_cpu(server, run_consume, server, args)
             finally:
                 server.stop()
         for row, r in rows.items():

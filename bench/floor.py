@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import multiprocessing as mp
 import os
 import shutil
 import signal
 import struct
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -34,6 +34,7 @@ import psutil
 
 from appliance import config
 from bench import e2e
+from bench.appliance import ROOT
 from haproxy import service as haproxy
 from net import proxy
 from remoting import codec
@@ -82,7 +83,8 @@ class NullReader(asyncio.Protocol):
             self.transport.writelines(out)
 
 
-def _serve(port: int) -> None:
+def serve(port: int) -> None:
+    """A null reader's process (``bench.floor --serve PORT``), until SIGTERM."""
     import uvloop
 
     async def main():
@@ -95,36 +97,40 @@ def _serve(port: int) -> None:
 
 class NullAppliance:
     """HAProxy as the appliance runs it, in front of ``readers`` null readers (``readers`` 0: one
-    null reader on ``port`` itself, no HAProxy)."""
+    null reader on ``port`` itself, no HAProxy); each a process of its own."""
     name = "rocketbox"
 
     def __init__(self, port: int, readers: int, base: str | None):
         self.port, self.readers = port, readers
         self.dir = tempfile.mkdtemp(prefix="rbx-floor-", dir=base)
-        self.procs: dict[str, object] = {}
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def _null_reader(self, name: str, port: int) -> None:
+        self.procs[name] = subprocess.Popen([sys.executable, "-m", "bench.floor", "--serve", str(port)], cwd=ROOT)
 
     def start(self) -> "NullAppliance":
-        ctx = mp.get_context("fork")
-        if not self.readers:
-            self.procs["null-reader"] = ctx.Process(target=_serve, args=(self.port,), daemon=True)
-            self.procs["null-reader"].start()
-            e2e._wait_port(self.port, _Alive(self.procs["null-reader"]), "null reader")
-            return self
-        conf = os.path.join(self.dir, "broker.conf")
-        with open(conf, "w") as f:
-            f.write(f"storePathRootDir={self.dir}/store\nlistenPort={self.port}\nreaderProcessNums={self.readers}\n"
-                    f"brokerIP1=127.0.0.1\nnamesrvAddr=\nshmPrefix=/rbx-floor\n")
-        cfg = config.load(conf)
-        for i in range(self.readers):
-            p = self.procs[f"null-reader-{i}"] = ctx.Process(target=_serve, args=(cfg.reader_port(i),), daemon=True)
-            p.start()
-        exe, path = haproxy.configure(cfg)
-        self.procs["haproxy"] = subprocess.Popen([exe, "-db", "-f", path], stdout=subprocess.DEVNULL,
-                                                 stderr=subprocess.STDOUT)
-        for i in range(self.readers):
-            e2e._wait_port(cfg.reader_port(i), _Alive(self.procs[f"null-reader-{i}"]), f"null reader {i}")
-        e2e._wait_port(self.port, self.procs["haproxy"], "HAProxy")
-        time.sleep(2.5)     # HAProxy checks each reader every 1 s: let every reader be marked up first
+        try:
+            if not self.readers:
+                self._null_reader("null-reader", self.port)
+                e2e.wait_port(self.port, self.procs["null-reader"], "null reader")
+                return self
+            conf = os.path.join(self.dir, "broker.conf")
+            with open(conf, "w") as f:
+                f.write(f"storePathRootDir={self.dir}/store\nlistenPort={self.port}\n"
+                        f"readerProcessNums={self.readers}\nbrokerIP1=127.0.0.1\nnamesrvAddr=\n")
+            cfg = config.load(conf)
+            for i in range(self.readers):
+                self._null_reader(f"null-reader-{i}", cfg.reader_port(i))
+            exe, path = haproxy.configure(cfg)
+            self.procs["haproxy"] = subprocess.Popen([exe, "-db", "-f", path], stdout=subprocess.DEVNULL,
+                                                     stderr=subprocess.STDOUT)
+            for i in range(self.readers):
+                e2e.wait_port(cfg.reader_port(i), self.procs[f"null-reader-{i}"], f"null reader {i}")
+            e2e.wait_port(self.port, self.procs["haproxy"], "HAProxy")
+            time.sleep(2.5)     # HAProxy checks each reader every 1 s: let every reader be marked up first
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def cpu(self) -> dict[str, float]:
@@ -132,43 +138,21 @@ class NullAppliance:
 
     def stop(self) -> None:
         for p in self.procs.values():
-            if isinstance(p, subprocess.Popen):
+            if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
                 p.wait(30)
-            else:
-                p.terminate()
-                p.join(30)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-class _Alive:
-    """A multiprocessing.Process seen as ``e2e._wait_port`` sees a Popen."""
-
-    def __init__(self, p):
-        self.p = p
-
-    def poll(self):
-        return None if self.p.is_alive() else self.p.exitcode
-
-    @property
-    def returncode(self):
-        return self.p.exitcode
-
-
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seconds", type=float, default=5, help="measured seconds per row")
-    ap.add_argument("--warmup", type=float, default=1)
-    ap.add_argument("--procs", type=int, default=2, help="load generator processes")
-    ap.add_argument("--conns", type=int, default=4, help="connections per generator process")
-    ap.add_argument("--window", type=int, default=16, help="requests in flight per connection")
-    ap.add_argument("--rate", type=float, default=20000, help="msgs/s of the paced row")
-    ap.add_argument("--body", type=int, default=1024)
+    ap = e2e.load_arguments(__doc__)
     ap.add_argument("--readers", type=int, default=2, help="null readers behind HAProxy")
     ap.add_argument("--port", type=int, default=29300, help="HAProxy's port (null readers above it); redis +100")
-    ap.add_argument("--redis-server", default=shutil.which("redis-server") or "/usr/bin/redis-server")
-    ap.add_argument("--dir", default=None, help="where Redis's AOF goes (default: system temp dir)")
+    ap.add_argument("--serve", type=int, metavar="PORT", help=argparse.SUPPRESS)    # a null reader's process
     args = ap.parse_args()
+    if args.serve:
+        serve(args.serve)
+        return
     if not os.path.exists(args.redis_server):
         raise SystemExit("bench.floor: redis-server not found (apt-get install redis-server, or --redis-server PATH)")
     print(f"# floor benchmark: body={args.body}B seconds={args.seconds} warmup={args.warmup} procs={args.procs} "
@@ -185,7 +169,7 @@ def main() -> None:
         server.start()
         try:
             for row, rate in rows:
-                results[key, row] = e2e._with_cpu(server, e2e.run_load, server.name, server.port,
+                results[key, row] = e2e.with_cpu(server, e2e.run_load, server.name, server.port,
                                                   frames[server.name], args, args.window, rate=rate)
         finally:
             server.stop()
