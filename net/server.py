@@ -184,12 +184,13 @@ class Connection(asyncio.Protocol):
 
     def reply_pieces(self, req: Command, pieces: list) -> None:
         """``send_reply`` of an answer already encoded, in pieces (``ResponseTemplate.encode_pieces``:
-        a pull's records as views of the CommitLog), written as they are, never joined."""
+        a pull's records as views of the CommitLog), written as they are, never joined.  The
+        first piece starts with the frame's length, so its size needs no pass over the pieces."""
         if not req.is_oneway:
             if not self.out:
                 self.loop.call_soon(self._write_out)
             self.out += pieces
-            self.out_bytes += sum(map(len, pieces))
+            self.out_bytes += 4 + int.from_bytes(pieces[0][:4], "big")
 
     def send(self, cmd: Command) -> None:
         self.write(codec.encode(cmd))
