@@ -561,9 +561,9 @@ def main() -> None:
                 else:
                     single, batch = (Redis.send_frames(body, n) for n in (1, args.batch))
                 rows["send single"][proto] = with_cpu(server, run_load, proto, server.port, single, args,
-                                                       args.window)
+                                                      args.window)
                 rows[f"send batch of {args.batch}"][proto] = with_cpu(server, run_load, proto, server.port, batch,
-                                                                       args, args.batch_window)
+                                                                      args, args.batch_window)
                 rows[f"send single at {args.rate:.0f}/s"][proto] = with_cpu(
                     server, run_load, proto, server.port, single, args, args.window, rate=args.rate)
                 server.prepare_consume()

@@ -170,7 +170,7 @@ def main() -> None:
         try:
             for row, rate in rows:
                 results[key, row] = e2e.with_cpu(server, e2e.run_load, server.name, server.port,
-                                                  frames[server.name], args, args.window, rate=rate)
+                                                 frames[server.name], args, args.window, rate=rate)
         finally:
             server.stop()
     names = {"redis": "redis-server (everysec)", "haproxy": f"HAProxy + {args.readers} null readers",
