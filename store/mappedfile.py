@@ -144,16 +144,23 @@ class MappedFileQueue:
         self.files: list[MappedFile] = []
 
     def load(self) -> "MappedFileQueue":
-        """Map every file in the directory; a file of the wrong size fails the load."""
+        """Map every file in the directory; a file of the wrong size fails the load.  The newest
+        file may still be empty: its creator is between creating it and reserving its blocks
+        (``MappedFile.open``), or was killed there.  A read-only user leaves it to ``refresh``,
+        which maps it once it has its size; its owner (loading for recovery) finishes creating it."""
         if self.writable:
             os.makedirs(self.directory, exist_ok=True)
         elif not os.path.isdir(self.directory):
             return self
         names = sorted(n for n in os.listdir(self.directory) if is_offset_name(n))
         try:
-            for name in names:
-                mf = MappedFile(os.path.join(self.directory, name), int(name), self.file_size, self.writable)
-                self.files.append(mf.open())
+            for i, name in enumerate(names):
+                path = os.path.join(self.directory, name)
+                unfinished = i == len(names) - 1 and os.path.getsize(path) == 0
+                if unfinished and not self.writable:
+                    break
+                mf = MappedFile(path, int(name), self.file_size, self.writable)
+                self.files.append(mf.open(create=unfinished))
         except BaseException:
             self.close()
             raise

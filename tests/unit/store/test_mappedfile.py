@@ -2,6 +2,9 @@
 (/proc/self/smaps: VmFlags, where "rr" is VM_RAND_READ, what MADV_RANDOM sets, and Rss, the pages
 the mapping holds)."""
 
+import pytest
+
+from store.errors import FileSizeMismatch
 from store.indexfile import IndexFile
 from store.mappedfile import MappedFile, MappedFileQueue
 
@@ -69,3 +72,41 @@ def test_the_index_file_is_mapped_without_read_ahead_for_writing_and_reading(tmp
     finally:
         writer.close()
         reader.close()
+
+
+def test_the_newest_file_while_empty_is_being_created(tmp_path):
+    """Creation is an empty file, then its blocks reserved: a reader loading in between (a new
+    queue's first pull) waits for it to be full-size instead of failing with FileSizeMismatch, and
+    an owner loading after a kill in between (recovery) finishes creating it."""
+    d = tmp_path / "commitlog"
+    writer = MappedFileQueue(str(d), SIZE, True).load()
+    writer.file_for_write(0).write(0, b"first")
+    newest = d / f"{SIZE:020d}"
+    newest.touch()                                    # created, its blocks not reserved yet
+    reader = MappedFileQueue(str(d), SIZE, False).load()
+    try:
+        assert [f.start for f in reader.files] == [0]
+        assert bytes(reader.files[0].view[:5]) == b"first"
+        reader.refresh()                              # still empty: still not mapped
+        assert [f.start for f in reader.files] == [0]
+        owner = MappedFileQueue(str(d), SIZE, True).load()     # the owner's load finishes it
+        assert [f.start for f in owner.files] == [0, SIZE] and newest.stat().st_size == SIZE
+        owner.files[1].write(0, b"second")
+        reader.refresh()
+        assert [f.start for f in reader.files] == [0, SIZE]
+        assert bytes(reader.files[1].view[:6]) == b"second"
+        owner.close()
+    finally:
+        writer.close()
+        reader.close()
+
+
+def test_an_empty_file_before_the_newest_still_fails_the_load(tmp_path):
+    d = tmp_path / "commitlog"
+    d.mkdir()
+    (d / "00000000000000000000").touch()
+    with open(d / f"{SIZE:020d}", "wb") as f:
+        f.truncate(SIZE)
+    for writable in (False, True):
+        with pytest.raises(FileSizeMismatch, match="00000000000000000000: length 0"):
+            MappedFileQueue(str(d), SIZE, writable).load()
