@@ -120,6 +120,8 @@ TABLE = (
     ("ringSlots", _int_in(1, 256), "8", "producer ring pairs: readers + tools + benchmarks"),
     ("ringRequestBytes", _int_in(64 * 1024, 2**31), "16777216", "capacity of each request ring"),
     ("ringResponseBytes", _int_in(64 * 1024, 2**31), "4194304", "capacity of each response ring"),
+    ("maxTopicQueueNums", _int_in(1024, 65536), "1024", "most read or write queues of one topic (the built-in "
+                                                         "BenchmarkTest has 1024)"),
     ("shmQueueSlots", _int_in(16, 2**24), "65536", "most topic-queues the appliance can hold"),
     ("shmTopicSlots", _int_in(16, 2**22), "16384", "most topics the appliance can hold"),
     ("shmOffsetSlots", _int_in(16, 2**22), "65536", "most (topic, group, queue) consumer offsets the appliance can hold"),
@@ -180,6 +182,7 @@ class BrokerConfig:
     ringSlots: int
     ringRequestBytes: int
     ringResponseBytes: int
+    maxTopicQueueNums: int
     shmQueueSlots: int
     shmTopicSlots: int
     shmOffsetSlots: int

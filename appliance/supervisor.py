@@ -27,6 +27,7 @@ from appliance.roles import FINISH_STOP, SUPERVISED_ENV, listeners, pid_path, ro
 from shm.layout import C
 from shm.state import SharedState
 from shm.tables import TableFull
+from writer.topics import QueueNumsOutOfRange
 
 log = logging.getLogger("rocketbox.supervisor")
 STOP_TIMEOUT_S = 60
@@ -116,6 +117,8 @@ class Supervisor:
             report = recovery.recover(self.cfg, self.sh)
         except TableFull as e:           # the store holds more than broker.conf makes room for
             raise CannotStart(f"the store does not fit: {e}; raise it in {self.config_path or 'broker.conf'}") from None
+        except QueueNumsOutOfRange as e:
+            raise CannotStart(f"{e}; raise it in {self.config_path or 'broker.conf'}") from None
         log.info("recovered (%s exit): CommitLog end %d, cut %d bytes, re-dispatched from %d, %d queues",
                  "abnormal" if report.abnormal else "normal", report.end_offset, report.cut_bytes,
                  report.redispatch_from, report.queues)

@@ -16,7 +16,7 @@ from shm.layout import C
 from store import configfile, message
 from store.errors import StoreError
 from writer import groups
-from writer.topics import topic_config
+from writer.topics import QueueNumsOutOfRange, check_queue_nums, topic_config
 
 SYSTEM_TOPICS_FOR_ADMIN = SYSTEM_TOPICS | {"TBW102"}
 
@@ -154,6 +154,10 @@ class AdminProcessor:
         tc = topic_config(topic, h["readQueueNums"], h["writeQueueNums"], h["perm"],
                           sys_flag=h["topicSysFlag"] or 0, order=bool(h["order"]),
                           filter_type=h["topicFilterType"] or "SINGLE_TAG")
+        try:
+            check_queue_nums(tc, self.cfg.maxTopicQueueNums)
+        except QueueNumsOutOfRange as e:
+            return cmd.response(RC.SYSTEM_ERROR, str(e))
         return self._create(cmd, tc)
 
     async def _create(self, cmd, tc):

@@ -24,6 +24,21 @@ def topic_config(name: str, read: int, write: int, perm: int = PERM_RW, sys_flag
             "topicName": name, "topicSysFlag": sys_flag, "writeQueueNums": write}
 
 
+class QueueNumsOutOfRange(ValueError):
+    """A topic with more read or write queues than ``maxTopicQueueNums`` (or fewer than 0)."""
+
+
+def check_queue_nums(tc: dict, most: int) -> None:
+    """Refuse (QueueNumsOutOfRange) a topic whose read or write queue count is outside 0 to ``most``
+    (``maxTopicQueueNums``): each of its queues is a consume-queue directory made with the topic,
+    and an entry in every client's route."""
+    for key in ("readQueueNums", "writeQueueNums"):
+        n = int(tc.get(key, 16))
+        if not 0 <= n <= most:
+            raise QueueNumsOutOfRange(f"{key} {n} of topic {tc.get('topicName')} is out of range: a topic has 0 to {most} "
+                             "queues (maxTopicQueueNums)")
+
+
 def queue_nums(tc: dict) -> int:
     return max(int(tc.get("readQueueNums", 0)), int(tc.get("writeQueueNums", 0)))
 
@@ -63,6 +78,10 @@ class TopicTable:
             self.configs = dict(data.get("topicConfigTable", {}))
             self.data_version = data.get("dataVersion", self.data_version)
         for name, tc in self.configs.items():
+            try:
+                check_queue_nums(tc, self.cfg.maxTopicQueueNums)
+            except QueueNumsOutOfRange as e:
+                raise QueueNumsOutOfRange(f"{self.path}: {e}") from None
             self._publish(name, tc)
 
     def attach(self) -> None:
@@ -76,6 +95,7 @@ class TopicTable:
     def upsert(self, tc: dict) -> int:
         """Create or update a topic: checked, persisted, then published to the shared table."""
         name = tc["topicName"]
+        check_queue_nums(tc, self.cfg.maxTopicQueueNums)
         if name not in self.index and int(self.control[C.TOPIC_COUNT]) >= len(self.names):
             raise TableFull(f"shared topic table is full ({len(self.names)} topics, see shmTopicSlots)")
         self.configs[name] = tc

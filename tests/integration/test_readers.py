@@ -153,6 +153,41 @@ def test_bad_sends_get_rocketmq_codes(appliance_factory):
     w.close()
 
 
+def test_a_topic_past_maxTopicQueueNums_is_refused_when_made_and_at_start(appliance_factory):
+    """A topic's queues are consume-queue directories the writer makes with it: one asking for
+    2**31 - 1 of them kept the writer making directories, and every send timed out."""
+    from store import configfile
+    app = appliance_factory().start()
+    w = Wire("127.0.0.1", app.cfg.listenPort)
+
+    def create(topic: str, read: str, write: str):
+        return w.call(R.UPDATE_AND_CREATE_TOPIC, {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": read,
+                                                  "writeQueueNums": write, "perm": "6",
+                                                  "topicFilterType": "SINGLE_TAG", "order": "false"})
+
+    for read, write, bad in (("2147483647", "1", "readQueueNums 2147483647"), ("8", "1025", "writeQueueNums 1025"),
+                             ("-1", "8", "readQueueNums -1")):
+        r = create("Huge", read, write)
+        assert r.code == RC.SYSTEM_ERROR, (r.code, r.remark)
+        assert r.remark == f"{bad} of topic Huge is out of range: a topic has 0 to 1024 queues (maxTopicQueueNums)"
+    assert create("Wide", "1024", "1024").code == RC.SUCCESS              # the limit itself is fine
+    assert send_v2(w, "Wide", b"last", queue=1023).code == RC.SUCCESS
+    assert pull_n(w, "Wide", 1, queue=1023) == [b"last"]
+    topics = configfile.read(f"{app.cfg.config_dir}/topics.json")
+    assert "Huge" not in topics["topicConfigTable"] and "Huge" not in os.listdir(f"{app.cfg.root}/consumequeue")
+    assert len(os.listdir(f"{app.cfg.root}/consumequeue/Wide")) == 1024
+    w.close()
+    assert app.stop() == 0
+    topics["topicConfigTable"]["Wide"]["readQueueNums"] = 1025          # an edit past the limit
+    configfile.write(f"{app.cfg.config_dir}/topics.json", topics)
+    r = app.cmd("start")
+    assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+    assert (f"appliance: {app.cfg.config_dir}/topics.json: readQueueNums 1025 of topic Wide is out of range: a topic "
+            f"has 0 to 1024 queues (maxTopicQueueNums); raise it in {app.conf}") in r.stderr, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and "started " not in r.stderr
+    assert not [n for n in os.listdir("/dev/shm") if app.cfg.shmPrefix[1:] in n]
+
+
 def test_long_poll_is_answered_when_the_queue_grows(appliance_factory):
     app = appliance_factory().start()
     w, w2 = Wire("127.0.0.1", app.cfg.listenPort, timeout=10), Wire("127.0.0.1", app.cfg.listenPort)

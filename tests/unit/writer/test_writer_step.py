@@ -329,3 +329,22 @@ def test_a_full_queue_table_refuses_first_writes_to_new_queues_and_the_writer_li
         again = put(w, c, [PutRequest("Q", 3, [b"again"], [{}]), PutRequest("Q", 19, [b"x"], [{}])])
         assert [(r.status, r.queue_offset) for r in again] == [(P.SUCCESS, 1), (P.QUEUES_FULL, 0)]
         assert int(sh.control[C.WRITTEN]) == again[0].end_offset > written
+
+
+def test_the_writer_refuses_a_topic_past_maxTopicQueueNums_and_makes_none_of_its_directories(rig):
+    """Its own check, whatever a reader let through: each queue is a directory made with the topic."""
+    cfg, sh, w, d, c = rig
+    count = int(sh.control[C.TOPIC_COUNT])
+    rid = c.push_topic(topic_config("Huge", 2**31 - 1, 1))
+    while w.step():
+        pass
+    c.poll()
+    assert c.topic_replies.pop(rid).status == P.SYSTEM_ERROR
+    assert int(sh.control[C.TOPIC_COUNT]) == count and "Huge" not in w.topics.configs
+    assert not os.path.exists(os.path.join(cfg.root, "consumequeue", "Huge"))
+    rid = c.push_topic(topic_config("Wide", cfg.maxTopicQueueNums, 1))
+    while w.step():
+        pass
+    c.poll()
+    assert c.topic_replies.pop(rid).status == P.SUCCESS
+    assert len(os.listdir(os.path.join(cfg.root, "consumequeue", "Wide"))) == cfg.maxTopicQueueNums
