@@ -70,7 +70,7 @@ class MappedFile:
         fd = os.open(self.path, flags, 0o644)
         try:
             length = os.fstat(fd).st_size
-            if create and length == 0:
+            if create and length < self.size:       # new, or its creation was cut short
                 try:     # reserve the blocks now: a full disk fails here, not as SIGBUS on a store
                     os.posix_fallocate(fd, 0, self.size)
                 except OSError as e:
@@ -145,9 +145,10 @@ class MappedFileQueue:
 
     def load(self) -> "MappedFileQueue":
         """Map every file in the directory; a file of the wrong size fails the load.  The newest
-        file may still be empty: its creator is between creating it and reserving its blocks
-        (``MappedFile.open``), or was killed there.  A read-only user leaves it to ``refresh``,
-        which maps it once it has its size; its owner (loading for recovery) finishes creating it."""
+        file may still be short of its size: its creator is reserving its blocks (``MappedFile.open``:
+        the file is made empty, then grows as ext4 allocates it), or was killed doing so.  A
+        read-only user leaves it to ``refresh``, which maps it once it has its size; its owner
+        (loading for recovery) finishes creating it."""
         if self.writable:
             os.makedirs(self.directory, exist_ok=True)
         elif not os.path.isdir(self.directory):
@@ -156,7 +157,7 @@ class MappedFileQueue:
         try:
             for i, name in enumerate(names):
                 path = os.path.join(self.directory, name)
-                unfinished = i == len(names) - 1 and os.path.getsize(path) == 0
+                unfinished = i == len(names) - 1 and os.path.getsize(path) < self.file_size
                 if unfinished and not self.writable:
                     break
                 mf = MappedFile(path, int(name), self.file_size, self.writable)

@@ -93,7 +93,8 @@ def test_truncate_phys(tmp_path):
 def test_wrong_file_size_refuses_to_load(tmp_path):
     d = tmp_path / "consumequeue/T/0"
     d.mkdir(parents=True)
-    (d / "00000000000000000000").write_bytes(b"\0" * 60)
+    (d / "00000000000000000000").write_bytes(b"\0" * 60)         # (the newest short one: being made)
+    (d / "00000000000000000100").write_bytes(b"\0" * 100)
     with pytest.raises(FileSizeMismatch):
         ConsumeQueue(str(tmp_path), "T", 0, 100, False).load()
 

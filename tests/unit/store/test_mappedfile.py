@@ -74,15 +74,18 @@ def test_the_index_file_is_mapped_without_read_ahead_for_writing_and_reading(tmp
         reader.close()
 
 
-def test_the_newest_file_while_empty_is_being_created(tmp_path):
-    """Creation is an empty file, then its blocks reserved: a reader loading in between (a new
-    queue's first pull) waits for it to be full-size instead of failing with FileSizeMismatch, and
-    an owner loading after a kill in between (recovery) finishes creating it."""
+@pytest.mark.parametrize("made", [0, SIZE // 4])
+def test_the_newest_file_short_of_its_size_is_being_created(tmp_path, made):
+    """Creation is an empty file, then its blocks reserved (ext4 grows it as it goes): a reader
+    loading meanwhile (a consumer's first request for a new queue) leaves it to ``refresh``
+    instead of failing with FileSizeMismatch, and an owner loading after a kill meanwhile
+    (recovery) finishes creating it."""
     d = tmp_path / "commitlog"
     writer = MappedFileQueue(str(d), SIZE, True).load()
     writer.file_for_write(0).write(0, b"first")
     newest = d / f"{SIZE:020d}"
-    newest.touch()                                    # created, its blocks not reserved yet
+    with open(newest, "wb") as f:                     # created, its blocks not all reserved yet
+        f.truncate(made)
     reader = MappedFileQueue(str(d), SIZE, False).load()
     try:
         assert [f.start for f in reader.files] == [0]
@@ -101,12 +104,14 @@ def test_the_newest_file_while_empty_is_being_created(tmp_path):
         reader.close()
 
 
-def test_an_empty_file_before_the_newest_still_fails_the_load(tmp_path):
-    d = tmp_path / "commitlog"
-    d.mkdir()
-    (d / "00000000000000000000").touch()
-    with open(d / f"{SIZE:020d}", "wb") as f:
-        f.truncate(SIZE)
-    for writable in (False, True):
-        with pytest.raises(FileSizeMismatch, match="00000000000000000000: length 0"):
-            MappedFileQueue(str(d), SIZE, writable).load()
+def test_a_short_file_before_the_newest_or_a_long_one_still_fails_the_load(tmp_path):
+    for first, second, bad in ((SIZE // 2, SIZE, f"{0:020d}: length {SIZE // 2} "),
+                               (SIZE, SIZE + 1, f"{SIZE:020d}: length {SIZE + 1} ")):
+        d = tmp_path / f"commitlog{first}-{second}"
+        d.mkdir()
+        for start, length in ((0, first), (SIZE, second)):
+            with open(d / f"{start:020d}", "wb") as f:
+                f.truncate(length)
+        for writable in (False, True):
+            with pytest.raises(FileSizeMismatch, match=bad):
+                MappedFileQueue(str(d), SIZE, writable).load()
