@@ -35,8 +35,8 @@ def check_queue_nums(tc: dict, most: int) -> None:
     for key in ("readQueueNums", "writeQueueNums"):
         n = int(tc.get(key, 16))
         if not 0 <= n <= most:
-            raise QueueNumsOutOfRange(f"{key} {n} of topic {tc.get('topicName')} is out of range: a topic has 0 to {most} "
-                             "queues (maxTopicQueueNums)")
+            raise QueueNumsOutOfRange(f"{key} {n} of topic {tc.get('topicName')} is out of range: "
+                                      f"a topic has 0 to {most} queues (maxTopicQueueNums)")
 
 
 def queue_nums(tc: dict) -> int:
