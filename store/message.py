@@ -389,9 +389,12 @@ def _fields(buf, pos: int, where: str):
 
 
 def decode_record(buf, pos: int = 0, where: str = "record") -> Record:
+    """Text as Java's ``new String(bytes, UTF_8)`` reads it (MessageDecoder): bytes that are not
+    UTF-8 become U+FFFD.  A batch's properties are stored as the client sent them, by RocketMQ's
+    broker as by ours, so a store may hold such bytes; they are not a broken record."""
     h, body, topic, props = _fields(buf, pos, where)
-    return Record(h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9], h[10], h[11], h[12],
-                  h[13], h[14], h[15], body, topic.decode(), parse_properties(props.decode()))
+    return Record(h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9], h[10], h[11], h[12], h[13], h[14],
+                  h[15], body, topic.decode("utf-8", "replace"), parse_properties(props.decode("utf-8", "replace")))
 
 
 def decode_records(buf, where: str = "records") -> list[Record]:

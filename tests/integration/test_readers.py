@@ -188,6 +188,30 @@ def test_a_topic_past_maxTopicQueueNums_is_refused_when_made_and_at_start(applia
     assert not [n for n in os.listdir("/dev/shm") if app.cfg.shmPrefix[1:] in n]
 
 
+def test_a_batch_whose_properties_are_not_utf8_is_stored_as_sent_and_read_as_java_reads_it(appliance_factory):
+    """RocketMQ's broker copies a batch's properties bytes as they come; so do we, and every
+    reader of the record (a consumer, VIEW_MESSAGE_BY_ID, the checker) reads them with U+FFFD."""
+    from appliance.check import check
+    from client.message import decode_messages
+    app = appliance_factory().start()
+    w = Wire("127.0.0.1", app.cfg.listenPort)
+    batch = bytearray(message.encode_client_batch([(0, b"one", "TAGS\x01TagA\x02KEYS\x01kx"), (0, b"two", "")]))
+    batch[batch.index(b"kx") + 1] = 0xF9                          # KEYS k\xf9: not UTF-8
+    r = w.call(R.SEND_BATCH_MESSAGE, {"a": "pg", "b": "Raw", "c": "TBW102", "d": "4", "e": "0", "f": "0", "g": "1",
+                                      "h": "0", "i": "", "m": "true"}, bytes(batch))
+    assert r.code == RC.SUCCESS, r.remark
+    assert pull_n(w, "Raw", 2) == [b"one", b"two"]
+    got = decode_messages(pull(w, "Raw", 0).body)
+    assert got[0].properties["KEYS"] == "k\ufffd" and got[0].properties["TAGS"] == "TagA"
+    phys = message.parse_offset_msg_id(r.ext["msgId"].split(",")[0])[2]
+    v = w.call(R.VIEW_MESSAGE_BY_ID, {"offset": str(phys)})
+    assert v.code == RC.SUCCESS and b"k\xf9" in v.body                     # the bytes as stored
+    w.close()
+    assert app.stop() == 0
+    rep = check(app.cfg)
+    assert rep.clean and rep.records == 2
+
+
 def test_long_poll_is_answered_when_the_queue_grows(appliance_factory):
     app = appliance_factory().start()
     w, w2 = Wire("127.0.0.1", app.cfg.listenPort, timeout=10), Wire("127.0.0.1", app.cfg.listenPort)

@@ -141,6 +141,14 @@ def test_a_record_template_encodes_what_encode_record_does():
         assert got.sizes == [len(r) for r in want] and b"".join(got.parts) == b"".join(want)
 
 
+def test_text_that_is_not_utf8_decodes_as_java_reads_it():
+    """A batch's properties are stored as sent (RocketMQ's broker does the same), so a record may
+    hold bytes that are not UTF-8: the consumer, the checker and VIEW_MESSAGE_BY_ID read them with
+    U+FFFD, as Java's ``new String(bytes, UTF_8)`` does, not fail."""
+    r = m.decode_record(make(properties=b"TAGS\x01T\xf9g\x02KEYS\x01k\xc3"))
+    assert r.properties == {"TAGS": "T\ufffdg", "KEYS": "k\ufffd"} and r.body == b"hello"
+
+
 def test_batch_records_are_the_messages_with_the_batch_properties_appended():
     extra = b"WAIT\x01true\x02CLUSTER\x01C"
     inner = [(7, b"two", "UNIQ_KEY\x01U2"), (8, b"three", "UNIQ_KEY\x01U3\x02"), (9, b"", ""), (-1, bytes(range(256)), "K\x01v")]
