@@ -158,9 +158,10 @@ def test_kill9_dispatcher_and_flusher_mid_load_rebuild_idempotently(appliance_fa
 
 def test_random_kills_of_every_role_under_client_sends_lose_no_acknowledged_message(appliance_factory):
     """Our producer through HAProxy, SYNC_FLUSH, while one role after another (readers, HAProxy,
-    writer, dispatcher, flusher; each twice, in a shuffled order) is killed -9 every 0.4-1.2 s.  Every acknowledged send
-    is in the store; a message is stored twice only as two tries (the client retried a try whose
-    reply never came, RocketMQ's at-least-once), never one try twice; the store checks clean."""
+    writer, dispatcher, flusher; each twice, in a shuffled order) is killed -9 every 0.4-1.2 s.
+    Every acknowledged send is in the store; a message is stored twice only as two tries (the
+    client retried a try whose reply never came, RocketMQ's at-least-once), never one try twice;
+    the store checks clean."""
     import asyncio
     import random
 

@@ -90,7 +90,7 @@ def test_the_newest_file_short_of_its_size_is_being_created(tmp_path, made):
     try:
         assert [f.start for f in reader.files] == [0]
         assert bytes(reader.files[0].view[:5]) == b"first"
-        reader.refresh()                              # still empty: still not mapped
+        reader.refresh()                              # still short: still not mapped
         assert [f.start for f in reader.files] == [0]
         owner = MappedFileQueue(str(d), SIZE, True).load()     # the owner's load finishes it
         assert [f.start for f in owner.files] == [0, SIZE] and newest.stat().st_size == SIZE
