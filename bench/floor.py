@@ -57,6 +57,7 @@ def null_reply() -> bytes:
 class NullReader(asyncio.Protocol):
     """Answers every request frame with ``REPLY`` and the request's opaque, nothing else."""
     REPLY = null_reply()
+    HEAD, TAIL = REPLY[:4 + OPAQUE_AT], REPLY[4 + OPAQUE_AT + 4:]       # around the opaque
 
     def connection_made(self, transport) -> None:
         self.transport, self.buf, self.head = transport, bytearray(), True
@@ -70,8 +71,7 @@ class NullReader(asyncio.Protocol):
                 return
             del buf[:got[0]]
             self.head = False
-        at, n, out, reply = 0, len(buf), [], self.REPLY
-        head, tail = reply[:4 + OPAQUE_AT], reply[4 + OPAQUE_AT + 4:]
+        at, n, out, head, tail = 0, len(buf), [], self.HEAD, self.TAIL
         while n - at >= 4:
             size = _LEN.unpack_from(buf, at)[0] + 4
             if n - at < size:
