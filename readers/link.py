@@ -21,6 +21,7 @@ import logging
 
 import numpy as np
 
+from readers.holds import HeldPulls
 from readers.storeview import StoreView
 from remoting.codes import ResponseCode as RC
 from shm.layout import C, S
@@ -54,7 +55,7 @@ class WriterLink:
         self.busy_after_s = cfg.osPageCacheBusyTimeOutMills / 1000  # writer unfinished that long: refuse sends
         self.held_max_s = cfg.waitTimeMillsInSendQueue / 1000       # a held slab that old: answered busy
         self.clean_timer: asyncio.TimerHandle | None = None
-        self.polls: list[list] = []        # held pulls: [topic, queue, offset, callback, timer]
+        self.polls = HeldPulls(self.view.queues, self.loop, self.row)   # long polls
         self.topic_waits: dict[int, asyncio.Future] = {}
         self.creating: dict[str, asyncio.Future] = {}              # auto-creations under way, by topic
         self.offset_batch: list[tuple[bytes, int, int]] = []
@@ -95,7 +96,7 @@ class WriterLink:
         if self.flush_waits:
             self._settle_flushes()
         if self.polls:
-            self._settle_polls()
+            self.polls.settle()
         if self.unapplied or self.apply_waits:
             done = self.ring.requests.read_pos
             self.unapplied = {k: v for k, v in self.unapplied.items() if v[1] > done}
@@ -248,36 +249,8 @@ class WriterLink:
     def when_grown(self, topic: str, queue_id: int, offset: int, timeout_s: float, callback) -> None:
         """``callback(True)`` once the queue's published max offset passes ``offset`` (checked
         now, on each dispatcher wake and on the tick), ``callback(False)`` after ``timeout_s``.
-        A held pull is this entry and a timer: no task, no future."""
-        hold = [topic, queue_id, offset, callback, None]
-        hold[4] = self.loop.call_later(timeout_s, self._poll_timeout, hold)
-        self.polls.append(hold)
-        self.row[S.DISPATCH_WAIT] = 1
-        self._settle_polls()                # it may have grown since the pull looked
-
-    def _settle_polls(self) -> None:
-        grew = []
-        for hold in self.polls:
-            off = self.view.offsets(hold[0], hold[1])
-            if off is not None and off[1] > hold[2]:
-                grew.append(hold)
-        if grew:
-            self._end_polls(grew, True)
-
-    def _poll_timeout(self, hold: list) -> None:
-        self._end_polls([hold], False)
-
-    def _end_polls(self, ended: list, grew: bool) -> None:
-        gone = {id(e) for e in ended}
-        self.polls = [p for p in self.polls if id(p) not in gone]
-        if not self.polls:
-            self.row[S.DISPATCH_WAIT] = 0
-        for _topic, _qid, _offset, callback, timer in ended:
-            timer.cancel()
-            try:
-                callback(grew)
-            except Exception:       # one broken callback must not cost the other pulls their answers
-                log.exception("long-poll callback failed")
+        A held pull is an entry of ``polls`` and a timer: no task, no future."""
+        self.polls.hold(topic, queue_id, offset, timeout_s, callback)
 
     # ------------------------------------------------------------ topics
     def creation_failed(self, topic: str, status: int) -> str:

@@ -2,6 +2,7 @@
 and tag filters, offsets and group membership shared across readers, bad input."""
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -14,6 +15,7 @@ from remoting.codes import RequestCode as R, ResponseCode as RC
 from shm.layout import C
 from store import message
 from store.configfile import loads_tolerant
+from tests.integration.harness import create_topic, dispatched
 from tests.integration.wire import Wire
 
 
@@ -230,6 +232,50 @@ def test_long_poll_is_answered_when_the_queue_grows(appliance_factory):
     sender.join(10)                  # its reply may come after the pull's: w2 stays open until then
     w.close()
     w2.close()
+
+
+def test_many_held_pulls_each_end_once_with_their_own_queue(appliance_factory):
+    """512 pulls held on one reader (8 groups x 64 queues; half the queues written before, held at
+    offset 1, half never written, held at 0): a send to a queue answers that queue's 8 holds with
+    the message and no other hold; every other hold ends once, at its time-out, PULL_NOT_FOUND."""
+    app = appliance_factory(readerProcessNums=1).start()
+    create_topic(app, "Held", 64)
+    w = Wire("127.0.0.1", app.cfg.listenPort, timeout=10)
+    for q in range(32):
+        assert send_v2(w, "Held", b"before", queue=q).code == RC.SUCCESS
+    asyncio.run(dispatched(app))                           # offset 1 is each such queue's end, not past it
+    groups = [Wire("127.0.0.1", app.cfg.listenPort, timeout=10) for _ in range(8)]
+    held = {}                                              # (group, opaque) -> queue
+    for g, gw in enumerate(groups):
+        for q in range(64):
+            opaque = gw.send(R.PULL_MESSAGE, {
+                "consumerGroup": f"hg{g}", "topic": "Held", "queueId": str(q), "queueOffset": "1" if q < 32 else "0",
+                "maxMsgNums": "32", "sysFlag": "2", "commitOffset": "0", "suspendTimeoutMillis": "3000",
+                "subscription": "*", "subVersion": "0"})
+            held[(g, opaque)] = q
+    time.sleep(0.3)                                        # all of them held by now
+    t0 = time.monotonic()
+    assert send_v2(w, "Held", b"to-7", queue=7).code == RC.SUCCESS        # a queue written before
+    assert send_v2(w, "Held", b"to-40", queue=40).code == RC.SUCCESS      # its first message
+    answered = {}
+    for g, gw in enumerate(groups):
+        for _ in range(2):
+            r = gw.read_response()
+            answered[(g, r.opaque)] = (held[(g, r.opaque)], r.code, bodies(r) if r.code == RC.SUCCESS else None)
+    assert time.monotonic() - t0 < 2.5                    # by the sends, not by the time-out
+    assert sorted(answered.values()) == [(7, RC.SUCCESS, [b"to-7"])] * 8 + [(40, RC.SUCCESS, [b"to-40"])] * 8
+    for g, gw in enumerate(groups):                        # the other 62 of each group: time-outs, once each
+        for _ in range(62):
+            r = gw.read_response()
+            assert (g, r.opaque) not in answered and r.code == RC.PULL_NOT_FOUND
+            answered[(g, r.opaque)] = (held[(g, r.opaque)], r.code, None)
+        gw.sock.settimeout(0.3)
+        with contextlib.suppress(TimeoutError):
+            extra = gw.sock.recv(1)
+            assert not extra, "more answers than pulls held"
+        gw.close()
+    assert set(answered) == set(held)
+    w.close()
 
 
 def test_queue_bounds_store_times_searches_by_time_a_message_by_offset_and_runtime_info(appliance_factory):

@@ -3,9 +3,11 @@ held (and growing) while the writer works on it, pushed as one ring entry when t
 wakes the loop through the slot's pipe; every waiter answered once, in order."""
 import asyncio
 
+import numpy as np
+
 from readers.link import OVERLOAD, WriterLink
 from remoting.codes import ResponseCode as RC
-from shm.layout import C
+from shm.layout import C, S
 from store import message
 from tests.unit.writer.rig import running_store, small_config
 from writer.client import PutRequest, RingClient
@@ -103,7 +105,6 @@ def test_a_slab_that_cannot_be_pushed_fails_every_request_in_it_with_the_reason(
 
 
 def test_held_pulls_end_once_each_when_their_queue_grows_or_their_time_is_up(tmp_path):
-    from shm.layout import S
     cfg = small_config(tmp_path / "store", "polls")
     with running_store(cfg) as (sh, w, d, c):
         w.topics.upsert(topic_config("Grow", 2, 2))
@@ -136,9 +137,50 @@ def test_held_pulls_end_once_each_when_their_queue_grows_or_their_time_is_up(tmp
                 put(1)
                 link.on_wake()
                 assert ended[-1] == ("q1", True) and len(ended) == 3
-                assert link.polls == [] and sh.slots[link.slot, S.DISPATCH_WAIT] == 0
+                assert len(link.polls) == 0 and sh.slots[link.slot, S.DISPATCH_WAIT] == 0
                 await asyncio.sleep(1.1)                           # no timer fires for an ended hold
                 assert len(ended) == 3
+            finally:
+                link.close()
+        asyncio.run(main())
+
+
+def test_a_queue_that_grows_ends_only_the_holds_it_has_grown_past(tmp_path):
+    cfg = small_config(tmp_path / "store", "polls2")
+    with running_store(cfg) as (sh, w, d, c):
+        w.topics.upsert(topic_config("Grow", 2, 2))
+
+        def put(queue, n=1):
+            ticket = c.submit([PutRequest("Grow", queue, [b"m"] * n, [{}] * n)])
+            assert w.step() and c.collect(ticket, 1)[0].ok and d.step()
+
+        async def main():
+            link = WriterLink(cfg, sh)
+            ended = []
+
+            def hold(offset, queue=0):
+                link.when_grown("Grow", queue, offset, 5, lambda grew: ended.append((queue, offset, grew)))
+            try:
+                put(0)                                          # queue 0's max offset: 1
+                hold(0)                                         # already past: ended at once
+                assert ended == [(0, 0, True)]
+                for offset in (3, 1, 2):
+                    hold(offset)
+                hold(0, queue=1)
+                assert len(link.polls) == 4
+                put(0)                                          # max 2: past the hold at 1 only
+                link.on_wake()
+                assert ended[1:] == [(0, 1, True)]
+                assert link.polls.want[link.view.queues.slot("Grow", 0)] == 2
+                put(0, 2)                                       # max 4: past 2 and 3
+                link.on_wake()
+                assert sorted(ended[2:]) == [(0, 2, True), (0, 3, True)]
+                assert len(link.polls) == 1 and sh.slots[link.slot, S.DISPATCH_WAIT] == 1
+                put(1)                                          # queue 1's first message: its slot is new
+                link.on_wake()
+                assert ended[-1] == (1, 0, True) and len(ended) == 5
+                assert len(link.polls) == 0 and sh.slots[link.slot, S.DISPATCH_WAIT] == 0
+                assert (link.polls.want == np.iinfo(np.int64).max).all()
             finally:
                 link.close()
         asyncio.run(main())
