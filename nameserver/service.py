@@ -40,6 +40,7 @@ def _body(obj, standard: bool = True) -> bytes:
     return (text if standard else _QUOTED_INT_KEY.sub(r"\1:", text)).encode()
 
 
+MAX_INFLATED = 64 << 20     # a compressed register body's bound: ~1M topics at ~60 bytes each
 _ROUTE_FIELDS = (("perm", 6), ("readQueueNums", 0), ("writeQueueNums", 0), ("topicSysFlag", 0))
 
 
@@ -56,7 +57,7 @@ def parse_register_body(body: bytes, compressed: bool) -> dict[str, dict[str, in
         if not isinstance(table, dict | None):
             raise ValueError("topicConfigTable is not an object")
         return _route_fields(table or {})
-    raw, at = zlib.decompress(body), 0
+    raw, at = _inflate(body), 0
 
     def chunk():
         nonlocal at
@@ -72,6 +73,18 @@ def parse_register_body(body: bytes, compressed: bool) -> dict[str, dict[str, in
         name, read, write, perm, _filter_type = chunk().split(" ")
         out[name] = {"readQueueNums": read, "writeQueueNums": write, "perm": perm}
     return _route_fields(out)
+
+
+def _inflate(body: bytes) -> bytes:
+    """A compressed body, inflated to at most ``MAX_INFLATED`` bytes (RocketMQ sets no bound: 16 MiB
+    of zeros would inflate to ~16 GiB); ValueError past it, or for a stream cut short."""
+    z = zlib.decompressobj()
+    raw = z.decompress(body, MAX_INFLATED + 1)
+    if len(raw) > MAX_INFLATED:
+        raise ValueError(f"the compressed body inflates past {MAX_INFLATED >> 20} MiB")
+    if not z.eof:
+        raise ValueError("the compressed body is cut short")
+    return raw
 
 
 def _route_fields(table: dict) -> dict[str, dict[str, int]]:

@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 import time
+import zlib
 
 import pytest
 
@@ -80,6 +81,10 @@ def test_register_route_cluster_and_dialects(nameserver):
     assert info["clusterAddrTable"] == {"DefaultCluster": ["b1"]}
     assert json.loads(w.call(R.GET_ALL_TOPIC_LIST_FROM_NAMESERVER).body) == {"topicList": ["TopicTest"]}
     assert w.call(R.REGISTER_BROKER, dict(reg, bodyCrc32="12345"), _register_body(TC)).remark == "crc32 not match"
+    bomb = zlib.compress(bytes(65 << 20), 9)                    # 65 KiB that would inflate to 65 MiB
+    r = w.call(R.REGISTER_BROKER, dict(reg, brokerName="b2", compressed="true"), bomb)
+    assert r.code == RC.SYSTEM_ERROR and r.remark == "register body does not parse: the compressed body inflates past 64 MiB"
+    assert json.loads(w.call(R.GET_BROKER_CLUSTER_INFO).body)["clusterAddrTable"] == {"DefaultCluster": ["b1"]}
     # a Java broker registers an admin's new topic alone (registerIncrementBrokerData): the rest stays
     made = {"Made": dict(TC["TopicTest"], topicName="Made", readQueueNums=2, writeQueueNums=2)}
     assert w.call(R.REGISTER_BROKER, reg, _register_body(made)).code == RC.SUCCESS

@@ -6,7 +6,7 @@ import zlib
 import pytest
 
 from nameserver.routes import BROKER_EXPIRE_S, RouteTable
-from nameserver.service import parse_register_body
+from nameserver.service import MAX_INFLATED, parse_register_body
 
 TC = {"TopicTest": {"topicName": "TopicTest", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6, "order": False},
       "Orders": {"topicName": "Orders", "readQueueNums": 8, "writeQueueNums": "8", "perm": 6, "topicSysFlag": 0}}
@@ -57,6 +57,17 @@ def test_register_body_plain_and_compressed():
     raw = chunk('{"counter":1,"timestamp":5}') + struct.pack(">i", 2) + chunk("TopicTest 4 4 6 SINGLE_TAG") \
         + chunk("Orders 8 8 6 SINGLE_TAG") + chunk("[]")
     assert parse_register_body(zlib.compress(raw, 9), True) == ROUTES
+
+
+def test_a_compressed_register_body_is_inflated_only_so_far():
+    bomb = zlib.compress(bytes(MAX_INFLATED + 1), 9)            # ~65 KiB that would inflate to 64 MiB + 1
+    assert len(bomb) < 1 << 17
+    with pytest.raises(ValueError, match="inflates past 64 MiB"):
+        parse_register_body(bomb, True)
+    whole = zlib.compress(struct.pack(">i", 2) + b"{}" + struct.pack(">i", 0), 9)
+    assert parse_register_body(whole, True) == {}
+    with pytest.raises(ValueError, match="cut short"):
+        parse_register_body(whole[:-3], True)
 
 
 @pytest.mark.parametrize("body, says", [
