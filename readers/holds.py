@@ -45,8 +45,10 @@ class HeldPulls:
     def hold(self, topic: str, queue_id: int, offset: int, timeout_s: float, callback) -> None:
         """``callback(True)`` once the queue's published max offset passes ``offset`` (at once if
         it already has), ``callback(False)`` after ``timeout_s``."""
+        self.slot_row[S.DISPATCH_WAIT] = 1      # first: what is dispatched from now on wakes us
         s = self.queues.slot(topic, queue_id)
-        if s is not None and int(self.max_offsets[s]) > offset:
+        if s is not None and int(self.max_offsets[s]) > offset:     # it grew since the pull looked
+            self._counted(0)
             _call(callback, True)
             return
         h = Hold(s if s is not None else (topic, queue_id), offset, callback)
