@@ -4,11 +4,11 @@ A consumer group holds one pull per queue it owns, and each is held up to its
 ``suspendTimeoutMillis`` (15 s for the Java push consumer) while its queue is idle: a broker with
 many groups on many queues holds thousands at once, and most wait on queues where nothing comes.
 One appliance (one reader, so it holds them all) gets ``--queues`` idle queues, one message in
-each, and per row ``groups x queues`` pulls held at their end (offset 1) through HAProxy.  Printed
-per row: how long the reader took to take them all (each answered PULL_NOT_FOUND-or-message only
-later), the reader's CPU while they are held and nothing is sent, and while ``--rate`` single
+each, and per row ``groups x queues`` pulls held at their end through HAProxy.  Printed per row:
+how long the reader took to take them all (until a request sent behind them on each connection is
+answered), the reader's CPU while they are held and nothing is sent, and while ``--rate`` single
 sends/s land on another topic (each dispatched batch wakes the reader, which checks its holds);
-then one send to each idle queue, and how long until every hold of those queues is answered.
+then one send to each idle queue, and how long until every held pull is answered with it.
 
     .venv/bin/python -m bench.longpoll [--queues 1024] [--groups 0,1,4,16] [--rate 200] [--seconds 5]
 """

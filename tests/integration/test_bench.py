@@ -114,6 +114,18 @@ def test_floor_bench_prints_its_rows_for_the_null_readers_and_redis(tmp_path):
     assert os.listdir(tmp_path) == []                 # Redis's and the null appliance's temp dirs are gone
 
 
+def test_longpoll_bench_holds_wakes_and_prints_each_row(tmp_path):
+    port = 29000 + (os.getpid() % 10) * 300 + 275     # clear of e2e's and floor's ports (floor's Redis: +250)
+    r = subprocess.run([sys.executable, "-m", "bench.longpoll", "--queues", "64", "--groups", "0,2", "--seconds", "0.5",
+                        "--rate", "100", "--port", str(port), "--dir", str(tmp_path)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=170)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "# longpoll benchmark: queues=64 groups=0,2 rate=100.0/s" in r.stdout      # its configuration
+    rows = re.findall(r"^\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$", r.stdout, re.M)
+    assert [int(row[0]) for row in rows] == [0, 128], r.stdout      # each row's holds all answered, or it fails
+    assert os.listdir(tmp_path) == []
+
+
 def test_null_reader_answers_every_frame_with_its_opaque_after_a_proxy_header():
     from bench.floor import NullReader
     from net import proxy as _proxy
