@@ -21,6 +21,10 @@ class DiskFull(StoreError):
     """A store file could not be created: no space left (or another allocation failure)."""
 
 
+class MapFailed(StoreError):
+    """A store file could not be mapped (ENOMEM: the process's mappings or address space ran out)."""
+
+
 class MessageRejected(StoreError):
     """A message that may not be stored; ``code`` is the RocketMQ response code to answer with."""
 

@@ -27,7 +27,7 @@ import os
 
 import numpy as np
 
-from store.errors import DiskFull, FileSizeMismatch
+from store.errors import DiskFull, FileSizeMismatch, MapFailed
 
 NAME_DIGITS = 20
 
@@ -47,6 +47,23 @@ def fdatasync(path: str) -> None:
 
 def is_offset_name(name: str) -> bool:
     return len(name) == NAME_DIGITS and name.isdigit()
+
+
+def map_failure(path: str, size: int, why: str, maps: int, max_maps: int) -> str:
+    """What a failed mmap says: the file, and this process's mappings against vm.max_map_count
+    (every consume-queue and CommitLog file a process reads is one; RocketMQ's os.sh raises the
+    limit to 655360 for the same reason)."""
+    text = f"cannot map {path} ({size} bytes): {why}; this process has {maps} mappings, vm.max_map_count is {max_maps}"
+    if maps >= max_maps * 0.9:
+        text += " (raise it: sysctl -w vm.max_map_count=655360)"
+    return text
+
+
+def _map_counts() -> tuple[int, int]:
+    with open("/proc/self/maps", "rb") as f:
+        maps = sum(1 for _ in f)
+    with open("/proc/sys/vm/max_map_count") as f:
+        return maps, int(f.read())
 
 
 class MappedFile:
@@ -82,7 +99,10 @@ class MappedFile:
             if length != self.size:
                 raise FileSizeMismatch(f"{self.path}: length {length} is not the configured file size {self.size}")
             prot = mmap.PROT_READ | (mmap.PROT_WRITE if self.writable else 0)
-            self.mm = mmap.mmap(fd, self.size, mmap.MAP_SHARED, prot)
+            try:
+                self.mm = mmap.mmap(fd, self.size, mmap.MAP_SHARED, prot)
+            except OSError as e:
+                raise MapFailed(map_failure(self.path, self.size, e.strerror, *_map_counts())) from None
             if not self.readahead:
                 self.mm.madvise(mmap.MADV_RANDOM)
         finally:

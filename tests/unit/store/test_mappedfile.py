@@ -2,11 +2,19 @@
 (/proc/self/smaps: VmFlags, where "rr" is VM_RAND_READ, what MADV_RANDOM sets, and Rss, the pages
 the mapping holds)."""
 
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
 import pytest
 
 from store.errors import FileSizeMismatch
 from store.indexfile import IndexFile
-from store.mappedfile import MappedFile, MappedFileQueue
+from store.mappedfile import MappedFile, MappedFileQueue, map_failure
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 SIZE = 1 << 20
 
@@ -115,3 +123,33 @@ def test_a_short_file_before_the_newest_or_a_long_one_still_fails_the_load(tmp_p
         for writable in (False, True):
             with pytest.raises(FileSizeMismatch, match=bad):
                 MappedFileQueue(str(d), SIZE, writable).load()
+
+
+def test_a_map_that_fails_names_the_file_and_the_processs_mappings(tmp_path):
+    """Out of address space (RLIMIT_AS, in a child) mmap fails with ENOMEM, as it does at
+    vm.max_map_count: MapFailed names the file and the mapping count, not a bare errno."""
+    code = textwrap.dedent(f"""
+        import resource, sys
+        from store.errors import MapFailed
+        from store.mappedfile import MappedFile
+        with open({str(tmp_path / "big")!r}, "wb") as f:
+            f.truncate(2 << 30)                      # sparse: no blocks
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+        try:
+            MappedFile({str(tmp_path / "big")!r}, 0, 2 << 30, False).open()
+        except MapFailed as e:
+            print(e)
+            sys.exit(0)
+        sys.exit(1)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert re.fullmatch(rf"cannot map {tmp_path}/big \(2147483648 bytes\): Cannot allocate memory; this process has "
+                        r"\d+ mappings, vm.max_map_count is \d+\n", r.stdout), r.stdout
+
+
+def test_a_map_failure_near_max_map_count_says_how_to_raise_it():
+    assert map_failure("/s/cq/T/0/0", 6000000, "Cannot allocate memory", 65530, 65530) == (
+        "cannot map /s/cq/T/0/0 (6000000 bytes): Cannot allocate memory; this process has 65530 mappings, "
+        "vm.max_map_count is 65530 (raise it: sysctl -w vm.max_map_count=655360)")
+    assert "raise it" not in map_failure("/f", 1, "Cannot allocate memory", 800, 65530)
