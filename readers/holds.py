@@ -3,11 +3,17 @@
 RocketMQ's ``PullRequestHoldService`` keeps held pulls per topic@queueId and looks at one queue's
 holds when a message arrives on it.  Here a wake (the dispatcher's post, the reader's tick) looks
 at every held queue at once: ``want[s]`` is the lowest offset a pull held on queue slot ``s``
-waits past (int64 max where none is held), so the queues that grew are one vector comparison with
-the shared max-offset column, whatever the number of holds.  Holding, answering or timing out a
+waits past (its ``scanned`` mark; int64 max where none is held), so the queues that grew are one
+vector comparison with the shared max-offset column, whatever the number of holds.  Holding, answering or timing out a
 pull touches only its own queue's list.  A queue that has no slot yet (nothing was ever
 dispatched to it) is held by name and placed once the shared queue table grows.  While any pull
 is held, the slot's ``DISPATCH_WAIT`` asks the dispatcher to post the slot's waker after each pass.
+
+A pull with a tag filter is woken, as RocketMQ's (``notifyMessageArriving`` asks the pull's
+``MessageFilter``), only by a message it would take: when its queue grows by messages of other
+tags it stays held, its ``scanned`` mark moved past them so they are not looked at again.  Woken
+by each, a filtered consumer would get PULL_RETRY_IMMEDIATELY and come straight back, a round trip
+per message of every other group on the queue.
 """
 from __future__ import annotations
 
@@ -23,15 +29,19 @@ NONE_WANTED = np.iinfo(np.int64).max
 
 
 class Hold:
-    __slots__ = ("key", "offset", "callback", "timer")
+    __slots__ = ("key", "queue", "offset", "scanned", "codes", "callback", "timer")
 
-    def __init__(self, key, offset: int, callback):
-        self.key, self.offset, self.callback, self.timer = key, offset, callback, None
+    def __init__(self, key, queue: tuple[str, int], offset: int, codes, callback):
+        self.key, self.queue, self.offset, self.codes, self.callback = key, queue, offset, codes, callback
+        self.scanned = offset           # the queue's messages before this do not match ``codes``
+        self.timer = None
 
 
 class HeldPulls:
-    def __init__(self, queues: QueueIndex, loop, slot_row: np.ndarray):
-        self.queues, self.loop, self.slot_row = queues, loop, slot_row
+    def __init__(self, queues: QueueIndex, loop, slot_row: np.ndarray, has_tags):
+        """``has_tags(topic, queue_id, start, end, codes)``: whether the queue holds a message of
+        one of the tag ``codes`` in [start, end) (``StoreView.has_tags``)."""
+        self.queues, self.loop, self.slot_row, self.has_tags = queues, loop, slot_row, has_tags
         self.max_offsets = queues.max_offsets
         self.want = np.full(len(self.max_offsets), NONE_WANTED, dtype=np.int64)
         self.by_slot: dict[int, list[Hold]] = {}
@@ -42,24 +52,22 @@ class HeldPulls:
     def __len__(self) -> int:
         return self.count
 
-    def hold(self, topic: str, queue_id: int, offset: int, timeout_s: float, callback) -> None:
-        """``callback(True)`` once the queue's published max offset passes ``offset`` (at once if
-        it already has), ``callback(False)`` after ``timeout_s``."""
+    def hold(self, topic: str, queue_id: int, offset: int, codes, timeout_s: float, callback) -> None:
+        """``callback(True)`` once the queue's published max offset passes ``offset`` with a
+        message of one of the tag ``codes`` (None: any), at once if it already has;
+        ``callback(False)`` after ``timeout_s``."""
         self.slot_row[S.DISPATCH_WAIT] = 1      # first: what is dispatched from now on wakes us
         s = self.queues.slot(topic, queue_id)
-        if s is not None and int(self.max_offsets[s]) > offset:     # it grew since the pull looked
-            self._counted(0)
-            _call(callback, True)
-            return
-        h = Hold(s if s is not None else (topic, queue_id), offset, callback)
+        h = Hold(s if s is not None else (topic, queue_id), (topic, queue_id), offset, codes, callback)
         h.timer = self.loop.call_later(timeout_s, self._timed_out, h)
         if s is None:
             self.unplaced.setdefault(h.key, []).append(h)
         else:
             self.by_slot.setdefault(s, []).append(h)
-            if offset < self.want[s]:
-                self.want[s] = offset
+            self.want[s] = min(int(self.want[s]), offset)
         self._counted(1)
+        if s is not None and int(self.max_offsets[s]) > offset:     # it grew since the pull looked
+            self._end_grown(s, int(self.max_offsets[s]))
 
     def settle(self) -> None:
         """End every hold whose queue has grown past its offset."""
@@ -79,18 +87,30 @@ class HeldPulls:
             holds = self.unplaced.pop(key)
             for h in holds:
                 h.key = s
-            self.by_slot.setdefault(s, []).extend(holds)
-            self.want[s] = min(h.offset for h in self.by_slot[s])
+            self._keep(s, self.by_slot.pop(s, []) + holds)
 
     def _end_grown(self, s: int, max_offset: int) -> None:
-        held = self.by_slot.pop(s)
-        ended = [h for h in held if h.offset < max_offset]
-        kept = [h for h in held if h.offset >= max_offset]
+        ended, kept = [], []
+        for h in self.by_slot.pop(s):
+            if h.scanned >= max_offset:
+                kept.append(h)
+            elif h.codes is None or self._takes(h, max_offset):
+                ended.append(h)
+            else:                               # only other tags came: held on, past them
+                h.scanned = max_offset
+                kept.append(h)
         self._keep(s, kept)
         self._counted(-len(ended))
         for h in ended:
             h.timer.cancel()
             _call(h.callback, True)
+
+    def _takes(self, h: Hold, max_offset: int) -> bool:
+        try:
+            return self.has_tags(*h.queue, h.scanned, max_offset, h.codes)
+        except Exception:       # the pull itself then runs, and answers with what went wrong
+            log.exception("checking the tags of %s@%d for a held pull failed", *h.queue)
+            return True
 
     def _timed_out(self, h: Hold) -> None:
         table = self.unplaced if type(h.key) is tuple else self.by_slot
@@ -110,7 +130,7 @@ class HeldPulls:
     def _keep(self, s: int, kept: list[Hold]) -> None:
         if kept:
             self.by_slot[s] = kept
-            self.want[s] = min(h.offset for h in kept)
+            self.want[s] = min(h.scanned for h in kept)
         else:
             self.want[s] = NONE_WANTED
 

@@ -55,7 +55,7 @@ class WriterLink:
         self.busy_after_s = cfg.osPageCacheBusyTimeOutMills / 1000  # writer unfinished that long: refuse sends
         self.held_max_s = cfg.waitTimeMillsInSendQueue / 1000       # a held slab that old: answered busy
         self.clean_timer: asyncio.TimerHandle | None = None
-        self.polls = HeldPulls(self.view.queues, self.loop, self.row)   # long polls
+        self.polls = HeldPulls(self.view.queues, self.loop, self.row, self.view.has_tags)   # long polls
         self.topic_waits: dict[int, asyncio.Future] = {}
         self.creating: dict[str, asyncio.Future] = {}              # auto-creations under way, by topic
         self.offset_batch: list[tuple[bytes, int, int]] = []
@@ -246,11 +246,12 @@ class WriterLink:
             self.flush_timer = self.loop.call_at(self.flush_waits[0][1], self._flush_timeouts)
 
     # ------------------------------------------------------------ long polling
-    def when_grown(self, topic: str, queue_id: int, offset: int, timeout_s: float, callback) -> None:
-        """``callback(True)`` once the queue's published max offset passes ``offset`` (checked
-        now, on each dispatcher wake and on the tick), ``callback(False)`` after ``timeout_s``.
-        A held pull is an entry of ``polls`` and a timer: no task, no future."""
-        self.polls.hold(topic, queue_id, offset, timeout_s, callback)
+    def when_grown(self, topic: str, queue_id: int, offset: int, codes, timeout_s: float, callback) -> None:
+        """``callback(True)`` once the queue's published max offset passes ``offset`` with a
+        message of one of the tag hash ``codes`` (None: any message), checked now, on each
+        dispatcher wake and on the tick; ``callback(False)`` after ``timeout_s``.  A held pull is
+        an entry of ``polls`` and a timer: no task, no future."""
+        self.polls.hold(topic, queue_id, offset, codes, timeout_s, callback)
 
     # ------------------------------------------------------------ topics
     def creation_failed(self, topic: str, status: int) -> str:

@@ -74,7 +74,7 @@ class PullProcessor:
             self.link.commit_offset(offset_key(topic, group), qid, h["commitOffset"])
         code, pieces = self._run(cmd, topic, qid, h["queueOffset"], h["maxMsgNums"], codes)
         if code == RC.PULL_NOT_FOUND and h["sysFlag"] & SUSPEND and h["suspendTimeoutMillis"] > 0:
-            self.link.when_grown(topic, qid, h["queueOffset"], h["suspendTimeoutMillis"] / 1000, functools.partial(
+            self.link.when_grown(topic, qid, h["queueOffset"], codes, h["suspendTimeoutMillis"] / 1000, functools.partial(
                 self._held, cmd, conn, topic, qid, h["queueOffset"], h["maxMsgNums"], codes))
         else:
             conn.reply_pieces(cmd, pieces)

@@ -96,6 +96,18 @@ class StoreView:
             e = cq.entries(queue_offset, count)
         return e
 
+    def has_tags(self, topic: str, queue_id: int, start: int, end: int, tag_codes: Sequence[int]) -> bool:
+        """Whether the queue's messages [start, end) include one of the tag hash ``tag_codes``
+        (a held pull's filter, ``readers/holds.py``); True too when an entry cannot be read, so
+        the pull runs and answers for itself."""
+        codes = np.asarray(tag_codes, np.int64)
+        while start < end:
+            e = self._entries(topic, queue_id, start, end - start)
+            if not len(e) or np.isin(e["tags"].astype(np.int64), codes).any():
+                return True
+            start += len(e)
+        return False
+
     def record(self, phys: int, size: int | None = None) -> np.ndarray:
         """The stored record at ``phys`` as a read-only uint8 view of the mmap."""
         if size is None:

@@ -234,6 +234,30 @@ def test_long_poll_is_answered_when_the_queue_grows(appliance_factory):
     w2.close()
 
 
+def test_a_filtered_long_poll_sleeps_through_other_tags(appliance_factory):
+    """As in RocketMQ, a held pull with a tag filter is woken by a message it takes, not by others:
+    answered once TagA comes (not PULL_RETRY_IMMEDIATELY when the TagBs did), with the TagA only."""
+    app = appliance_factory().start()
+    create_topic(app, "Filtered", 1)
+    w, w2 = Wire("127.0.0.1", app.cfg.listenPort, timeout=10), Wire("127.0.0.1", app.cfg.listenPort)
+
+    def send(tag, body):
+        assert send_v2(w2, "Filtered", body, message.encode_properties({"TAGS": tag})).code == RC.SUCCESS
+    senders = [threading.Timer(0.3, send, ("TagB", b"b0")), threading.Timer(0.6, send, ("TagB", b"b1")),
+               threading.Timer(1.2, send, ("TagA", b"a2"))]
+    for s in senders:
+        s.start()
+    t0 = time.monotonic()
+    r = pull(w, "Filtered", 0, flag=0x6, suspend_ms=8000, sub="TagA")    # SUSPEND | SUBSCRIPTION
+    took = time.monotonic() - t0
+    assert r.code == RC.SUCCESS and bodies(r) == [b"a2"] and r.ext["nextBeginOffset"] == "3", (r, took)
+    assert 1.1 < took < 5, took
+    for s in senders:
+        s.join(10)
+    w.close()
+    w2.close()
+
+
 def test_many_held_pulls_each_end_once_with_their_own_queue(appliance_factory):
     """512 pulls held on one reader (8 groups x 64 queues; half the queues written before, held at
     offset 1, half never written, held at 0): a send to a queue answers that queue's 8 holds with

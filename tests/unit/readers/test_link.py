@@ -9,6 +9,7 @@ from readers.link import OVERLOAD, WriterLink
 from remoting.codes import ResponseCode as RC
 from shm.layout import C, S
 from store import message
+from store.javahash import string_hash
 from tests.unit.writer.rig import running_store, small_config
 from writer.client import PutRequest, RingClient
 from writer.topics import topic_config
@@ -118,14 +119,14 @@ def test_held_pulls_end_once_each_when_their_queue_grows_or_their_time_is_up(tmp
             ended = []
 
             def hold(name, queue, timeout_s):
-                link.when_grown("Grow", queue, 0, timeout_s, lambda grew: ended.append((name, grew)))
+                link.when_grown("Grow", queue, 0, None, timeout_s, lambda grew: ended.append((name, grew)))
 
             def broken(grew):
                 raise RuntimeError("a broken callback")
             try:
                 hold("q0", 0, 1)
                 hold("q1-short", 1, 0.05)
-                link.when_grown("Grow", 0, 0, 1, broken)
+                link.when_grown("Grow", 0, 0, None, 1, broken)
                 hold("q1", 1, 1)
                 assert sh.slots[link.slot, S.DISPATCH_WAIT] == 1 and ended == []
                 await asyncio.sleep(0.15)
@@ -159,7 +160,7 @@ def test_a_queue_that_grows_ends_only_the_holds_it_has_grown_past(tmp_path):
             ended = []
 
             def hold(offset, queue=0):
-                link.when_grown("Grow", queue, offset, 5, lambda grew: ended.append((queue, offset, grew)))
+                link.when_grown("Grow", queue, offset, None, 5, lambda grew: ended.append((queue, offset, grew)))
             try:
                 put(0)                                          # queue 0's max offset: 1
                 hold(0)                                         # already past: ended at once
@@ -181,6 +182,43 @@ def test_a_queue_that_grows_ends_only_the_holds_it_has_grown_past(tmp_path):
                 assert ended[-1] == (1, 0, True) and len(ended) == 5
                 assert len(link.polls) == 0 and sh.slots[link.slot, S.DISPATCH_WAIT] == 0
                 assert (link.polls.want == np.iinfo(np.int64).max).all()
+            finally:
+                link.close()
+        asyncio.run(main())
+
+
+def test_a_filtered_hold_is_woken_only_by_a_tag_it_takes(tmp_path):
+    """As RocketMQ's notifyMessageArriving: messages of other tags leave the pull held (its scan
+    mark moved past them), one of its tags ends it; an unfiltered hold on the queue ends at once."""
+    cfg = small_config(tmp_path / "store", "polls3")
+    with running_store(cfg) as (sh, w, d, c):
+        w.topics.upsert(topic_config("Tags", 1, 1))
+
+        def put(*tags):
+            ticket = c.submit([PutRequest("Tags", 0, [b"m"] * len(tags), [{"TAGS": t} for t in tags])])
+            assert w.step() and c.collect(ticket, 1)[0].ok and d.step()
+
+        async def main():
+            link = WriterLink(cfg, sh)
+            ended = []
+            try:
+                put("TagA")                                     # queue end: 1
+                link.when_grown("Tags", 0, 1, (string_hash("TagA"), string_hash("TagC")), 5,
+                                lambda grew: ended.append(("AC", grew)))
+                link.when_grown("Tags", 0, 1, None, 5, lambda grew: ended.append(("all", grew)))
+                put("TagB", "TagB")
+                link.on_wake()
+                assert ended == [("all", True)]                 # the filtered one is still held...
+                slot = link.view.queues.slot("Tags", 0)
+                assert len(link.polls) == 1 and link.polls.want[slot] == 3    # ...past the two TagBs
+                put("TagC")
+                link.on_wake()
+                assert ended == [("all", True), ("AC", True)] and len(link.polls) == 0
+                put("TagB")                                     # held at 4 (TagB only to come): time-out
+                link.when_grown("Tags", 0, 4, (string_hash("TagA"),), 0.05, lambda grew: ended.append(("A", grew)))
+                assert len(link.polls) == 1 and link.polls.want[slot] == 5
+                await asyncio.sleep(0.15)
+                assert ended[-1] == ("A", False) and len(ended) == 3
             finally:
                 link.close()
         asyncio.run(main())
