@@ -38,10 +38,10 @@ class Hold:
 
 
 class HeldPulls:
-    def __init__(self, queues: QueueIndex, loop, slot_row: np.ndarray, has_tags):
-        """``has_tags(topic, queue_id, start, end, codes)``: whether the queue holds a message of
-        one of the tag ``codes`` in [start, end) (``StoreView.has_tags``)."""
-        self.queues, self.loop, self.slot_row, self.has_tags = queues, loop, slot_row, has_tags
+    def __init__(self, queues: QueueIndex, loop, slot_row: np.ndarray, tags):
+        """``tags(topic, queue_id, start, end)``: the tag codes of the queue's messages [start,
+        end), or None (``StoreView.tags``)."""
+        self.queues, self.loop, self.slot_row, self.tags = queues, loop, slot_row, tags
         self.max_offsets = queues.max_offsets
         self.want = np.full(len(self.max_offsets), NONE_WANTED, dtype=np.int64)
         self.by_slot: dict[int, list[Hold]] = {}
@@ -90,13 +90,14 @@ class HeldPulls:
             self._keep(s, self.by_slot.pop(s, []) + holds)
 
     def _end_grown(self, s: int, max_offset: int) -> None:
-        ended, kept = [], []
-        for h in self.by_slot.pop(s):
+        held, ended, kept = self.by_slot.pop(s), [], []
+        first, tags = self._new_tags(held, max_offset)
+        for h in held:
             if h.scanned >= max_offset:
                 kept.append(h)
-            elif h.codes is None or self._takes(h, max_offset):
+            elif h.codes is None or tags is None or any((tags[h.scanned - first:] == c).any() for c in h.codes):
                 ended.append(h)
-            else:                               # only other tags came: held on, past them
+            else:                                   # only other tags came: held on, past them
                 h.scanned = max_offset
                 kept.append(h)
         self._keep(s, kept)
@@ -105,12 +106,19 @@ class HeldPulls:
             h.timer.cancel()
             _call(h.callback, True)
 
-    def _takes(self, h: Hold, max_offset: int) -> bool:
+    def _new_tags(self, held: list[Hold], max_offset: int) -> tuple[int, np.ndarray | None]:
+        """(first, the tag codes of the queue's messages [first, ``max_offset``)): what its
+        filtered holds have not looked at yet, read once for all of them; None when none is
+        filtered, or the codes cannot be read (the pulls then run and answer for themselves)."""
+        filtered = [h for h in held if h.codes is not None and h.scanned < max_offset]
+        if not filtered:
+            return 0, None
+        first = min(h.scanned for h in filtered)
         try:
-            return self.has_tags(*h.queue, h.scanned, max_offset, h.codes)
-        except Exception:       # the pull itself then runs, and answers with what went wrong
-            log.exception("checking the tags of %s@%d for a held pull failed", *h.queue)
-            return True
+            return first, self.tags(*filtered[0].queue, first, max_offset)
+        except Exception:
+            log.exception("reading the tags of %s@%d for its held pulls failed", *filtered[0].queue)
+            return first, None
 
     def _timed_out(self, h: Hold) -> None:
         table = self.unplaced if type(h.key) is tuple else self.by_slot

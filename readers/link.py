@@ -55,7 +55,7 @@ class WriterLink:
         self.busy_after_s = cfg.osPageCacheBusyTimeOutMills / 1000  # writer unfinished that long: refuse sends
         self.held_max_s = cfg.waitTimeMillsInSendQueue / 1000       # a held slab that old: answered busy
         self.clean_timer: asyncio.TimerHandle | None = None
-        self.polls = HeldPulls(self.view.queues, self.loop, self.row, self.view.has_tags)   # long polls
+        self.polls = HeldPulls(self.view.queues, self.loop, self.row, self.view.tags)   # long polls
         self.topic_waits: dict[int, asyncio.Future] = {}
         self.creating: dict[str, asyncio.Future] = {}              # auto-creations under way, by topic
         self.offset_batch: list[tuple[bytes, int, int]] = []

@@ -96,17 +96,17 @@ class StoreView:
             e = cq.entries(queue_offset, count)
         return e
 
-    def has_tags(self, topic: str, queue_id: int, start: int, end: int, tag_codes: Sequence[int]) -> bool:
-        """Whether the queue's messages [start, end) include one of the tag hash ``tag_codes``
-        (a held pull's filter, ``readers/holds.py``); True too when an entry cannot be read, so
-        the pull runs and answers for itself."""
-        codes = np.asarray(tag_codes, np.int64)
+    def tags(self, topic: str, queue_id: int, start: int, end: int) -> np.ndarray | None:
+        """The tag hash codes of the queue's messages [start, end) (what a held pull's filter
+        looks at, ``readers/holds.py``), or None when an entry cannot be read."""
+        parts = []
         while start < end:
             e = self._entries(topic, queue_id, start, end - start)
-            if not len(e) or np.isin(e["tags"].astype(np.int64), codes).any():
-                return True
+            if not len(e):
+                return None
+            parts.append(e["tags"])
             start += len(e)
-        return False
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def record(self, phys: int, size: int | None = None) -> np.ndarray:
         """The stored record at ``phys`` as a read-only uint8 view of the mmap."""
