@@ -29,11 +29,11 @@ NONE_WANTED = np.iinfo(np.int64).max
 
 
 class Hold:
-    __slots__ = ("key", "queue", "offset", "scanned", "codes", "callback", "timer")
+    __slots__ = ("key", "queue", "scanned", "codes", "callback", "timer")
 
     def __init__(self, key, queue: tuple[str, int], offset: int, codes, callback):
-        self.key, self.queue, self.offset, self.codes, self.callback = key, queue, offset, codes, callback
-        self.scanned = offset           # the queue's messages before this do not match ``codes``
+        self.key, self.queue, self.codes, self.callback = key, queue, codes, callback
+        self.scanned = offset           # the pull's offset, then past the messages that did not match ``codes``
         self.timer = None
 
 
@@ -70,7 +70,7 @@ class HeldPulls:
             self._end_grown(s, int(self.max_offsets[s]))
 
     def settle(self) -> None:
-        """End every hold whose queue has grown past its offset."""
+        """End every hold whose queue has grown by a message it takes."""
         if self.unplaced and int(self.queues.control[C.QUEUE_COUNT]) != self.placed_at:
             self._place()
         if not self.by_slot:

@@ -119,6 +119,7 @@ def test_a_busy_port_stops_start_naming_it_and_its_holder_unless_freed_in_time(a
 
     def hold(port: int) -> socket.socket:
         s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)    # a TIME_WAIT left on the port is no holder
         s.bind(("127.0.0.1", port))
         s.listen(1)
         return s
