@@ -2,8 +2,9 @@
 
 The store side is ``StoreView.pull``: consume-queue entries as a numpy view, the tag filter as one
 vector op over their tag codes, the records as views of the CommitLog mmap joined into the body.
-A pull that finds nothing new (PULL_NOT_FOUND) with the SUSPEND flag is held until the queue grows
-or ``suspendTimeoutMillis`` passes, then run once more and answered with the request's opaque.
+A pull that finds nothing new (PULL_NOT_FOUND) with the SUSPEND flag is held (``readers/holds.py``)
+until the queue grows by a message its tag filter takes or ``suspendTimeoutMillis`` passes, then
+run once more and answered with the request's opaque.
 
 Subscription: from the header when the SUBSCRIPTION flag is set, else from the group's heartbeat on
 this reader.  A pull whose heartbeat went to a reader that has since died (the client reconnected
