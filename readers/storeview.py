@@ -21,6 +21,11 @@ from shm.layout import C, S
 from shm.tables import QueueIndex
 from store import message
 from store.consumequeue import ENTRY, ENTRY_SIZE, ConsumeQueue, file_size_for
+
+# a filtered pull looks at up to this many consume-queue entries (RocketMQ's getMessage: at most
+# max(16000, maxMsgNums * 20) bytes of its consume queue), then answers what it found, or
+# NO_MATCHED_MESSAGE with the offset past them
+FILTER_SCAN = 16000 // ENTRY_SIZE
 from store.mappedfile import MappedFileQueue
 
 FOUND, NO_NEW, NO_MATCHED, OFFSET_MOVED, NO_QUEUE = "FOUND", "NO_NEW_MSG", "NO_MATCHED_MSG", "OFFSET_MOVED", "NO_QUEUE"
@@ -136,7 +141,7 @@ class StoreView:
         if queue_offset == hi:
             return Pulled(NO_NEW, queue_offset, lo, hi, [])
         e = self._entries(topic, queue_id, queue_offset,
-                          min(max(max_count, 1) * 4 if tag_codes else max_count, hi - queue_offset))
+                          min(max(FILTER_SCAN, max_count) if tag_codes else max_count, hi - queue_offset))
         if tag_codes is not None:
             idx = np.flatnonzero(np.isin(e["tags"].astype(np.int64), np.asarray(tag_codes, np.int64)))
             take, picked = idx[:max_count].tolist(), e[idx[:max_count]]

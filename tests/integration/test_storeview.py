@@ -4,7 +4,7 @@ import threading
 import time
 
 from shm.layout import C
-from readers.storeview import FOUND, NO_NEW, OFFSET_MOVED, StoreView
+from readers.storeview import FILTER_SCAN, FOUND, NO_MATCHED, NO_NEW, OFFSET_MOVED, StoreView
 from store.javahash import string_hash
 from writer.client import PutRequest, RingClient
 
@@ -71,6 +71,34 @@ def test_pull_filter_and_long_poll(appliance_factory):
             time.sleep(0.01)
         assert view.pull("TBW102", 0, 50, 1).records()[0].body == b"late"
         assert not view.wait_new(int(sh.control[C.DISPATCHED]), client.waker, 0.2)
+    finally:
+        view.close()
+        client.close()
+        sh.close()
+
+
+def test_a_filtered_pull_scans_as_far_as_rocketmqs_does(appliance_factory):
+    """RocketMQ's getMessage looks at up to max(16000, maxMsgNums * 20) bytes of consume queue
+    (800 entries) for a filtered pull: 1,000 TagBs then a TagA take a TagA consumer two pulls."""
+    app = appliance_factory(mappedFileSizeConsumeQueue=20 * 4000).start()
+    sh = app.shared()
+    client = RingClient(app.cfg, sh).open()
+    view = StoreView(app.cfg, sh, client.slot).open()
+    try:
+        tags = ["TagB"] * 1000 + ["TagA"]
+        assert all(r.ok for r in client.put([PutRequest("TBW102", 0, [b"m%d" % i], [{"TAGS": t}]) for i, t in enumerate(tags)]))
+        deadline = time.monotonic() + 5
+        while view.offsets("TBW102", 0) != (0, 1001):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        a = [string_hash("TagA")]
+        assert FILTER_SCAN == 800
+        got = view.pull("TBW102", 0, 0, 32, tag_codes=a)
+        assert got.status == NO_MATCHED and got.next_offset == 800
+        got = view.pull("TBW102", 0, 800, 32, tag_codes=a)
+        assert got.status == FOUND and [r.body for r in got.records()] == [b"m1000"] and got.next_offset == 1001
+        got = view.pull("TBW102", 0, 0, 1000, tag_codes=[string_hash("TagB")], max_bytes=1 << 30)
+        assert got.status == FOUND and got.count == 1000 and got.next_offset == 1000      # maxMsgNums past 800
     finally:
         view.close()
         client.close()
