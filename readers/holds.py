@@ -4,10 +4,11 @@ RocketMQ's ``PullRequestHoldService`` keeps held pulls per topic@queueId and loo
 holds when a message arrives on it.  Here a wake (the dispatcher's post, the reader's tick) looks
 at every held queue at once: ``want[s]`` is the lowest offset a pull held on queue slot ``s``
 waits past (its ``scanned`` mark; int64 max where none is held), so the queues that grew are one
-vector comparison with the shared max-offset column, whatever the number of holds.  Holding, answering or timing out a
-pull touches only its own queue's list.  A queue that has no slot yet (nothing was ever
-dispatched to it) is held by name and placed once the shared queue table grows.  While any pull
-is held, the slot's ``DISPATCH_WAIT`` asks the dispatcher to post the slot's waker after each pass.
+vector comparison with the shared max-offset column, whatever the number of holds.  Holding,
+answering or timing out a pull touches only its own queue's list.  A queue that has no slot yet
+(nothing was ever dispatched to it) is held by name and placed once the shared queue table grows.
+While any pull is held, the slot's ``DISPATCH_WAIT`` asks the dispatcher to post the slot's waker
+after each pass.
 
 A pull with a tag filter is woken, as RocketMQ's (``notifyMessageArriving`` asks the pull's
 ``MessageFilter``), only by a message it would take: when its queue grows by messages of other
@@ -29,10 +30,10 @@ NONE_WANTED = np.iinfo(np.int64).max
 
 
 class Hold:
-    __slots__ = ("key", "queue", "scanned", "codes", "callback", "timer")
+    __slots__ = ("slot", "queue", "scanned", "codes", "callback", "timer")
 
-    def __init__(self, key, queue: tuple[str, int], offset: int, codes, callback):
-        self.key, self.queue, self.codes, self.callback = key, queue, codes, callback
+    def __init__(self, slot: int | None, queue: tuple[str, int], offset: int, codes, callback):
+        self.slot, self.queue, self.codes, self.callback = slot, queue, codes, callback   # slot None: unplaced
         self.scanned = offset           # the pull's offset, then past the messages that did not match ``codes``
         self.timer = None
 
@@ -58,10 +59,10 @@ class HeldPulls:
         ``callback(False)`` after ``timeout_s``."""
         self.slot_row[S.DISPATCH_WAIT] = 1      # first: what is dispatched from now on wakes us
         s = self.queues.slot(topic, queue_id)
-        h = Hold(s if s is not None else (topic, queue_id), (topic, queue_id), offset, codes, callback)
+        h = Hold(s, (topic, queue_id), offset, codes, callback)
         h.timer = self.loop.call_later(timeout_s, self._timed_out, h)
         if s is None:
-            self.unplaced.setdefault(h.key, []).append(h)
+            self.unplaced.setdefault(h.queue, []).append(h)
         else:
             self.by_slot.setdefault(s, []).append(h)
             self.want[s] = min(int(self.want[s]), offset)
@@ -86,7 +87,7 @@ class HeldPulls:
                 continue
             holds = self.unplaced.pop(key)
             for h in holds:
-                h.key = s
+                h.slot = s
             self._keep(s, self.by_slot.pop(s, []) + holds)
 
     def _end_grown(self, s: int, max_offset: int) -> None:
@@ -121,13 +122,12 @@ class HeldPulls:
             return first, None
 
     def _timed_out(self, h: Hold) -> None:
-        table = self.unplaced if type(h.key) is tuple else self.by_slot
-        held = table.pop(h.key)
-        kept = [o for o in held if o is not h]
-        if table is self.by_slot:
-            self._keep(h.key, kept)
-        elif kept:
-            table[h.key] = kept
+        if h.slot is None:
+            kept = [o for o in self.unplaced.pop(h.queue) if o is not h]
+            if kept:
+                self.unplaced[h.queue] = kept
+        else:
+            self._keep(h.slot, [o for o in self.by_slot.pop(h.slot) if o is not h])
         self._counted(-1)
         _call(h.callback, False)
 

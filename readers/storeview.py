@@ -21,14 +21,13 @@ from shm.layout import C, S
 from shm.tables import QueueIndex
 from store import message
 from store.consumequeue import ENTRY, ENTRY_SIZE, ConsumeQueue, file_size_for
+from store.mappedfile import MappedFileQueue
 
+FOUND, NO_NEW, NO_MATCHED, OFFSET_MOVED, NO_QUEUE = "FOUND", "NO_NEW_MSG", "NO_MATCHED_MSG", "OFFSET_MOVED", "NO_QUEUE"
 # a filtered pull looks at up to this many consume-queue entries (RocketMQ's getMessage: at most
 # max(16000, maxMsgNums * 20) bytes of its consume queue), then answers what it found, or
 # NO_MATCHED_MESSAGE with the offset past them
 FILTER_SCAN = 16000 // ENTRY_SIZE
-from store.mappedfile import MappedFileQueue
-
-FOUND, NO_NEW, NO_MATCHED, OFFSET_MOVED, NO_QUEUE = "FOUND", "NO_NEW_MSG", "NO_MATCHED_MSG", "OFFSET_MOVED", "NO_QUEUE"
 
 
 @dataclass
