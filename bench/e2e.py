@@ -443,11 +443,7 @@ class RocketboxServer:
             wait_port(cfg.reader_port(i), self.app.proc, f"reader {i}")
         wait_port(self.port, self.app.proc, "HAProxy")
         time.sleep(2.5)     # HAProxy checks each reader every 1 s: let every reader be marked up first
-        resp = _call(self.port, Command(R.UPDATE_AND_CREATE_TOPIC, {
-            "topic": TOPIC, "defaultTopic": "TBW102", "readQueueNums": str(QUEUES), "writeQueueNums": str(QUEUES),
-            "perm": "6", "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"}))
-        if resp.code != 0:
-            raise RuntimeError(f"creating {TOPIC} failed: {resp.code} {resp.remark}")
+        create_topic(self.port, TOPIC, QUEUES)
 
     def prepare_consume(self) -> None:
         pass
@@ -457,6 +453,15 @@ class RocketboxServer:
 
     def stop(self) -> None:
         self.app.stop()
+
+
+def create_topic(port: int, topic: str, queues: int) -> None:
+    """As an admin tool would: UPDATE_AND_CREATE_TOPIC through HAProxy on ``port``."""
+    resp = _call(port, Command(R.UPDATE_AND_CREATE_TOPIC, {
+        "topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(queues), "writeQueueNums": str(queues),
+        "perm": "6", "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"}))
+    if resp.code != 0:
+        raise RuntimeError(f"creating {topic} failed: {resp.code} {resp.remark}")
 
 
 def _call(port: int, cmd: Command) -> Command:

@@ -23,7 +23,7 @@ import psutil
 
 from appliance import config
 from bench.appliance import BenchAppliance
-from bench.e2e import _call, wait_port
+from bench.e2e import _call, create_topic, wait_port
 from remoting import codec
 from remoting.codec import Command, Decoder
 from remoting.codes import RequestCode as R, ResponseCode as RC
@@ -53,14 +53,6 @@ def _read(sock: socket.socket, dec: Decoder, n: int) -> list[Command]:
             raise ConnectionError("closed by the appliance")
         out += dec.feed(data)
     return out
-
-
-def _create(port: int, topic: str, queues: int) -> None:
-    resp = _call(port, Command(R.UPDATE_AND_CREATE_TOPIC, {
-        "topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(queues), "writeQueueNums": str(queues),
-        "perm": "6", "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"}))
-    if resp.code != RC.SUCCESS:
-        raise RuntimeError(f"creating {topic} failed: {resp.code} {resp.remark}")
 
 
 def _wait_dispatched(port: int, queue: int, end: int) -> None:
@@ -148,8 +140,8 @@ def main() -> None:
             wait_port(args.port, app.proc, "HAProxy")
             time.sleep(2.5)                     # HAProxy marks the reader up
         app.start(ready=ready)
-        _create(args.port, "Idle", args.queues)
-        _create(args.port, "Busy", 1)
+        create_topic(args.port, "Idle", args.queues)
+        create_topic(args.port, "Busy", 1)
         with socket.create_connection(("127.0.0.1", args.port)) as s:
             s.sendall(b"".join(_send_frame("Idle", q, b"first") for q in range(args.queues)))
             _read(s, Decoder(), args.queues)
