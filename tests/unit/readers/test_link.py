@@ -105,14 +105,20 @@ def test_a_slab_that_cannot_be_pushed_fails_every_request_in_it_with_the_reason(
     _with_link(tmp_path, "nopush", test)
 
 
+def _stored(w, d, c, topic: str, queue: int, props: list[dict]) -> None:
+    """One request of ``len(props)`` messages to ``topic``'s ``queue``, appended by the
+    in-process writer ``w`` and dispatched by ``d`` (``c``: the ring client)."""
+    ticket = c.submit([PutRequest(topic, queue, [b"m"] * len(props), props)])
+    assert w.step() and c.collect(ticket, 1)[0].ok and d.step()
+
+
 def test_held_pulls_end_once_each_when_their_queue_grows_or_their_time_is_up(tmp_path):
     cfg = small_config(tmp_path / "store", "polls")
     with running_store(cfg) as (sh, w, d, c):
         w.topics.upsert(topic_config("Grow", 2, 2))
 
         def put(queue):
-            ticket = c.submit([PutRequest("Grow", queue, [b"m"], [{}])])
-            assert w.step() and c.collect(ticket, 1)[0].ok and d.step()
+            _stored(w, d, c, "Grow", queue, [{}])
 
         async def main():
             link = WriterLink(cfg, sh)
@@ -152,8 +158,7 @@ def test_a_queue_that_grows_ends_only_the_holds_it_has_grown_past(tmp_path):
         w.topics.upsert(topic_config("Grow", 2, 2))
 
         def put(queue, n=1):
-            ticket = c.submit([PutRequest("Grow", queue, [b"m"] * n, [{}] * n)])
-            assert w.step() and c.collect(ticket, 1)[0].ok and d.step()
+            _stored(w, d, c, "Grow", queue, [{}] * n)
 
         async def main():
             link = WriterLink(cfg, sh)
@@ -195,8 +200,7 @@ def test_a_filtered_hold_is_woken_only_by_a_tag_it_takes(tmp_path):
         w.topics.upsert(topic_config("Tags", 1, 1))
 
         def put(*tags):
-            ticket = c.submit([PutRequest("Tags", 0, [b"m"] * len(tags), [{"TAGS": t} for t in tags])])
-            assert w.step() and c.collect(ticket, 1)[0].ok and d.step()
+            _stored(w, d, c, "Tags", 0, [{"TAGS": t} for t in tags])
 
         async def main():
             link = WriterLink(cfg, sh)
