@@ -4,9 +4,9 @@
 Handlers come from one processor per concern: sends (send.py), pulls with long polling (pull.py),
 client management and group membership (clients.py), offsets and administration (admin.py).  All
 shared state lives in shared memory or with its single writer, so a client gets the same answers
-whichever reader HAProxy gives it.  Reader 0 registers the broker with the name servers every 30 s,
-when the topic table changes, and every second while one of them refuses; a reader that creates a
-topic registers at once.
+whichever reader HAProxy gives it.  Reader 0 registers the broker with the name servers every 30 s
+and after a back-off while one of them refuses, and the changed topics when the topic table
+changes; a reader that creates a topic registers it at once.
 
 Stop (SIGTERM): stop accepting, let sends already handed to the writer get their replies (up to
 5 s), unregister from the name servers when the whole appliance is stopping, close.
@@ -67,7 +67,7 @@ class ReaderService:
         for proc in (SendProcessor(self), PullProcessor(self), self.clients, AdminProcessor(self)):
             handlers.update(proc.handlers())
         server = RemotingServer(f"reader-{self.index}", handlers, on_close=self.clients.connection_closed)
-        registrar = Registrar(self.cfg) if addresses(self.cfg) else None
+        registrar = Registrar(self.cfg, self.sh.views) if addresses(self.cfg) else None
         if registrar is not None:      # a topic created here is answered once the name servers have it
             self.link.on_topic_change = registrar.changed
         try:
@@ -89,10 +89,14 @@ class ReaderService:
         while not self.stop_requested:
             if registrar is not None and self.index == 0 and (pending is None or pending.done()):
                 version = int(self.sh.control[C.TOPIC_VERSION])
-                # a name server that refused (not up yet, restarting) is tried again after its back-off
-                if version != topic_version or registrar.retry_due() or time.monotonic() - registered_at >= PERIOD_S:
+                # the whole table every period, and to a name server that refused (not up yet,
+                # restarting) after its back-off; what changed meanwhile, when the table changes
+                if registrar.retry_due() or time.monotonic() - registered_at >= PERIOD_S:
                     topic_version, registered_at = version, time.monotonic()
                     pending = self._loop.create_task(registrar.register_all())
+                elif version != topic_version:
+                    topic_version = version
+                    pending = self._loop.create_task(registrar.register_changes())
             try:
                 await asyncio.wait_for(self._stop.wait(), TICK_S)
             except asyncio.TimeoutError:

@@ -41,6 +41,8 @@ CONTROL_FIELDS = (
     ("topic_count", "writer", "topic table entries in use"),
     ("queue_count", "writer", "queue slots in use"),
     ("topic_version", "writer", "bumped on every topic table change"),
+    ("topics_data_version", "writer", "topics.json's dataVersion counter (what a registration carries)"),
+    ("topics_data_version_ts", "writer", "topics.json's dataVersion timestamp"),
     ("offset_count", "writer", "consumer offset slots in use"),
     ("dispatched", "dispatcher", "CommitLog offset up to which CQ and index are built"),
     ("dispatched_ts", "dispatcher", "store timestamp of the last dispatched record"),

@@ -76,7 +76,7 @@ class TopicTable:
             self.persist()
         else:
             self.configs = dict(data.get("topicConfigTable", {}))
-            self.data_version = data.get("dataVersion", self.data_version)
+            self._set_data_version(data.get("dataVersion", self.data_version))
         for name, tc in self.configs.items():
             try:
                 check_queue_nums(tc, self.cfg.maxTopicQueueNums)
@@ -88,7 +88,7 @@ class TopicTable:
         """A restarted writer: the shared table is already filled; re-read the full configs."""
         data = configfile.read(self.path) or {}
         self.configs = dict(data.get("topicConfigTable", {}))
-        self.data_version = data.get("dataVersion", self.data_version)
+        self._set_data_version(data.get("dataVersion", self.data_version))
         for i in range(int(self.control[C.TOPIC_COUNT])):
             self.index[self.names[i].decode()] = i
 
@@ -99,8 +99,7 @@ class TopicTable:
         if name not in self.index and int(self.control[C.TOPIC_COUNT]) >= len(self.names):
             raise TableFull(f"shared topic table is full ({len(self.names)} topics, see shmTopicSlots)")
         self.configs[name] = tc
-        self.data_version = {"counter": self.data_version.get("counter", 0) + 1, "timestamp": int(time.time() * 1000)}
-        self.persist()
+        self.persist({"counter": self.data_version.get("counter", 0) + 1, "timestamp": int(time.time() * 1000)})
         self._ensure_dirs(name, tc)
         return self._publish(name, tc)
 
@@ -113,8 +112,18 @@ class TopicTable:
         for q in range(queue_nums(tc)):
             os.makedirs(queue_dir(self.cfg.root, name, q), exist_ok=True)
 
-    def persist(self) -> None:
-        configfile.write(self.path, {"dataVersion": self.data_version, "topicConfigTable": self.configs})
+    def persist(self, data_version: dict | None = None) -> None:
+        """Write topics.json (under a new ``data_version`` when given), then show its version."""
+        version = data_version or self.data_version
+        configfile.write(self.path, {"dataVersion": version, "topicConfigTable": self.configs})
+        self._set_data_version(version)
+
+    def _set_data_version(self, version: dict) -> None:
+        """topics.json's dataVersion, kept here and in the control block, where a registration of
+        changed topics reads it (a name server takes a broker's topics only under a new one)."""
+        self.data_version = version
+        self.control[C.TOPICS_DATA_VERSION_TS] = int(version.get("timestamp", 0))
+        self.control[C.TOPICS_DATA_VERSION] = int(version.get("counter", 0))
 
     def _publish(self, name: str, tc: dict) -> int:
         raw = name.encode()

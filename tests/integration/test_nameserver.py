@@ -185,6 +185,9 @@ def test_appliance_start_runs_a_local_name_server(appliance_factory):
         assert [broker.read_response().code for _ in range(20)] == [RC.SUCCESS] * 20
         topics = json.loads(w.call(R.GET_ALL_TOPIC_LIST_FROM_NAMESERVER).body)["topicList"]
         assert {f"Many{i}" for i in range(20)} <= set(topics)
+        # each registered the changed topics alone (readers/registration.py): the others stay routed
+        assert {"Made", "Sent", "TBW102"} <= set(topics)
+        assert json.loads(w.call(R.GET_ROUTEINFO_BY_TOPIC, {"topic": "Made"}).body)["queueDatas"][0]["readQueueNums"] == 2
         broker.close()
         w.close()
     finally:

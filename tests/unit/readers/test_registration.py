@@ -1,11 +1,16 @@
 """The broker's registration with name servers: one that fails is tried again after a back-off
-that doubles from 1 s to the 30 s period, and the back-off starts over once all succeed."""
+that doubles from 1 s to the 30 s period, and the back-off starts over once all succeed; a
+registration after a change carries the changed topics alone, under topics.json's new dataVersion."""
 import asyncio
+import json
+import os
 import socket
 import time
 
-from appliance import config
 from readers.registration import PERIOD_S, RETRY_FIRST_S, Registrar
+from store import configfile
+from tests.unit.writer.rig import running_store, small_config
+from writer.topics import topic_config
 
 
 def _closed_port() -> int:
@@ -16,11 +21,9 @@ def _closed_port() -> int:
 
 def test_a_failing_name_server_is_retried_after_a_doubling_back_off(tmp_path):
     port = _closed_port()
-    cfg = config.load(None, {"namesrvAddr": f"127.0.0.1:{port}", "storePathRootDir": str(tmp_path)})
-    reg = Registrar(cfg)
-    assert not reg.retry_due()                       # nothing failed yet
+    cfg = small_config(tmp_path / "store", "reg", namesrvAddr=f"127.0.0.1:{port}")
 
-    async def attempts(n: int) -> list[float]:
+    async def attempts(reg: Registrar, n: int) -> list[float]:
         waits = []
         for _ in range(n):
             t = time.monotonic()
@@ -29,11 +32,47 @@ def test_a_failing_name_server_is_retried_after_a_doubling_back_off(tmp_path):
             assert reg.failing == {f"127.0.0.1:{port}"} and not reg.retry_due()
         return waits
 
-    try:
-        assert asyncio.run(attempts(7)) == [RETRY_FIRST_S * 2 ** i for i in range(5)] + [PERIOD_S] * 2
-        reg.retry_at = time.monotonic() - 0.001
-        assert reg.retry_due()
-        reg.failing.clear()                          # as after a successful round
-        assert not reg.retry_due()
-    finally:
-        reg.close()
+    with running_store(cfg) as (sh, _w, _d, _c):
+        reg = Registrar(cfg, sh.views)
+        assert not reg.retry_due()                   # nothing failed yet
+        try:
+            assert asyncio.run(attempts(reg, 7)) == [RETRY_FIRST_S * 2 ** i for i in range(5)] + [PERIOD_S] * 2
+            reg.retry_at = time.monotonic() - 0.001
+            assert reg.retry_due()
+            reg.failing.clear()                      # as after a successful round
+            assert not reg.retry_due()
+        finally:
+            reg.close()
+
+
+def _table(body: bytes) -> tuple[dict, dict]:
+    wrapper = json.loads(body)["topicConfigSerializeWrapper"]
+    return wrapper["dataVersion"], wrapper["topicConfigTable"]
+
+
+def test_a_registration_after_a_change_carries_the_changed_topics_alone(tmp_path):
+    cfg = small_config(tmp_path / "store", "regd", namesrvAddr="127.0.0.1:9")
+    with running_store(cfg) as (sh, w, _d, _c):
+        w.topics.upsert(topic_config("Before", 2, 2))
+        reg = Registrar(cfg, sh.views)
+        assert reg._changed() is None                # what was there when it started goes whole
+        w.topics.upsert(topic_config("Made", 4, 2))
+        version, table = _table(reg._changed())
+        on_disk = configfile.read(os.path.join(cfg.config_dir, "topics.json"))
+        assert version == on_disk["dataVersion"] and version["counter"] >= 2
+        assert table == {"Made": topic_config("Made", 4, 2)}
+        assert reg._changed() is None                # registered: nothing new
+        w.topics.upsert(topic_config("Before", 2, 2, perm=4, order=True))     # changed in place
+        w.topics.upsert(topic_config("Other", 1, 1))
+        version, table = _table(reg._changed())
+        assert table == {"Before": topic_config("Before", 2, 2, perm=4, order=True),
+                         "Other": topic_config("Other", 1, 1)}
+        assert version["counter"] == on_disk["dataVersion"]["counter"] + 2
+        w.topics.upsert(topic_config("Other", 1, 1))                          # the same again
+        assert reg._changed() is None
+        # the whole table is topics.json's, and what it covered is not sent again
+        w.topics.upsert(topic_config("Late", 3, 3))
+        version, table = _table(reg._whole())
+        on_disk = configfile.read(os.path.join(cfg.config_dir, "topics.json"))
+        assert table == on_disk["topicConfigTable"] and "Late" in table and version == on_disk["dataVersion"]
+        assert reg._changed() is None

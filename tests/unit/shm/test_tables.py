@@ -1,6 +1,7 @@
 """The readers' cache of the shared topic table: rows come from shared memory again once the
-writer has changed a topic."""
+writer has changed a topic; TopicChanges finds the rows made or changed since its last look."""
 from shm.layout import T
+from shm.tables import TopicChanges
 from tests.unit.writer.rig import running_store, small_config
 from writer.topics import topic_config
 
@@ -21,3 +22,20 @@ def test_a_cached_topic_row_follows_the_writers_changes(tmp_path):
         assert topics.live("Cached") == (i, row) and topics.live("Other") == (None, None)
         row[T.LIVE] = 0                                                    # a row that is not live
         assert topics.live("Cached") == (None, None) and topics.lookup("Cached") is None
+
+
+def test_topic_changes_are_the_rows_made_or_changed_since_the_last_look(tmp_path):
+    cfg = small_config(tmp_path / "store", "changes")
+    with running_store(cfg) as (sh, w, _d, _c):
+        changes = TopicChanges(sh.views, sh.control)
+        assert {name for name, _row in changes.take()} >= {"TBW102", "SELF_TEST_TOPIC"}   # all, first
+        assert changes.take() == []
+        w.topics.upsert(topic_config("New", 4, 2))
+        w.topics.upsert(topic_config("TBW102", 16, 16, 7))
+        got = dict(changes.take())
+        assert list(got) == ["TBW102", "New"]        # in table order
+        assert got["New"][:3] == [4, 2, 6] and got["TBW102"][:3] == [16, 16, 7]
+        w.topics.upsert(topic_config("New", 4, 2))   # the same row again: no change
+        assert changes.take() == []
+        sh.views["topic_meta"][w.topics.index["New"]][T.LIVE] = 0    # a row no longer live is not told
+        assert changes.take() == []
