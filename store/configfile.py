@@ -7,6 +7,7 @@ process (named where it is used); this module has no state.
 """
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import re
@@ -66,6 +67,41 @@ def dumps(data) -> bytes:
     for k in range(depth - 1, 0, -1):
         text = text.replace(b"\n" + b"  " * k, b"\n" + b"\t" * k)
     return text
+
+
+class Members:
+    """The members of a file's one large mapping (topics.json's topicConfigTable), each laid out
+    once by ``dumps`` and kept in key order, for a file written again after every change of one
+    member: ``dumps`` of the whole file lays out every member each time (~26 ms at 16,384 topics,
+    in the writer's loop); ``file`` joins them (~1 ms), the same bytes."""
+
+    def __init__(self, key: str, members: dict):
+        self.key = key
+        self.names = sorted(members)
+        self.laid = [self._lay_out(name, members[name]) for name in self.names]
+
+    @staticmethod
+    def _lay_out(name: str, value) -> bytes:
+        """``"name": value`` as ``dumps`` lays it out two levels in (JSON strings hold no raw
+        newline: every newline starts a line, and each line takes one more TAB)."""
+        text = dumps({name: value})                  # b'{\n\t"name": ...\n}'
+        return b"\t" + text[2:-2].replace(b"\n", b"\n\t")
+
+    def put(self, name: str, value) -> None:
+        i = bisect.bisect_left(self.names, name)
+        if i < len(self.names) and self.names[i] == name:
+            self.laid[i] = self._lay_out(name, value)
+        else:
+            self.names.insert(i, name)
+            self.laid.insert(i, self._lay_out(name, value))
+
+    def file(self, others: dict) -> bytes:
+        """``dumps`` of ``others`` with these members under ``key`` beside them."""
+        text = dumps({**others, self.key: {}})
+        if not self.laid:
+            return text
+        head = b'\n\t"' + self.key.encode() + b'": '
+        return text.replace(head + b"{}", head + b"{\n" + b",\n".join(self.laid) + b"\n\t}", 1)
 
 
 def write(path: str, data) -> None:

@@ -157,6 +157,7 @@ class SubscriptionGroups:
         self.path = os.path.join(cfg.config_dir, "subscriptionGroup.json")
         data = configfile.read(self.path) or {}
         self.groups: dict[str, dict] = dict(data.get("subscriptionGroupTable") or {})
+        self.laid = configfile.Members("subscriptionGroupTable", self.groups)   # as the file lays them out
         self.data_version = data.get("dataVersion", {"counter": 0, "timestamp": int(time.time() * 1000)})
 
     def upsert(self, payload: bytes) -> None:
@@ -165,5 +166,6 @@ class SubscriptionGroups:
         if self.groups.get(name) == sg:
             return
         self.groups[name] = sg
+        self.laid.put(name, sg)
         self.data_version = {"counter": self.data_version.get("counter", 0) + 1, "timestamp": int(time.time() * 1000)}
-        configfile.write(self.path, {"dataVersion": self.data_version, "subscriptionGroupTable": self.groups})
+        configfile.write_bytes(self.path, self.laid.file({"dataVersion": self.data_version}))

@@ -64,6 +64,7 @@ class TopicTable:
         self.path = os.path.join(cfg.config_dir, "topics.json")
         self.cfg, self.names, self.meta, self.control = cfg, views["topic_names"], views["topic_meta"], control
         self.configs: dict[str, dict] = {}
+        self.laid = configfile.Members("topicConfigTable", {})     # the configs as topics.json lays them out
         self.index: dict[str, int] = {}
         self.data_version = {"counter": 0, "timestamp": int(time.time() * 1000)}
 
@@ -72,10 +73,10 @@ class TopicTable:
         data = configfile.read(self.path)
         if data is None:
             data = {"topicConfigTable": {t["topicName"]: t for t in builtin_topics(self.cfg)}}
-            self.configs = dict(data["topicConfigTable"])
+            self._set_configs(data["topicConfigTable"])
             self.persist()
         else:
-            self.configs = dict(data.get("topicConfigTable", {}))
+            self._set_configs(data.get("topicConfigTable", {}))
             self._set_data_version(data.get("dataVersion", self.data_version))
         for name, tc in self.configs.items():
             try:
@@ -87,7 +88,7 @@ class TopicTable:
     def attach(self) -> None:
         """A restarted writer: the shared table is already filled; re-read the full configs."""
         data = configfile.read(self.path) or {}
-        self.configs = dict(data.get("topicConfigTable", {}))
+        self._set_configs(data.get("topicConfigTable", {}))
         self._set_data_version(data.get("dataVersion", self.data_version))
         for i in range(int(self.control[C.TOPIC_COUNT])):
             self.index[self.names[i].decode()] = i
@@ -99,6 +100,7 @@ class TopicTable:
         if name not in self.index and int(self.control[C.TOPIC_COUNT]) >= len(self.names):
             raise TableFull(f"shared topic table is full ({len(self.names)} topics, see shmTopicSlots)")
         self.configs[name] = tc
+        self.laid.put(name, tc)
         self.persist({"counter": self.data_version.get("counter", 0) + 1, "timestamp": int(time.time() * 1000)})
         self._ensure_dirs(name, tc)
         return self._publish(name, tc)
@@ -115,8 +117,12 @@ class TopicTable:
     def persist(self, data_version: dict | None = None) -> None:
         """Write topics.json (under a new ``data_version`` when given), then show its version."""
         version = data_version or self.data_version
-        configfile.write(self.path, {"dataVersion": version, "topicConfigTable": self.configs})
+        configfile.write_bytes(self.path, self.laid.file({"dataVersion": version}))
         self._set_data_version(version)
+
+    def _set_configs(self, configs: dict) -> None:
+        self.configs = dict(configs)
+        self.laid = configfile.Members("topicConfigTable", self.configs)
 
     def _set_data_version(self, version: dict) -> None:
         """topics.json's dataVersion, kept here and in the control block, where a registration of

@@ -55,3 +55,26 @@ def test_dumps_gives_the_bytes_of_json_with_tab_indentation():
     ]
     for data in samples:
         assert configfile.dumps(data) == json.dumps(data, indent="\t", sort_keys=True, ensure_ascii=False).encode()
+
+
+def test_members_laid_out_once_give_the_bytes_dumps_gives_the_whole_file():
+    """topics.json and subscriptionGroup.json are written after every change of one member, from
+    members laid out once each: the same bytes as ``dumps`` of the whole, whatever the members
+    and their order of change."""
+    def config(name, n):
+        return {"groupName": name, "retryQueueNums": n, "brokerId": 0, "consumeEnable": n % 2 == 0,
+                "attributes": {}, "note": "a  b\tc \u00e9"}       # (spaces and a TAB inside a string)
+
+    version = {"counter": 7, "timestamp": 1700000000000}
+    table = {f"g{i:03d}": config(f"g{i:03d}", i) for i in range(0, 40, 3)}
+    members = configfile.Members("subscriptionGroupTable", table)
+    assert members.file({"dataVersion": version}) == configfile.dumps(
+        {"dataVersion": version, "subscriptionGroupTable": table})
+    for i, name in enumerate(["g003", "a-first", "z-last", "g004", "%RETRY%g", "g003", "g0031"]):
+        table[name] = config(name, 100 + i)                        # changed in place, and new ones
+        members.put(name, table[name])
+        assert members.file({"dataVersion": version}) == configfile.dumps(
+            {"dataVersion": version, "subscriptionGroupTable": table}), name
+    empty = configfile.Members("topicConfigTable", {})
+    assert empty.file({"dataVersion": version}) == configfile.dumps({"dataVersion": version, "topicConfigTable": {}})
+    assert json.loads(members.file({"dataVersion": version}))["subscriptionGroupTable"] == table
