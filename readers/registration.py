@@ -7,9 +7,9 @@ changes that come while one is under way share the next one.
 A registration after a change carries only the changed topics (``TopicChanges``: the shared rows
 that differ from the last registration's) under topics.json's new dataVersion, as RocketMQ's
 ``registerIncrementBrokerData`` carries the one topic an admin made: a name server adds or updates
-the topics a master registers and keeps its others.  Making a topic then costs the same with 16
-topics or 16,000, where a whole table (read from topics.json, parsed by every name server) grew
-with each.  Their TopicConfigs come from the shared rows, whose fields are all a route holds
+the topics a master registers and keeps its others.  The registration of a topic's creation
+then costs the same with 16 topics or 16,000, where the whole table (read from topics.json here,
+parsed by every name server) grew with each.  Their TopicConfigs come from the shared rows, whose fields are all a route holds
 (``topicFilterType`` is not among them: it is given as SINGLE_TAG).  A name server that missed
 one (it failed) gets the whole table when it is tried again.
 A name server that failed is tried again after 1 s, then 2, 4, ... up to 30 s (all of them: the

@@ -3,7 +3,8 @@
 Write: ``<file>.tmp`` -> old file copied to ``<file>.bak`` -> rename, TAB-indented like fastjson's
 pretty printer.  Read: tolerant of fastjson's unquoted integer map keys (``{0:6,1:3}``); falls back
 to ``.bak`` when the main file is missing, empty or corrupt.  Each file has exactly one writing
-process (named where it is used); this module has no state.
+process (named where it is used); this module keeps no state of its own (``Members`` is its
+owner's: a large mapping laid out member by member, for a file written again after each change).
 """
 from __future__ import annotations
 
