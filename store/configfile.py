@@ -96,6 +96,11 @@ class Members:
             self.names.insert(i, name)
             self.laid.insert(i, self._lay_out(name, value))
 
+    def remove(self, name: str) -> None:
+        i = bisect.bisect_left(self.names, name)
+        if i < len(self.names) and self.names[i] == name:
+            del self.names[i], self.laid[i]
+
     def file(self, others: dict) -> bytes:
         """``dumps`` of ``others`` with these members under ``key`` beside them."""
         text = dumps({**others, self.key: {}})

@@ -20,6 +20,7 @@ import numpy as np
 
 from shm.layout import C, OFFSET_KEY_BYTES
 from store import configfile
+from writer.filethread import FileThread
 
 log = logging.getLogger("rocketbox.writer")
 PERSIST_INTERVAL_S = 5.0          # flushConsumerOffsetInterval
@@ -151,7 +152,9 @@ class ConsumerOffsets:
 
 class SubscriptionGroups:
     """subscriptionGroup.json: groups created on a consumer's first heartbeat
-    (``autoCreateSubscriptionGroup``) or by an admin.  Readers read the file."""
+    (``autoCreateSubscriptionGroup``) or by an admin.  Readers read the file.  Its writes are a
+    thread's (``writer.filethread``): a GROUP entry is never answered, so the loop only logs a
+    write that failed; what it held is written with the next change, or at the stop."""
 
     def __init__(self, cfg):
         self.path = os.path.join(cfg.config_dir, "subscriptionGroup.json")
@@ -159,13 +162,41 @@ class SubscriptionGroups:
         self.groups: dict[str, dict] = dict(data.get("subscriptionGroupTable") or {})
         self.laid = configfile.Members("subscriptionGroupTable", self.groups)   # as the file lays them out
         self.data_version = data.get("dataVersion", {"counter": 0, "timestamp": int(time.time() * 1000)})
+        self.file: FileThread | None = None         # started by the first change
+        self.unwritten = False                      # the last write failed
 
     def upsert(self, payload: bytes) -> None:
         sg = json.loads(payload)
         name = sg["groupName"]
         if self.groups.get(name) == sg:
             return
-        self.groups[name] = sg
-        self.laid.put(name, sg)
-        self.data_version = {"counter": self.data_version.get("counter", 0) + 1, "timestamp": int(time.time() * 1000)}
-        configfile.write_bytes(self.path, self.laid.file({"dataVersion": self.data_version}))
+        if self.file is None:
+            self.file = FileThread("subscriptionGroup.json", self._lay_out, self._store)
+        with self.file.lock:
+            self.groups[name] = sg
+            self.laid.put(name, sg)
+            self.data_version = {"counter": self.data_version.get("counter", 0) + 1,
+                                 "timestamp": int(time.time() * 1000)}
+            self.file.submit(name)
+
+    def settle(self) -> None:
+        """In the writer's loop: log each write that failed."""
+        for names, error in self.file.done() if self.file is not None else ():
+            self.unwritten = error is not None
+            if error is not None:
+                log.error("cannot write %s: %s; groups %s go with the next change", self.path, error, names[:5])
+
+    def close(self) -> None:
+        """The stop: pending changes written (a failed one tried once more)."""
+        if self.file is not None:
+            self.settle()
+            if self.unwritten:
+                self.file.submit(None)
+            self.file.close()
+            self.settle()
+
+    def _lay_out(self, _names: list) -> bytes:            # the file thread's, under the lock
+        return self.laid.file({"dataVersion": self.data_version})
+
+    def _store(self, text: bytes, _names: list) -> None:  # the file thread's
+        configfile.write_bytes(self.path, text)

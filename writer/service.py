@@ -66,8 +66,9 @@ class WriterService:
         if not ctl[C.RECOVERED]:
             raise RuntimeError("store not recovered yet: the supervisor runs recovery before the writer starts")
         self.commitlog = MappedFileQueue(self.cfg.commitlog_dir, self.file_size, True).load()
-        self.topics = TopicTable(self.cfg, sh.views, ctl)
+        self.topics = TopicTable(self.cfg, sh.views, ctl, sh.writer_waker)
         self.topics.attach()
+        self.topic_replies: list[tuple[int, tuple]] = []    # (ring, reply) of topics written, not yet pushed
         self.offsets = ConsumerOffsets(self.cfg, sh.views, ctl)
         self.offsets.attach()
         self.groups = SubscriptionGroups(self.cfg)
@@ -102,6 +103,8 @@ class WriterService:
 
     def close(self) -> None:
         if self.commitlog is not None:
+            self.topics.close()            # (after run, they have nothing left: a test's writer may)
+            self.groups.close()
             self.offsets.persist(force=True)
             self.ctl[C.PID_WRITER] = 0
             self.commitlog.close()
@@ -112,6 +115,7 @@ class WriterService:
         sh = self.sh
         drained, taken = [], []          # (slot, end position); (slot, kind, payload) in ring order
         ts = int(time.time() * 1000)
+        settled = self._topics_written()
         for i, ring in enumerate(sh.request_rings):
             if ring.write_pos == ring.read_pos:
                 continue
@@ -137,7 +141,7 @@ class WriterService:
             if end != ring.read_pos:
                 drained.append((i, end))
         if not drained:
-            return False
+            return settled
         self._commit(drained, taken, self._handle(taken, ts), ts)
         return True
 
@@ -155,7 +159,7 @@ class WriterService:
         """The reply to each taken entry.  Runs of PUT slabs (from any rings) are appended as one
         batch; a TOPIC request first lets the PUTs before it land, so ring order is kept."""
         replies, run = [], []
-        for _i, kind, payload in taken + [(None, None, None)]:
+        for i, kind, payload in taken + [(None, None, None)]:
             if kind == P.PUT:
                 run.append(payload)
                 continue
@@ -163,7 +167,7 @@ class WriterService:
                 replies += self._put(run, ts)
                 run = []
             if kind == P.TOPIC:
-                replies.append(self._topic(payload))
+                replies.append(self._topic(i, payload))
             elif kind in (P.OFFSET, P.GROUP):
                 replies.append(self._group_state(kind, payload))
             elif kind is not None:
@@ -190,18 +194,43 @@ class WriterService:
         sh.dispatcher_waker.post()                       # last: no reply waits for it
 
     # ------------------------------------------------------------ topics
-    def _topic(self, payload: np.ndarray):
+    def _topic(self, ring: int, payload: np.ndarray):
+        """A TOPIC entry: refused now, or handed to topics.json's thread and answered by
+        ``_topics_written`` once the file has it (the loop goes on meanwhile)."""
         req_id = int(payload[:8].view("<u8")[0])
-        res = np.zeros(1, P.TOPIC_RES)
         try:
             tc = json.loads(bytes(payload[P.TOPIC_REQ.itemsize:]).decode())
             message.check_topic(tc["topicName"])
-            idx = self.topics.upsert(tc)
-            res[0] = (req_id, P.SUCCESS, idx)
+            self.topics.request(tc, (ring, req_id))
+            return None
         except Exception as e:          # a bad request from a producer: answer it, keep going
             log.warning("create topic refused: %s", e)
-            res[0] = (req_id, P.TOPICS_FULL if isinstance(e, TableFull) else P.SYSTEM_ERROR, -1)
+            return self._topic_result(req_id, e)
+
+    @staticmethod
+    def _topic_result(req_id: int, error: Exception | None, idx: int = -1):
+        res = np.zeros(1, P.TOPIC_RES)
+        status = P.SUCCESS if error is None else P.TOPICS_FULL if isinstance(error, TableFull) else P.SYSTEM_ERROR
+        res[0] = (req_id, status, idx if error is None else -1)
         return P.TOPIC_RESULT, [res]
+
+    def _topics_written(self) -> bool:
+        """Publish the topics topics.json now has and answer their requests (a reply the response
+        ring has no room for waits for the next pass); whether there was any."""
+        for (ring, req_id), idx, error in self.topics.settle():
+            self.topic_replies.append((ring, self._topic_result(req_id, error, idx)))
+        if not self.topic_replies:
+            return False
+        waiting, posted = [], set()
+        for ring, reply in self.topic_replies:
+            if self.sh.response_rings[ring].try_push(*reply):
+                posted.add(ring)
+            else:
+                waiting.append((ring, reply))
+        self.topic_replies = waiting
+        for ring in posted:
+            self.sh.slot_wakers[ring].post()
+        return bool(posted)
 
     def _group_state(self, kind: int, payload: np.ndarray) -> None:
         try:
@@ -558,5 +587,9 @@ class WriterService:
             if not self.step():
                 self.sh.writer_waker.wait(1.0)
             self.offsets.persist()
+            self.groups.settle()
         while self.step():     # drain what producers already queued
             pass
+        self.topics.close()    # topics.json gets every change taken: publish and answer them
+        self._topics_written()
+        self.groups.close()

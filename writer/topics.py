@@ -2,17 +2,22 @@
 process that writes both (boot loads them before any role starts).
 
 topics.json is persisted before the shared table shows a change, so the file is never behind what
-producers can see.  Built-in topics follow RocketMQ's TopicConfigManager (FACTS §5.6).
+producers can see; the writer's loop does not wait for it (``TopicTable.request``).  Built-in topics follow RocketMQ's TopicConfigManager (FACTS §5.6).
 """
 from __future__ import annotations
 
+import logging
 import os
 import time
+from typing import NamedTuple
 
 from shm.layout import C, NAME_BYTES, T
 from shm.tables import TableFull
 from store import configfile
 from store.consumequeue import queue_dir
+from writer.filethread import FileThread
+
+log = logging.getLogger("rocketbox.writer")
 
 PERM_INHERIT, PERM_WRITE, PERM_READ = 1, 2, 4
 PERM_RW = PERM_READ | PERM_WRITE
@@ -57,27 +62,42 @@ def builtin_topics(cfg) -> list[dict]:
     return out
 
 
-class TopicTable:
-    """Write side of the shared topic table plus the full TopicConfig dicts behind it."""
+class _Change(NamedTuple):
+    """A topic's creation or update on its way to topics.json; ``token`` is the requester's."""
+    name: str
+    tc: dict
+    version: dict           # topics.json's dataVersion once this change is in it
+    token: object
 
-    def __init__(self, cfg, views: dict, control):
+
+class TopicTable:
+    """Write side of the shared topic table plus the full TopicConfig dicts behind it.
+
+    In the writer's loop a change is ``request``ed: checked, laid out into the configs at once, and
+    written to topics.json by a thread (``writer.filethread``); ``settle`` then publishes each
+    change whose write is done, so the file is never behind what producers see, and reports it."""
+
+    def __init__(self, cfg, views: dict, control, waker=None):
         self.path = os.path.join(cfg.config_dir, "topics.json")
         self.cfg, self.names, self.meta, self.control = cfg, views["topic_names"], views["topic_meta"], control
-        self.configs: dict[str, dict] = {}
+        self.configs: dict[str, dict] = {}          # every topic as requested (what the next write lays out)
+        self.durable: dict[str, dict] = {}          # every topic as topics.json has it (what a failed write restores)
         self.laid = configfile.Members("topicConfigTable", {})     # the configs as topics.json lays them out
         self.index: dict[str, int] = {}
-        self.data_version = {"counter": 0, "timestamp": int(time.time() * 1000)}
+        self.data_version = {"counter": 0, "timestamp": int(time.time() * 1000)}   # the latest requested
+        self.making: set[str] = set()               # new topics requested, not published yet
+        self.waker, self.file = waker, None         # the FileThread, started by the first request
+        self.unclaimed: list[tuple] = []            # settled by ``upsert`` for ``settle``'s caller
 
     def load(self) -> None:
         """Boot: read topics.json (creating it with the built-in topics) into the shared table."""
         data = configfile.read(self.path)
         if data is None:
             data = {"topicConfigTable": {t["topicName"]: t for t in builtin_topics(self.cfg)}}
-            self._set_configs(data["topicConfigTable"])
-            self.persist()
+            self._set_configs(data["topicConfigTable"], self.data_version)
+            configfile.write_bytes(self.path, self.laid.file({"dataVersion": self.data_version}))
         else:
-            self._set_configs(data.get("topicConfigTable", {}))
-            self._set_data_version(data.get("dataVersion", self.data_version))
+            self._set_configs(data.get("topicConfigTable", {}), data.get("dataVersion", self.data_version))
         for name, tc in self.configs.items():
             try:
                 check_queue_nums(tc, self.cfg.maxTopicQueueNums)
@@ -88,22 +108,94 @@ class TopicTable:
     def attach(self) -> None:
         """A restarted writer: the shared table is already filled; re-read the full configs."""
         data = configfile.read(self.path) or {}
-        self._set_configs(data.get("topicConfigTable", {}))
-        self._set_data_version(data.get("dataVersion", self.data_version))
+        self._set_configs(data.get("topicConfigTable", {}), data.get("dataVersion", self.data_version))
         for i in range(int(self.control[C.TOPIC_COUNT])):
             self.index[self.names[i].decode()] = i
 
-    def upsert(self, tc: dict) -> int:
-        """Create or update a topic: checked, persisted, then published to the shared table."""
+    def request(self, tc: dict, token=None) -> None:
+        """Create or update a topic: checked here (QueueNumsOutOfRange, TableFull, ValueError), then
+        handed to the file thread; ``settle`` reports it, with ``token``, once topics.json has it."""
         name = tc["topicName"]
         check_queue_nums(tc, self.cfg.maxTopicQueueNums)
-        if name not in self.index and int(self.control[C.TOPIC_COUNT]) >= len(self.names):
+        _shared_name(name)
+        new = name not in self.index and name not in self.making
+        if new and int(self.control[C.TOPIC_COUNT]) + len(self.making) >= len(self.names):
             raise TableFull(f"shared topic table is full ({len(self.names)} topics, see shmTopicSlots)")
-        self.configs[name] = tc
-        self.laid.put(name, tc)
-        self.persist({"counter": self.data_version.get("counter", 0) + 1, "timestamp": int(time.time() * 1000)})
-        self._ensure_dirs(name, tc)
-        return self._publish(name, tc)
+        if self.file is None:
+            self.file = FileThread("topics.json", self._lay_out, self._store, self.waker)
+        with self.file.lock:
+            self.configs[name] = tc
+            self.laid.put(name, tc)
+            self.data_version = {"counter": self.data_version.get("counter", 0) + 1,
+                                 "timestamp": int(time.time() * 1000)}
+            if new:
+                self.making.add(name)
+            self.file.submit(_Change(name, tc, self.data_version, token))
+
+    def settle(self) -> list[tuple]:
+        """Publish each change topics.json now has: ``(token, topic index, None)`` each, or
+        ``(token, None, error)`` for a change refused (its write failed: undone here; the table was
+        full by the time it was published).  In the writer's loop."""
+        out, self.unclaimed = self.unclaimed, []
+        for changes, error in self.file.done() if self.file is not None else ():
+            if error is None:
+                self._show_data_version(changes[-1].version)
+            else:
+                log.error("cannot write %s: %s; %d topic change(s) refused", self.path, error, len(changes))
+                self._undo(changes)
+            for ch in changes:
+                self.making.discard(ch.name)
+                if error is not None:
+                    out.append((ch.token, None, error))
+                    continue
+                self.durable[ch.name] = ch.tc
+                try:
+                    out.append((ch.token, self._publish(ch.name, ch.tc), None))
+                except TableFull as e:
+                    out.append((ch.token, None, e))
+        return out
+
+    def upsert(self, tc: dict) -> int:
+        """``request`` and ``settle`` in one, waiting for the write (tools and tests): the topic's
+        index, or the error that refused it."""
+        self.request(tc)
+        self.file.wait_idle()
+        got = None
+        for token, idx, error in self.settle():
+            if token is not None:
+                self.unclaimed.append((token, idx, error))
+            elif error is not None:
+                raise error
+            else:
+                got = idx
+        return got
+
+    def close(self) -> None:
+        """The loop's stop: the file thread writes what is pending and ends (``settle`` after)."""
+        if self.file is not None:
+            self.file.close()
+
+    def _lay_out(self, changes: list[_Change]) -> bytes:          # the file thread's, under the lock
+        return self.laid.file({"dataVersion": changes[-1].version})
+
+    def _store(self, text: bytes, changes: list[_Change]) -> None:   # the file thread's
+        configfile.write_bytes(self.path, text)
+        for ch in changes:
+            self._ensure_dirs(ch.name, ch.tc)
+
+    def _undo(self, changes: list[_Change]) -> None:
+        """A failed write's changes out of the configs again, unless a later change replaced one."""
+        with self.file.lock:
+            for ch in reversed(changes):
+                if self.configs.get(ch.name) is not ch.tc:
+                    continue
+                before = self.durable.get(ch.name)
+                if before is None:
+                    del self.configs[ch.name]
+                    self.laid.remove(ch.name)
+                else:
+                    self.configs[ch.name] = before
+                    self.laid.put(ch.name, before)
 
     def ensure_queue_dirs(self) -> None:
         for name, tc in self.configs.items():
@@ -114,27 +206,20 @@ class TopicTable:
         for q in range(queue_nums(tc)):
             os.makedirs(queue_dir(self.cfg.root, name, q), exist_ok=True)
 
-    def persist(self, data_version: dict | None = None) -> None:
-        """Write topics.json (under a new ``data_version`` when given), then show its version."""
-        version = data_version or self.data_version
-        configfile.write_bytes(self.path, self.laid.file({"dataVersion": version}))
-        self._set_data_version(version)
-
-    def _set_configs(self, configs: dict) -> None:
-        self.configs = dict(configs)
+    def _set_configs(self, configs: dict, version: dict) -> None:
+        self.configs, self.durable = dict(configs), dict(configs)
         self.laid = configfile.Members("topicConfigTable", self.configs)
-
-    def _set_data_version(self, version: dict) -> None:
-        """topics.json's dataVersion, kept here and in the control block, where a registration of
-        changed topics reads it (a name server takes a broker's topics only under a new one)."""
         self.data_version = version
+        self._show_data_version(version)
+
+    def _show_data_version(self, version: dict) -> None:
+        """topics.json's dataVersion in the control block, where a registration of changed topics
+        reads it (a name server takes a broker's topics only under a new one)."""
         self.control[C.TOPICS_DATA_VERSION_TS] = int(version.get("timestamp", 0))
         self.control[C.TOPICS_DATA_VERSION] = int(version.get("counter", 0))
 
     def _publish(self, name: str, tc: dict) -> int:
-        raw = name.encode()
-        if len(raw) >= NAME_BYTES:
-            raise ValueError(f"topic name too long for the shared table: {name!r}")
+        raw = _shared_name(name)
         i = self.index.get(name)
         new = i is None
         if new:
@@ -154,3 +239,11 @@ class TopicTable:
             self.control[C.TOPIC_COUNT] = i + 1
         self.control[C.TOPIC_VERSION] += 1
         return i
+
+
+def _shared_name(name: str) -> bytes:
+    """The name as the shared table holds it, or ValueError when it does not fit."""
+    raw = name.encode()
+    if len(raw) >= NAME_BYTES:
+        raise ValueError(f"topic name too long for the shared table: {name!r}")
+    return raw

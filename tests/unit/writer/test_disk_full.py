@@ -58,3 +58,56 @@ def test_full_disk_refuses_cleanly_and_loses_nothing(small_fs):
     finally:
         sh.close()
         sh.unlink()
+
+
+def test_a_topic_whose_topics_json_cannot_be_written_is_refused_and_undone(small_fs):
+    """topics.json's write fails (the disk is full): the creation is answered SYSTEM_ERROR, the
+    topic is not published, and neither the file nor the next write has it; once there is room
+    again the next creation goes through."""
+    from store import configfile
+    from writer import protocol as P
+    from writer.topics import topic_config
+
+    cfg = small_config(small_fs / "store", "t", mappedFileSizeCommitLog=1024 * 1024)
+    path = os.path.join(cfg.config_dir, "topics.json")
+
+    def create(name):
+        rid = c.push_topic(topic_config(name, 1, 1))
+        while w.step():
+            pass
+        w.topics.file.wait_idle()
+        w.step()
+        c.poll()
+        return c.topic_replies.pop(rid)
+
+    sh = SharedState(cfg.geometry()).create()
+    try:
+        recovery.recover(cfg, sh)
+        w, c = WriterService(cfg, sh).open(), RingClient(cfg, sh).open()
+        assert create("Kept").status == P.SUCCESS
+        count, version = int(sh.control[C.TOPIC_COUNT]), int(sh.control[C.TOPICS_DATA_VERSION])
+        before = open(path, "rb").read()
+        filler = small_fs / "filler"
+        with open(filler, "wb") as f:
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            except OSError:
+                pass
+        lost = create("Lost")
+        assert lost.status == P.SYSTEM_ERROR
+        assert int(sh.control[C.TOPIC_COUNT]) == count and w.topics.index.get("Lost") is None
+        assert "Lost" not in w.topics.configs and int(sh.control[C.TOPICS_DATA_VERSION]) == version
+        assert open(path, "rb").read() == before
+        assert not os.path.exists(os.path.join(cfg.root, "consumequeue", "Lost"))
+        os.unlink(filler)
+        later = create("Later")
+        assert later.status == P.SUCCESS and later.queue_id == count
+        table = configfile.read(path)["topicConfigTable"]
+        assert "Later" in table and "Kept" in table and "Lost" not in table
+        c.close()
+        w.close()
+    finally:
+        sh.close()
+        sh.unlink()

@@ -9,7 +9,7 @@ import pytest
 
 from appliance.check import check
 from shm.layout import C, S
-from store import message
+from store import configfile, message
 from writer import protocol as P
 from writer.client import PutRequest
 from writer.service import WriterService
@@ -345,6 +345,33 @@ def test_the_writer_refuses_a_topic_past_maxTopicQueueNums_and_makes_none_of_its
     rid = c.push_topic(topic_config("Wide", cfg.maxTopicQueueNums, 1))
     while w.step():
         pass
+    w.topics.file.wait_idle()
+    assert w.step()                    # topics.json has it: published and answered
     c.poll()
     assert c.topic_replies.pop(rid).status == P.SUCCESS
     assert len(os.listdir(os.path.join(cfg.root, "consumequeue", "Wide"))) == cfg.maxTopicQueueNums
+
+
+def test_a_topic_is_answered_once_topics_json_has_it_and_sends_meanwhile_are_not_held(rig):
+    """The writer hands topics.json to its thread and goes on: a send behind three creations in
+    the same pass is answered in that pass; the topics are published and answered at a later one,
+    after the file has them, under a dataVersion three higher."""
+    cfg, sh, w, d, c = rig
+    count, version = int(sh.control[C.TOPIC_COUNT]), int(sh.control[C.TOPICS_DATA_VERSION])
+    rids = [c.push_topic(topic_config(f"Made{i}", 2, 2)) for i in range(3)]
+    ticket = c.submit([PutRequest("TBW102", 0, [b"meanwhile"], [{}])])
+    assert w.step()
+    assert [r.status for r in c.collect(ticket, 1)] == [P.SUCCESS]
+    assert [c.topic_replies[r] for r in rids] == [None] * 3
+    assert int(sh.control[C.TOPIC_COUNT]) == count          # not published before the file has them
+    w.topics.file.wait_idle()
+    assert w.step()
+    c.poll()
+    assert [(c.topic_replies[r].status, c.topic_replies[r].queue_id) for r in rids] == \
+        [(P.SUCCESS, count), (P.SUCCESS, count + 1), (P.SUCCESS, count + 2)]
+    assert int(sh.control[C.TOPIC_COUNT]) == count + 3
+    assert int(sh.control[C.TOPICS_DATA_VERSION]) == version + 3
+    saved = configfile.read(os.path.join(cfg.config_dir, "topics.json"))
+    assert saved["dataVersion"]["counter"] == version + 3
+    assert {f"Made{i}" for i in range(3)} <= set(saved["topicConfigTable"])
+    assert all(len(os.listdir(os.path.join(cfg.root, "consumequeue", f"Made{i}"))) == 2 for i in range(3))
