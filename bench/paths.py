@@ -118,6 +118,7 @@ def measure(batch: int, use_json: bool, rounds: int, base: str | None, per_read:
     try:
         with running_store(cfg) as (sh, w, d, _c):
             w.topics.upsert(topic_config(TOPIC, QUEUES, QUEUES))
+            w.topics.close()            # its file thread ends: callgrind gives its number to the next one
             writer = _Stepper(w, "the writer found no slab")                 # thread 2 under callgrind
             dispatcher = _Stepper(d, "the dispatcher found nothing written")  # thread 3
 
