@@ -56,7 +56,7 @@ CONTROL_FIELDS = (
 C = type("C", (), {name.upper(): i for i, (name, _w, _m) in enumerate(CONTROL_FIELDS)})
 CONTROL_LEN = 32      # int64 words reserved; room to grow without moving what follows
 assert len(CONTROL_FIELDS) <= CONTROL_LEN
-LAYOUT_MAGIC = 0x52424F5803       # "RBOX" v3 (v3: group names of 255 bytes, client ids of 248)
+LAYOUT_MAGIC = 0x52424F5804       # "RBOX" v4 (v3: group names of 255 bytes, client ids of 248; v4: epoch_read_pos)
 
 SLOT_FIELDS = (
     ("owner_pid", "slot owner", "pid holding the slot (flock'ed), 0 = free"),
@@ -65,6 +65,8 @@ SLOT_FIELDS = (
     ("dispatch_wait", "slot owner", "1 = post my waker when new messages are dispatched"),
     ("journal_read_pos", "writer", "request-ring read position once journal_written is committed"),
     ("members_version", "slot owner", "bumped whenever the owner's client rows change"),
+    ("epoch_read_pos", "writer", "request-ring read position when the current writer started: an entry "
+                                 "before it that has no reply was taken by an earlier writer, and is lost"),
 )
 S = type("S", (), {name.upper(): i for i, (name, _w, _m) in enumerate(SLOT_FIELDS)})
 SLOT_LEN = 8

@@ -332,15 +332,15 @@ class RingClient:
         self._check_writer()
 
     def _check_writer(self) -> None:
-        """A new writer epoch.  An entry the old writer took from the ring without answering has an
-        unknown outcome (it may be stored); one still in the ring is the new writer's to answer, as
-        usual.  A writer pushes its replies before it releases their entries, so once the ring's
-        read position is past an entry its reply is readable, unless the writer died in between."""
+        """A new writer epoch.  An entry an earlier writer took from the ring without answering has
+        an unknown outcome (it may be stored); one still in the ring when the new writer started is
+        the new writer's to answer, as usual, and so is one it took since (a topic is answered only
+        after its entry is released, once topics.json has it)."""
         epoch = int(self.sh.control[C.WRITER_EPOCH])
         if epoch == self.writer_epoch:
             return
         self.writer_epoch = epoch
-        taken = self.requests.read_pos
+        taken = int(self.sh.slots[self.slot, S.EPOCH_READ_POS])
         self.poll()
         for rid in [rid for rid, end in self.awaiting.items() if end <= taken]:
             del self.awaiting[rid]

@@ -82,6 +82,8 @@ class WriterService:
         n = sh.queue_count()
         self.next_qoff[:n] = sh.views["queue_max"][:n]
         self._rebuild_slot_keys()
+        for i, ring in enumerate(sh.request_rings):    # what earlier writers took: theirs to have answered
+            sh.slots[i, S.EPOCH_READ_POS] = ring.read_pos
         ctl[C.WRITER_EPOCH] += 1
         ctl[C.PID_WRITER] = os.getpid()
         return self

@@ -196,6 +196,24 @@ def test_a_writer_restart_answers_what_the_old_writer_had_not_taken(rig):
     w2.close()
 
 
+def test_a_topic_the_new_writer_took_and_has_not_answered_yet_is_not_reported_lost(rig):
+    """A client that saw the writer's epoch change only after the new writer took its TOPIC entry
+    (readers open before the writer does): the entry is the new writer's, answered once
+    topics.json has the topic, not failed as taken by the old one."""
+    cfg, sh, w, d, c = rig
+    w.close()
+    rid = c.push_topic(topic_config("Early", 1, 1))
+    w2 = WriterService(cfg, sh).open()                     # a new writer epoch
+    assert w2.step()                                       # taken and released, its write under way
+    c._check_writer()
+    assert c.topic_replies[rid] is None
+    w2.topics.file.wait_idle()
+    assert w2.step()
+    c.poll()
+    assert c.topic_replies[rid].status == P.SUCCESS
+    w2.close()
+
+
 def test_a_writer_restart_fails_what_the_old_writer_took_but_never_answered_as_unknown(rig):
     """The old writer committed a slab and died before its reply and its ring release: the new
     writer releases it (journal) without an answer, so the ticket says 'outcome unknown' instead
