@@ -15,6 +15,9 @@ as few runs as possible.  Then the commit point, in this order:
 A writer killed before 3 leaves its rings unreleased: the next writer redoes the batch over the
 same bytes.  Killed after 3, the journal tells the next writer where each ring had got to, so no
 request is appended twice.  Responses lost that way surface to producers as a writer-epoch change.
+
+A TOPIC entry is answered later than its pass: the pass hands the change to topics.json's thread,
+and the pass after that thread has written the file publishes the topic and answers it.
 """
 from __future__ import annotations
 
@@ -105,7 +108,7 @@ class WriterService:
 
     def close(self) -> None:
         if self.commitlog is not None:
-            self.topics.close()            # (after run, they have nothing left: a test's writer may)
+            self.topics.close()            # run() closed both already; a writer a test steps has not
             self.groups.close()
             self.offsets.persist(force=True)
             self.ctl[C.PID_WRITER] = 0

@@ -2,7 +2,8 @@
 process that writes both (boot loads them before any role starts).
 
 topics.json is persisted before the shared table shows a change, so the file is never behind what
-producers can see; the writer's loop does not wait for it (``TopicTable.request``).  Built-in topics follow RocketMQ's TopicConfigManager (FACTS §5.6).
+producers can see; the writer's loop does not wait for it (``TopicTable.request``).  Built-in
+topics follow RocketMQ's TopicConfigManager (FACTS §5.6).
 """
 from __future__ import annotations
 
