@@ -108,7 +108,8 @@ class WriterService:
 
     def close(self) -> None:
         if self.commitlog is not None:
-            self.topics.close()            # run() closed both already; a writer a test steps has not
+            self.topics.close()            # topics.json gets every change taken: publish and answer them
+            self._topics_written()
             self.groups.close()
             self.offsets.persist(force=True)
             self.ctl[C.PID_WRITER] = 0
@@ -595,6 +596,3 @@ class WriterService:
             self.groups.settle()
         while self.step():     # drain what producers already queued
             pass
-        self.topics.close()    # topics.json gets every change taken: publish and answer them
-        self._topics_written()
-        self.groups.close()
