@@ -9,7 +9,8 @@ every job submitted so far in one go, lays out the file with ``lay_out(jobs)`` (
 the state it reads is the owner's), writes it with ``store(text, jobs)`` outside it, and posts
 ``waker``.  The loop takes each written batch from ``done()``: ``(jobs, None)``, or ``(jobs,
 error)`` when the write failed.  Changes that come while a write is under way go in the next
-one: topics made back to back share an fsync.
+one: topics made back to back share an fsync.  An owner whose file is read from shared memory
+(consumerOffset.json) has no ``lay_out``: its ``store`` reads and writes outside the lock.
 """
 from __future__ import annotations
 
@@ -66,7 +67,7 @@ class FileThread:
                     return
                 jobs, self.pending, self.writing = self.pending, [], True
                 try:
-                    text, error = self.lay_out(jobs), None
+                    text, error = (self.lay_out(jobs) if self.lay_out is not None else None), None
                 except Exception as e:           # a bug: the jobs fail, the thread lives on
                     log.exception("%s: laying out the file failed", self.thread.name)
                     text, error = None, e

@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import re
-import threading
 import time
 
 import numpy as np
@@ -68,7 +67,7 @@ class ConsumerOffsets:
         self.slot: dict[tuple[bytes, int], int] = {}
         self.names: list[str] = []          # each slot's key, decoded (the file's keys)
         self.dirty, self.persisted_at = False, time.monotonic()
-        self.persisting: threading.Thread | None = None     # the write under way
+        self.file: FileThread | None = None         # started by the first write
 
     def load(self) -> None:
         """Boot: consumerOffset.json into the shared table."""
@@ -121,33 +120,41 @@ class ConsumerOffsets:
             out.setdefault(name, {})[str(qid)] = offset
         return {"offsetTable": out}
 
-    def persist(self, force: bool = False) -> None:
-        """consumerOffset.json every ``PERSIST_INTERVAL_S`` while offsets change, written by a
-        thread of its own, as RocketMQ's broker persists from a scheduled thread: its encoding
-        (~25 ms at 65,536 offsets) and its fsync stalled every send in the writer's loop.  The
-        file is a snapshot of offsets read while they may move, as RocketMQ's (each value one that
-        was committed).  ``force`` (the stop): after any write under way, here.  A write that
-        fails is logged and tried again next period; the offsets stay in the shared table."""
-        if self.persisting is not None and (force or not self.persisting.is_alive()):
-            self.persisting.join()
-            self.persisting = None
-        if not self.dirty or self.persisting is not None:
-            return
-        if force:
-            self.dirty = False
-            self._write()
-        elif time.monotonic() - self.persisted_at >= PERSIST_INTERVAL_S:
-            self.dirty, self.persisted_at = False, time.monotonic()      # (changes from now on: the next one)
-            self.persisting = threading.Thread(target=self._write, name="offsets-persist", daemon=True)
-            self.persisting.start()
+    def persist(self) -> None:
+        """In the writer's loop: consumerOffset.json every ``PERSIST_INTERVAL_S`` while offsets
+        change, as RocketMQ's broker persists them from a scheduled thread.  The file is written by
+        a thread of its own (``writer.filethread``): its encoding (~25 ms at 65,536 offsets) and its
+        fsync stalled every send in the loop.  It is a snapshot of offsets read while they may
+        move, as RocketMQ's (each value one that was committed).  A write that fails is logged and
+        tried again the next period; the offsets stay in the shared table."""
+        self._settle()
+        if self.dirty and time.monotonic() - self.persisted_at >= PERSIST_INTERVAL_S:
+            self._submit()
 
-    def _write(self) -> None:
-        try:
-            configfile.write_bytes(self.path, unquote_queue_ids(configfile.dumps(self.table())))
-        except OSError as e:
-            self.dirty = True
-            log.error("cannot write %s: %s; the offsets stay in shared memory and are tried again in %.0f s",
-                      self.path, e, PERSIST_INTERVAL_S)
+    def close(self) -> None:
+        """The stop: what changed since the last write is written, and the thread ended."""
+        self._settle()
+        if self.dirty:
+            self._submit()
+        if self.file is not None:
+            self.file.close()
+            self._settle()
+
+    def _submit(self) -> None:
+        if self.file is None:
+            self.file = FileThread("consumerOffset.json", None, self._store)
+        self.dirty, self.persisted_at = False, time.monotonic()      # (changes from now on: the next one)
+        self.file.submit(None)
+
+    def _settle(self) -> None:
+        for _jobs, error in self.file.done() if self.file is not None else ():
+            if error is not None:
+                self.dirty = True
+                log.error("cannot write %s: %s; the offsets stay in shared memory and are tried again in %.0f s",
+                          self.path, error, PERSIST_INTERVAL_S)
+
+    def _store(self, _text: None, _jobs: list) -> None:     # the file thread's: the table read outside the lock
+        configfile.write_bytes(self.path, unquote_queue_ids(configfile.dumps(self.table())))
 
 
 class SubscriptionGroups:

@@ -111,7 +111,7 @@ class WriterService:
             self.topics.close()            # topics.json gets every change taken: publish and answer them
             self._topics_written()
             self.groups.close()
-            self.offsets.persist(force=True)
+            self.offsets.close()
             self.ctl[C.PID_WRITER] = 0
             self.commitlog.close()
             self.commitlog = None

@@ -28,7 +28,7 @@ def test_set_persist_load_and_attach_agree(tmp_path):
         first.set(key, qid, offset)
     want = {"offsetTable": {"T@g": {"0": 6, "1": 7}, "Ünï@g": {"3": 2 ** 40}}}
     assert first.table() == want and int(first.control[C.OFFSET_COUNT]) == 3
-    first.persist(force=True)
+    first.close()
     with open(first.path, encoding="utf-8") as f:
         text = f.read()
     # as fastjson writes it: TAB-indented, queue ids (Integer keys) unquoted; read back tolerantly
@@ -52,7 +52,7 @@ def test_queue_ids_are_unquoted_and_nothing_else_whatever_the_group_is_called(tm
     odd = 'T@a": 1,\n\t\t\t"2'                  # a group name that looks like the file's own syntax
     offsets.set(odd.encode(), 0, 9)
     offsets.set(b"T@g", 12, -1)
-    offsets.persist(force=True)
+    offsets.close()
     with open(offsets.path, encoding="utf-8") as f:
         text = f.read()
     assert '\t\t\t0: 9\n' in text and '\t\t\t12: -1\n' in text and '"T@a\\": 1,\\n\\t\\t\\t\\"2": {' in text, text
@@ -72,22 +72,29 @@ def test_the_periodic_write_runs_in_its_own_thread_and_a_failed_one_is_tried_aga
     write that fails is logged, and the next period writes what the table holds then."""
     offsets, _ = _table(tmp_path)
     offsets.set(b"T@g", 0, 5)
+    offsets.persist()                                     # not due yet: nothing
+    assert offsets.file is None and offsets.dirty
     os.mkdir(offsets.path + ".tmp")                       # where the write goes first: it fails
     offsets.persisted_at -= PERSIST_INTERVAL_S
     offsets.persist()
-    assert offsets.persisting is not None                 # under way in its own thread
-    offsets.persisting.join()
-    assert not os.path.exists(offsets.path) and offsets.dirty
-    assert [r.getMessage()[:60] for r in caplog.records if r.levelname == "ERROR"] == [
+    assert offsets.file is not None and not offsets.dirty  # under way in its own thread
+    offsets.file.wait_idle()
+    assert not os.path.exists(offsets.path)
+    offsets.persist()                                     # the failure seen by the loop: due again
+    assert offsets.dirty and [r.getMessage()[:60] for r in caplog.records if r.levelname == "ERROR"] == [
         f"cannot write {offsets.path}: [Errno 21] Is a directory"[:60]]
     os.rmdir(offsets.path + ".tmp")
     offsets.set(b"T@g", 1, 7)
     offsets.persist()                                     # not due yet: nothing
-    assert offsets.persisting is None and not os.path.exists(offsets.path)
+    offsets.file.wait_idle()
+    assert not os.path.exists(offsets.path)
     offsets.persisted_at -= PERSIST_INTERVAL_S
     offsets.persist()
-    offsets.set(b"T@g", 0, 6)                             # while it writes: for the next one
-    offsets.persist(force=True)                           # the stop: after the write under way, this one
+    offsets.file.wait_idle()
+    with open(offsets.path, encoding="utf-8") as f:
+        assert configfile.loads_tolerant(f.read()) == {"offsetTable": {"T@g": {"0": 5, "1": 7}}}
+    offsets.set(b"T@g", 0, 6)                             # after the last write: the stop's
+    offsets.close()
     with open(offsets.path, encoding="utf-8") as f:
         assert configfile.loads_tolerant(f.read()) == {"offsetTable": {"T@g": {"0": 6, "1": 7}}}
-    assert offsets.persisting is None and not offsets.dirty
+    assert not offsets.dirty and not offsets.file.thread.is_alive()
