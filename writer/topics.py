@@ -7,6 +7,7 @@ topics follow RocketMQ's TopicConfigManager (FACTS §5.6).
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -180,9 +181,19 @@ class TopicTable:
         return self.laid.file({"dataVersion": changes[-1].version})
 
     def _store(self, text: bytes, changes: list[_Change]) -> None:   # the file thread's
-        configfile.write_bytes(self.path, text)
-        for ch in changes:
-            self._ensure_dirs(ch.name, ch.tc)
+        """The queue directories first, so the file never names a topic whose directories
+        recovery would find missing (and read as deleted); if either step fails, the directories
+        made for it are removed again (empty ones hold nothing, but an undone topic leaves none)."""
+        made: list[str] = []
+        try:
+            for ch in changes:
+                self._ensure_dirs(ch.name, ch.tc, made)
+            configfile.write_bytes(self.path, text)
+        except OSError:
+            for d in reversed(made):
+                with contextlib.suppress(OSError):
+                    os.rmdir(d)
+            raise
 
     def _undo(self, changes: list[_Change]) -> None:
         """A failed write's changes out of the configs again, unless a later change replaced one."""
@@ -202,10 +213,16 @@ class TopicTable:
         for name, tc in self.configs.items():
             self._ensure_dirs(name, tc)
 
-    def _ensure_dirs(self, name: str, tc: dict) -> None:
-        """An empty consume-queue directory per queue: recovery reads a missing one as deleted."""
+    def _ensure_dirs(self, name: str, tc: dict, made: list[str] | None = None) -> None:
+        """An empty consume-queue directory per queue: recovery reads a missing one as deleted.
+        Each directory made is added to ``made``."""
         for q in range(queue_nums(tc)):
-            os.makedirs(queue_dir(self.cfg.root, name, q), exist_ok=True)
+            path = queue_dir(self.cfg.root, name, q)
+            for d in (os.path.dirname(path), path):
+                if not os.path.isdir(d):
+                    os.makedirs(d)
+                    if made is not None:
+                        made.append(d)
 
     def _set_configs(self, configs: dict, version: dict) -> None:
         self.configs, self.durable = dict(configs), dict(configs)
