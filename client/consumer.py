@@ -116,9 +116,9 @@ class PushConsumer:
         return self
 
     async def shutdown(self) -> None:
-        await stop_tasks(self.tasks + list(self.pullers.values()))
+        pullers, self.pullers = list(self.pullers.values()), {}     # (no loop owns its queue from here)
+        await stop_tasks(self.tasks + pullers)
         await self._commit_all()
-        self.pullers.clear()
         self.instance.consumers.pop(self.group, None)
         await self.instance.unregister(consumerGroup=self.group)
         await self.instance.stop()
@@ -158,9 +158,11 @@ class PushConsumer:
                                             ok=(RC.SUCCESS, RC.SYSTEM_ERROR))
             cids = [] if resp.code != RC.SUCCESS else json.loads(resp.body)["consumerIdList"]
             mine.update(allocate_averagely(self.instance.client_id, queues, cids))
-        for mq in [q for q in self.pullers if q not in mine]:
-            await stop_tasks([self.pullers.pop(mq)])
+        dropped = [q for q in self.pullers if q not in mine]
+        await stop_tasks([self.pullers.pop(mq) for mq in dropped])
+        for mq in dropped:
             await self._commit(mq)
+            self.offsets.forget(mq)
             log.info("%s gave up %s", self.instance.client_id, mq)
         for mq in sorted(mine - set(self.pullers), key=MessageQueue.sort_key):
             self.pullers[mq] = asyncio.get_running_loop().create_task(self._pull_loop(mq))
@@ -176,9 +178,15 @@ class PushConsumer:
 
     # ------------------------------------------------------------ consuming
     async def _pull_loop(self, mq: MessageQueue) -> None:
+        """Pull, consume, move on, while this loop owns ``mq`` (``pullers[mq]`` is its task).  A
+        rebalance that gives the queue up also cancels the loop, but a cancellation can be lost
+        (Python 3.11's ``wait_for`` drops one that lands as its reply arrives, which a busy loop
+        makes likely; a listener may swallow one), and the loop would go on consuming a queue
+        another member now owns: so it checks, as Java's ``ProcessQueue.isDropped``."""
+        me = asyncio.current_task()
         expr, tags, ver = self.subs[mq.topic]
         offset = None
-        while True:
+        while self.pullers.get(mq) is me:
             try:
                 addr = (await self.instance.route(mq.topic)).masters[mq.broker_name]
                 if offset is None:
@@ -191,15 +199,19 @@ class PushConsumer:
                 log.warning("pull from %s failed: %s", mq, e)
                 await asyncio.sleep(PULL_ERROR_DELAY_S)
                 continue
-            if res.messages:
-                await self._consume(mq, res.messages)
+            if self.pullers.get(mq) is not me:       # given up while the pull was out: not ours to consume
+                return
+            if res.messages and not await self._consume(mq, res.messages, me):
+                return
             if res.status == "OFFSET_ILLEGAL":
                 log.warning("offset %d of %s is illegal; moving to %d", offset, mq, res.next_offset)
             offset = res.next_offset
             self.offsets.update(mq, offset)
 
-    async def _consume(self, mq: MessageQueue, msgs: list[MessageExt]) -> None:
-        while True:
+    async def _consume(self, mq: MessageQueue, msgs: list[MessageExt], me: asyncio.Task) -> bool:
+        """Hand ``msgs`` to the listener until it takes them (True), or until the queue is given
+        up while they wait to be offered again (False)."""
+        while self.pullers.get(mq) is me:
             try:
                 ok = self.listener(msgs)
                 if inspect.isawaitable(ok):
@@ -208,8 +220,9 @@ class PushConsumer:
                 log.exception("listener failed on %d messages of %s", len(msgs), mq)
                 ok = False
             if ok is not False:
-                return
+                return True
             await asyncio.sleep(RETRY_DELAY_S)
+        return False
 
     # ------------------------------------------------------------ offsets
     async def _commit(self, mq: MessageQueue) -> None:

@@ -32,6 +32,12 @@ class RemoteOffsets:
     def update(self, mq: MessageQueue, offset: int) -> None:
         self.table[mq] = offset
 
+    def forget(self, mq: MessageQueue) -> None:
+        """A queue given up: its offset is the new owner's now, so a later commit of this member's
+        (every 5 s) must not move it back (Java's ``RemoteBrokerOffsetStore.removeOffset``)."""
+        self.table.pop(mq, None)
+        self.committed.pop(mq, None)
+
     async def commit(self, mq: MessageQueue, addr: str) -> None:
         off = self.table.get(mq)
         if off is not None and self.committed.get(mq) != off:
@@ -61,6 +67,9 @@ class LocalOffsets:
 
     def update(self, mq: MessageQueue, offset: int) -> None:
         self.table[mq] = offset
+
+    def forget(self, mq: MessageQueue) -> None:
+        """Kept: the file is this member's alone (Java's ``LocalFileOffsetStore`` keeps it too)."""
 
     async def commit(self, _mq: MessageQueue, _addr: str) -> None:
         configfile.write(self.path, {"offsetTable": {f"{q.topic}|{q.broker_name}|{q.queue_id}": o

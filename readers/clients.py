@@ -86,6 +86,11 @@ class ClientProcessor:
                 conn.send(Command(R.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group},
                                   opaque=next(_opaques) & 0x7FFFFFFF, flag=RPC_ONEWAY, language="JAVA"))
 
+    def follow_members(self) -> None:
+        """On a wake: another reader's members may have changed (``Members.bump`` posts us)."""
+        if self.members.others_moved():
+            self.notify_changes()
+
     def tick(self, now_ms: int) -> None:
         """Once a second: expire silent clients; follow the other readers' membership changes."""
         expired = self.members.expire(now_ms)

@@ -64,6 +64,7 @@ class WriterLink:
         self.unapplied: dict[tuple[bytes, int], tuple[int, int]] = {}  # committed here, not yet in shm
         self.full_warned_at = float("-inf")   # when a full offset table was last logged
         self.on_topic_change = None                # awaited after a topic this reader created or changed
+        self.on_post = None                        # called after each wake's replies are settled
         self.loop.add_reader(self.ring.waker.fileno(), self._on_post)
 
     @property
@@ -79,6 +80,8 @@ class WriterLink:
     def _on_post(self) -> None:
         self.ring.waker.drain()
         self.on_wake()
+        if self.on_post is not None:
+            self.on_post()
 
     def on_wake(self) -> None:
         """Read every reply and settle what is done (on a post, and on the reader's tick)."""

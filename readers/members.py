@@ -5,7 +5,10 @@ heartbeat) and bumps its slot's ``members_version`` when they change; a group's 
 union of every live reader's fresh rows.  So GET_CONSUMER_LIST_BY_GROUP answers the same on every
 reader, and a reader that sees another's version move re-reads the groups its own connections are
 in and sends NOTIFY_CONSUMER_IDS_CHANGED to them when the member set changed — which is how a
-client on reader 0 learns that one on reader 1 joined.
+client on reader 0 learns that one on reader 1 joined.  A reader whose rows change posts the other
+readers' wakers, so they look at once (a wake compares the versions' bytes, ~0.2 µs) rather than at
+their next 1 s tick: members of one group on two readers that rebalanced on different views both
+consumed the queues they disagreed on for up to that second.
 
 Subscriptions (topic, tag codes, subVersion) stay with the reader that got the heartbeat: a client
 sends heartbeats and pulls on the same connection.
@@ -100,10 +103,15 @@ class Members:
         self.conns: dict[str, dict[str, object]] = {}        # group -> client id -> connection
         self.subs: dict[tuple[str, str], Subscription] = {}  # (group, topic) -> subscription
         self.known: dict[str, frozenset] = {}                # group -> member ids (bytes) last notified about
-        self.seen_versions = self.version.copy()
+        self.seen_versions = self.version.tobytes()
 
     def bump(self) -> None:
+        """This reader's rows changed: its version moves, and every other live reader is woken."""
         self.version[self.slot] += 1
+        owners = self.sh.slots[:, S.OWNER_PID]
+        for i in np.flatnonzero(owners > 0).tolist():
+            if i != self.slot:
+                self.sh.slot_wakers[i].post()
 
     # ------------------------------------------------------------ local changes
     def heartbeat(self, conn, client_id: str, group: str, subs: list[Subscription], now_ms: int) -> bool:
@@ -193,10 +201,12 @@ class Members:
         return out
 
     def others_moved(self) -> bool:
-        """True when any reader's rows changed since the last call."""
-        if np.array_equal(self.version, self.seen_versions):
+        """True when any reader's rows changed since the last call (on every wake: bytes compared,
+        not ``np.array_equal``'s ~1.7 µs)."""
+        now = self.version.tobytes()
+        if now == self.seen_versions:
             return False
-        self.seen_versions = self.version.copy()
+        self.seen_versions = now
         return True
 
     def close(self) -> None:

@@ -63,6 +63,7 @@ class ReaderService:
         self.link = WriterLink(self.cfg, self.sh)
         self.clients = ClientProcessor(self)
         self.members = self.clients.members
+        self.link.on_post = self.clients.follow_members      # another reader's members moved: notify now
         handlers = {}
         for proc in (SendProcessor(self), PullProcessor(self), self.clients, AdminProcessor(self)):
             handlers.update(proc.handlers())
