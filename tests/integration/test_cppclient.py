@@ -18,13 +18,22 @@ from tests.integration.harness import ROOT, read_topic
 DRIVER = os.path.join(ROOT, "tests", "integration", "cppclient.py")
 
 
+def cpp_start(home, **args) -> subprocess.Popen:
+    """Start one C++ client scenario; its logs go under ``home/logs`` (the library writes to $HOME)."""
+    os.makedirs(home, exist_ok=True)
+    return subprocess.Popen([sys.executable, DRIVER, json.dumps(args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "HOME": str(home)}, cwd=ROOT)
+
+
+def cpp_result(proc: subprocess.Popen) -> dict:
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, f"C++ client {proc.args[-1][:40]} failed ({proc.returncode}): {err[-2000:]}"
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def cpp(tmp_path, **args) -> dict:
-    """Run one C++ client scenario; its logs go under ``tmp_path/logs`` (the library writes to $HOME)."""
-    env = {**os.environ, "HOME": str(tmp_path)}
-    r = subprocess.run([sys.executable, DRIVER, json.dumps(args)], capture_output=True, text=True, timeout=120,
-                       env=env, cwd=ROOT)
-    assert r.returncode == 0, f"C++ client {args['do']} failed ({r.returncode}): {r.stderr[-2000:]}"
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    """Run one C++ client scenario to its end."""
+    return cpp_result(cpp_start(tmp_path, **args))
 
 
 async def produce(app, topic: str, bodies: list[str]) -> None:
@@ -94,3 +103,38 @@ def test_cpp_push_consumer_filters_by_tag_and_resumes_and_pull_consumer_reads_al
     for q in {m["queue"] for m in pulled}:
         offsets = sorted(m["offset"] for m in pulled if m["queue"] == q)
         assert offsets == list(range(len(offsets)))
+
+
+def test_cpp_push_consumers_of_one_group_share_the_queues_and_get_each_message_once(appliance_factory, tmp_path):
+    """Two C++ push consumers of one group, each its own process (so through either reader): once
+    both are members, each owns its own queues and every message goes to exactly one of them."""
+    from client.instance import ClientInstance
+    from remoting.codes import RequestCode as R
+    app = appliance_factory(namesrv=True).start()
+    asyncio.run(produce(app, "CppShare", ["init"]))
+    procs = [cpp_start(tmp_path / name, do="push", namesrv=app.namesrv, topic="CppShare", group="cpp-share",
+                       expect=10**6, seconds=20) for name in ("a", "b")]
+
+    async def members() -> int:
+        inst = ClientInstance(app.namesrv)
+        await inst.start()
+        try:
+            addr = next(iter((await inst.route("CppShare")).masters.values()))
+            resp = await inst.call(addr, R.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "cpp-share"}, ok=(0, 1))
+            return len(json.loads(resp.body)["consumerIdList"]) if resp.code == 0 else 0
+        finally:
+            await inst.stop()
+
+    deadline = time.monotonic() + 15
+    while asyncio.run(members()) < 2:
+        assert time.monotonic() < deadline, "the two C++ consumers did not both join"
+        time.sleep(0.2)
+    time.sleep(3)                                      # their rebalances on NOTIFY_CONSUMER_IDS_CHANGED
+    sent = [f"s{i}" for i in range(120)]
+    asyncio.run(produce(app, "CppShare", sent))
+    a, b = (cpp_result(p)["seen"] for p in procs)
+    got = collections.Counter(m["body"] for m in a + b)
+    assert all(got[x] == 1 for x in sent), {x: got[x] for x in sent if got[x] != 1}
+    qa = {m["queue"] for m in a if m["body"] in sent}
+    qb = {m["queue"] for m in b if m["body"] in sent}
+    assert qa and qb and not qa & qb, (qa, qb)          # each its own queues
