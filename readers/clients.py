@@ -1,6 +1,7 @@
 """Client management (broker:processor/ClientManageProcessor.java): HEART_BEAT, UNREGISTER_CLIENT,
 GET_CONSUMER_LIST_BY_GROUP, and NOTIFY_CONSUMER_IDS_CHANGED pushed to every connection of a group
-whose membership changed — on this reader at once, on the others when they next look (≤ 1 s).
+whose membership changed (on every reader at once: ``Members.bump`` wakes the others); and the
+orderly consumers' LOCK_BATCH_MQ / UNLOCK_BATCH_MQ (``readers.locks``).
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 import logging
 import time
 
+from readers.locks import QueueLocks, parse_lock_body
 from readers.members import Members, MembersFull, parse_heartbeat
 from remoting import headers
 from remoting.codec import RPC_ONEWAY, Command
@@ -24,12 +26,14 @@ class ClientProcessor:
     def __init__(self, broker):
         self.b, self.cfg, self.link = broker, broker.cfg, broker.link
         self.members = Members(broker.sh, self.link.slot)
+        self.locks = QueueLocks(broker.sh.locks_path)
         self.groups_sent: set[str] = set()
         self.full_warned_at = float("-inf")     # when a refusal for full client rows was last logged
 
     def handlers(self) -> dict:
         return {R.HEART_BEAT: self.heartbeat, R.UNREGISTER_CLIENT: self.unregister,
-                R.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list}
+                R.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
+                R.LOCK_BATCH_MQ: self.lock_batch, R.UNLOCK_BATCH_MQ: self.unlock_batch}
 
     # ------------------------------------------------------------ handlers
     def heartbeat(self, cmd, conn):
@@ -73,6 +77,23 @@ class ClientProcessor:
         if not ids:
             return cmd.response(RC.SYSTEM_ERROR, f"no consumer for this group, {h['consumerGroup']}")
         return cmd.response(body=json.dumps({"consumerIdList": ids}).encode())
+
+    def lock_batch(self, cmd, _conn):
+        """LOCK_BATCH_MQ: the queues the client holds now (LockBatchResponseBody)."""
+        try:
+            group, client_id, mqs = parse_lock_body(cmd.body)
+        except ValueError as e:
+            return cmd.response(RC.SYSTEM_ERROR, f"lock body does not parse: {e}")
+        got = self.locks.try_lock(group, client_id, mqs, int(time.time() * 1000))
+        return cmd.response(body=json.dumps({"lockOKMQSet": got}).encode())
+
+    def unlock_batch(self, cmd, _conn):
+        try:
+            group, client_id, mqs = parse_lock_body(cmd.body)
+        except ValueError as e:
+            return cmd.response(RC.SYSTEM_ERROR, f"unlock body does not parse: {e}")
+        self.locks.unlock(group, client_id, mqs)
+        return cmd.response()
 
     # ------------------------------------------------------------ membership changes
     def connection_closed(self, conn) -> None:

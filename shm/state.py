@@ -1,10 +1,13 @@
-"""The appliance's shared state: one ``state`` segment, one ``rings`` segment and the wakers.
+"""The appliance's shared state: one ``state`` segment, one ``rings`` segment, the wakers, and the
+orderly consumers' queue-lock file (``readers.locks``).
 
 The supervisor ``create``s and finally ``unlink``s; every role ``attach``es and ``close``s.
 Sizes come from the config so every process computes the same layout.
 """
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import dataclass
 
 from shm import layout
@@ -35,6 +38,7 @@ class SharedState:
         self.dispatcher_waker = Waker(g.prefix + ".wake.dispatcher")
         self.flusher_waker = Waker(g.prefix + ".wake.flusher")
         self.slot_wakers = [PipeWaker(f"{g.prefix}.wake.slot{i}") for i in range(g.max_slots)]
+        self.locks_path = "/dev/shm/" + g.prefix.lstrip("/") + ".locks"   # orderly consumers' queue locks
         self.views: dict = {}
 
     def _all_wakers(self):
@@ -45,6 +49,8 @@ class SharedState:
         self.rings_seg.create()
         for w in self._all_wakers():
             w.create()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.locks_path)               # an earlier run's locks: gone, as a broker restart's
         self._carve()
         self.control[layout.C.MAGIC] = layout.LAYOUT_MAGIC
         return self
@@ -100,3 +106,5 @@ class SharedState:
         self.rings_seg.unlink()
         for w in self._all_wakers():
             w.unlink()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.locks_path)

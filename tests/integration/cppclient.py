@@ -52,7 +52,7 @@ def push(a: dict) -> dict:
             seen.append({"body": m.body.decode(), "tags": m.tags.decode(), "keys": m.keys.decode(),
                          "queue": m.queue_id, "offset": m.queue_offset})
 
-    c = PushConsumer(a["group"])
+    c = PushConsumer(a["group"], orderly=a.get("orderly", False))
     c.set_namesrv_addr(a["namesrv"])
     c.subscribe(a["topic"], on_message, a.get("expr", "*"))
     c.start()

@@ -138,3 +138,18 @@ def test_cpp_push_consumers_of_one_group_share_the_queues_and_get_each_message_o
     qa = {m["queue"] for m in a if m["body"] in sent}
     qb = {m["queue"] for m in b if m["body"] in sent}
     assert qa and qb and not qa & qb, (qa, qb)          # each its own queues
+
+
+def test_cpp_orderly_push_consumer_locks_its_queues_and_gets_each_queue_in_order(appliance_factory, tmp_path):
+    """The C++ client's orderly push consumer (MessageListenerOrderly) locks each queue with
+    LOCK_BATCH_MQ before it consumes it: without the locks it consumed nothing.  Every message
+    comes once, each queue's in offset order."""
+    app = appliance_factory(namesrv=True).start()
+    sent = [f"o{i}" for i in range(40)]
+    asyncio.run(produce(app, "CppOrdered", sent))
+    seen = cpp(tmp_path, do="push", namesrv=app.namesrv, topic="CppOrdered", group="cpp-ordered", orderly=True,
+               expect=len(sent), seconds=30, linger=1)["seen"]
+    assert sorted(m["body"] for m in seen) == sorted(sent)
+    for q in {m["queue"] for m in seen}:
+        offsets = [m["offset"] for m in seen if m["queue"] == q]
+        assert offsets == list(range(offsets[0], offsets[0] + len(offsets))), (q, offsets)

@@ -680,3 +680,28 @@ def test_a_client_that_reads_no_replies_costs_a_reader_a_few_mib_and_gets_them_a
             assert (r.opaque, r.code, len(bodies(r))) == (o, RC.SUCCESS, 32)
     finally:
         direct.close()
+
+
+def test_queue_locks_are_the_appliances_whichever_reader_a_client_asks(appliance_factory):
+    """LOCK_BATCH_MQ / UNLOCK_BATCH_MQ (orderly consumers) through reader 0 and reader 1 share one
+    table: a queue A holds is refused to B on the other reader until A unlocks it; a body that
+    does not parse is refused with what is wrong, and the connection goes on."""
+    app = appliance_factory().start()
+    r0, r1 = (Wire("127.0.0.1", app.cfg.reader_port(i)) for i in range(2))
+
+    def lock(w, client, queues, code=R.LOCK_BATCH_MQ):
+        body = json.dumps({"clientId": client, "consumerGroup": "ordered",
+                           "mqSet": [{"brokerName": app.cfg.brokerName, "queueId": q, "topic": "T"} for q in queues]})
+        resp = w.call(code, {}, body.encode())
+        assert resp.code == RC.SUCCESS, resp.remark
+        return sorted(m["queueId"] for m in json.loads(resp.body)["lockOKMQSet"]) if code == R.LOCK_BATCH_MQ else None
+
+    assert lock(r0, "A", [0, 1]) == [0, 1]
+    assert lock(r1, "B", [1, 2, 3]) == [2, 3]
+    assert lock(r0, "A", [0, 1, 2]) == [0, 1]
+    lock(r1, "A", [1], R.UNLOCK_BATCH_MQ)                 # unlocked through the other reader
+    assert lock(r1, "B", [1]) == [1]
+    bad = r0.call(R.LOCK_BATCH_MQ, {}, b'{"clientId":"A"}')
+    assert (bad.code, bad.remark) == (RC.SYSTEM_ERROR, "lock body does not parse: no consumerGroup")
+    assert lock(r0, "A", [0]) == [0]
+    r0.close(), r1.close()

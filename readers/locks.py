@@ -1,0 +1,112 @@
+"""Queue locks of orderly consumers: LOCK_BATCH_MQ and UNLOCK_BATCH_MQ (broker:
+client/rebalance/RebalanceLockManager.java, FACTS §3 LockBatchRequestBody).
+
+A push consumer that consumes in order (Java's MessageListenerOrderly, the C++ client's
+``orderly=True``) locks each queue it is given on the broker, every 20 s, and consumes only the
+queues it holds, so that two members never consume one queue at once while they rebalance.  A
+lock is the group's for a (topic, broker, queue): a client gets it when nobody holds it, when it
+holds it already (its time is refreshed), or when the holder has not refreshed it for 60 s
+(``lockMaxLiveTime``, a consumer that died).  Unlocking frees only the caller's own locks.
+
+A client may lock through one reader and its group's other members through another, so the table
+is the appliance's, not a reader's: a small JSON file beside the shared segments, each change made
+under ``flock`` (released by the kernel if a reader dies holding it).  Lock requests come every
+20 s per consumer, so a file read and written per request is cheap enough.  Like RocketMQ's, the
+table is soft state: the supervisor removes it at start and stop (``SharedState.locks_path``), and a file that does not parse (a reader
+killed mid-write) is read as empty, which at worst lets a lock move before its 60 s are up.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+from contextlib import contextmanager
+
+from store.configfile import loads_tolerant
+
+log = logging.getLogger("rocketbox.reader")
+LOCK_MAX_LIVE_MS = 60_000          # rocketmq.broker.rebalance.lockMaxLiveTime
+
+
+def parse_lock_body(body: bytes) -> tuple[str, str, list[dict]]:
+    """A Lock/UnlockBatchRequestBody -> (group, client id, [{brokerName, queueId, topic}]), or
+    ValueError naming what does not fit."""
+    try:
+        data = loads_tolerant(body.decode("utf-8"))
+    except ValueError as e:
+        raise ValueError(f"not JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    group, client_id, mqs = data.get("consumerGroup"), data.get("clientId"), data.get("mqSet")
+    if not isinstance(group, str) or not group:
+        raise ValueError("no consumerGroup")
+    if not isinstance(client_id, str) or not client_id:
+        raise ValueError("no clientId")
+    if mqs is None:
+        mqs = []
+    if not isinstance(mqs, list):
+        raise ValueError("mqSet is not a list")
+    out = []
+    for mq in mqs:
+        try:
+            topic, broker, qid = mq["topic"], mq["brokerName"], int(mq["queueId"])
+        except (TypeError, KeyError, ValueError):
+            raise ValueError(f"mqSet entry {str(mq)[:120]} is not a {{brokerName, queueId, topic}}") from None
+        if not isinstance(topic, str) or not isinstance(broker, str):
+            raise ValueError(f"mqSet entry {str(mq)[:120]} has a topic or brokerName that is not text")
+        out.append({"brokerName": broker, "queueId": qid, "topic": topic})
+    return group, client_id, out
+
+
+def _key(mq: dict) -> str:
+    return json.dumps([mq["topic"], mq["brokerName"], mq["queueId"]])
+
+
+class QueueLocks:
+    def __init__(self, path: str):
+        self.path = path
+
+    @contextmanager
+    def _table(self):
+        """The table under the file's lock (made by the first request; the supervisor removes it
+        at start and stop), written back when the block leaves without error."""
+        with os.fdopen(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600), "r+") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            text = f.read()
+            try:
+                table = json.loads(text) if text else {}
+            except ValueError:
+                log.warning("queue lock table %s does not parse; starting it empty", self.path)
+                table = {}
+            yield table
+            f.seek(0)
+            f.write(json.dumps(table))
+            f.truncate()
+
+    def try_lock(self, group: str, client_id: str, mqs: list[dict], now_ms: int) -> list[dict]:
+        """The queues of ``mqs`` that ``client_id`` holds once this returns (tryLockBatch)."""
+        got = []
+        with self._table() as table:
+            locks = table.setdefault(group, {})
+            for mq in mqs:
+                k = _key(mq)
+                holder = locks.get(k)
+                if holder is not None and holder[0] != client_id:
+                    if now_ms - holder[1] <= LOCK_MAX_LIVE_MS:
+                        continue                   # locked by another member
+                    log.warning("queue lock of %s in group %s expired (%s); %s gets it", k, group, holder[0], client_id)
+                locks[k] = [client_id, now_ms]
+                got.append(mq)
+        return got
+
+    def unlock(self, group: str, client_id: str, mqs: list[dict]) -> None:
+        """Frees the queues of ``mqs`` that ``client_id`` holds (unlockBatch)."""
+        with self._table() as table:
+            locks = table.get(group, {})
+            for mq in mqs:
+                k = _key(mq)
+                if locks.get(k, [None])[0] == client_id:
+                    del locks[k]
+            if not locks:
+                table.pop(group, None)
