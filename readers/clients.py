@@ -33,7 +33,7 @@ class ClientProcessor:
     def handlers(self) -> dict:
         return {R.HEART_BEAT: self.heartbeat, R.UNREGISTER_CLIENT: self.unregister,
                 R.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
-                R.LOCK_BATCH_MQ: self.lock_batch, R.UNLOCK_BATCH_MQ: self.unlock_batch}
+                R.LOCK_BATCH_MQ: self.queue_locks, R.UNLOCK_BATCH_MQ: self.queue_locks}
 
     # ------------------------------------------------------------ handlers
     def heartbeat(self, cmd, conn):
@@ -78,22 +78,19 @@ class ClientProcessor:
             return cmd.response(RC.SYSTEM_ERROR, f"no consumer for this group, {h['consumerGroup']}")
         return cmd.response(body=json.dumps({"consumerIdList": ids}).encode())
 
-    def lock_batch(self, cmd, _conn):
-        """LOCK_BATCH_MQ: the queues the client holds now (LockBatchResponseBody)."""
+    def queue_locks(self, cmd, _conn):
+        """LOCK_BATCH_MQ, answered with the queues the client holds now (LockBatchResponseBody),
+        and UNLOCK_BATCH_MQ."""
+        lock = cmd.code == R.LOCK_BATCH_MQ
         try:
             group, client_id, mqs = parse_lock_body(cmd.body)
         except ValueError as e:
-            return cmd.response(RC.SYSTEM_ERROR, f"lock body does not parse: {e}")
+            return cmd.response(RC.SYSTEM_ERROR, f"{'lock' if lock else 'unlock'} body does not parse: {e}")
+        if not lock:
+            self.locks.unlock(group, client_id, mqs)
+            return cmd.response()
         got = self.locks.try_lock(group, client_id, mqs, int(time.time() * 1000))
         return cmd.response(body=json.dumps({"lockOKMQSet": got}).encode())
-
-    def unlock_batch(self, cmd, _conn):
-        try:
-            group, client_id, mqs = parse_lock_body(cmd.body)
-        except ValueError as e:
-            return cmd.response(RC.SYSTEM_ERROR, f"unlock body does not parse: {e}")
-        self.locks.unlock(group, client_id, mqs)
-        return cmd.response()
 
     # ------------------------------------------------------------ membership changes
     def connection_closed(self, conn) -> None:
