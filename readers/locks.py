@@ -23,7 +23,7 @@ import logging
 import os
 from contextlib import contextmanager
 
-from store.configfile import loads_tolerant
+from store.configfile import loads_object
 
 log = logging.getLogger("rocketbox.reader")
 LOCK_MAX_LIVE_MS = 60_000          # rocketmq.broker.rebalance.lockMaxLiveTime
@@ -32,12 +32,7 @@ LOCK_MAX_LIVE_MS = 60_000          # rocketmq.broker.rebalance.lockMaxLiveTime
 def parse_lock_body(body: bytes) -> tuple[str, str, list[dict]]:
     """A Lock/UnlockBatchRequestBody -> (group, client id, [{brokerName, queueId, topic}]), or
     ValueError naming what does not fit."""
-    try:
-        data = loads_tolerant(body.decode("utf-8"))
-    except ValueError as e:
-        raise ValueError(f"not JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise ValueError("not a JSON object")
+    data = loads_object(body)
     group, client_id, mqs = data.get("consumerGroup"), data.get("clientId"), data.get("mqSet")
     if not isinstance(group, str) or not group:
         raise ValueError("no consumerGroup")

@@ -21,7 +21,7 @@ import numpy as np
 import psutil
 
 from shm.layout import CLIENT, S
-from store.configfile import loads_tolerant
+from store.configfile import loads_object
 
 CHANNEL_EXPIRE_MS = 120_000       # a client silent this long is gone (ClientHousekeepingService)
 GROUP_MAX_BYTES = 255             # RocketMQ's Validators.CHARACTER_MAX_LENGTH
@@ -36,12 +36,7 @@ class MembersFull(RuntimeError):
 def parse_heartbeat(body: bytes) -> tuple[str, list[tuple[str, list["Subscription"]]]]:
     """A HEART_BEAT's HeartbeatData -> (client id, [(consumer group, its subscriptions)]), or
     ValueError naming what does not fit.  Producers' data is not kept (nothing asks for it)."""
-    try:
-        data = loads_tolerant(body.decode("utf-8"))
-    except ValueError as e:                 # (UnicodeDecodeError and JSONDecodeError are ValueErrors)
-        raise ValueError(f"not JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise ValueError("not a JSON object")
+    data = loads_object(body)
     client_id = data.get("clientID")
     if not isinstance(client_id, str) or not client_id:
         raise ValueError("no clientID")

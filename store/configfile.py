@@ -35,6 +35,18 @@ def loads_tolerant(text: str):
         return json.loads(_UNQUOTED_KEY.sub(r'\1"\2"\3', text))
 
 
+def loads_object(body: bytes) -> dict:
+    """A request body that must be a JSON object (as a Java client writes it), or ValueError
+    saying it is not JSON, or not an object."""
+    try:
+        data = loads_tolerant(body.decode("utf-8"))
+    except ValueError as e:                 # (UnicodeDecodeError and JSONDecodeError are ValueErrors)
+        raise ValueError(f"not JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    return data
+
+
 def read(path: str):
     """The parsed file, else its ``.bak``, else None when neither exists.  Both present but
     unreadable is a StoreError naming both paths."""
