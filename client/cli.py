@@ -23,6 +23,8 @@ def add_arguments(sub) -> None:
     p.add_argument("-g", "--group", default="rocketbox_cli")
     p.add_argument("-e", "--expression", default="*", help="tags, e.g. 'TagA || TagB'")
     p.add_argument("--from-first", action="store_true", help="a new group starts at the oldest message")
+    p.add_argument("--orderly", action="store_true",
+                   help="consume each queue in order under the broker's queue lock (MessageListenerOrderly)")
     p.add_argument("-n", "--namesrv")
     p.add_argument("-c", "--config")
 
@@ -43,7 +45,8 @@ async def _consume(args, namesrv: str) -> int:
                   f"{m.body.decode(errors='replace')}", flush=True)
         return True
     c = PushConsumer(args.group, namesrv,
-                     consume_from="CONSUME_FROM_FIRST_OFFSET" if args.from_first else "CONSUME_FROM_LAST_OFFSET")
+                     consume_from="CONSUME_FROM_FIRST_OFFSET" if args.from_first else "CONSUME_FROM_LAST_OFFSET",
+                     orderly=args.orderly)
     await c.subscribe(args.topic, args.expression).register(show).start()
     try:
         await asyncio.Event().wait()

@@ -1,12 +1,19 @@
 """Consumers: ``PushConsumer`` (long polling, a listener per batch, CLUSTERING with
 AllocateMessageQueueAveragely and offsets on the broker, or BROADCASTING with offsets in a local
-file) and ``PullConsumer`` (assign, seek, pull).
+file; concurrently or in order) and ``PullConsumer`` (assign, seek, pull).
 
 A push consumer rebalances every 20 s and whenever a broker says the group changed
 (NOTIFY_CONSUMER_IDS_CHANGED).  Each owned queue has one pull loop: pull (held by the broker up to
 15 s), re-check tags on strings, hand the batch to the listener, move the offset.  A batch the
 listener fails is offered again after 1 s (sending it back to a retry topic arrives with retry and
 dead-letter queues).  Offsets are committed every 5 s, when a queue is given up and at shutdown.
+
+An orderly consumer (``orderly=True``, Java's MessageListenerOrderly) in CLUSTERING also holds
+each queue's lock on the broker (LOCK_BATCH_MQ, renewed every 20 s) and consumes a queue only
+while it holds it, so that two members never consume one queue at once, not even while they
+rebalance: a queue given up is unlocked only after its batch in the listener is done and its
+offset committed, and its next owner reads the offset once it has the lock.  A batch the listener
+refuses blocks its queue until it is consumed (SUSPEND_CURRENT_QUEUE_A_MOMENT).
 """
 from __future__ import annotations
 
@@ -29,6 +36,8 @@ from store.javahash import string_hash
 
 log = logging.getLogger("rocketbox.client")
 REBALANCE_S, COMMIT_S, PULL_ERROR_DELAY_S, RETRY_DELAY_S = 20.0, 5.0, 3.0, 1.0
+LOCK_S, LOCK_LIVE_S, LOCK_RETRY_S = 20.0, 30.0, 1.0    # Java's REBALANCE_LOCK_INTERVAL, REBALANCE_LOCK_MAX_LIVE_TIME
+DRAIN_S = 1.0         # how long a rebalance waits for an orderly batch in the listener (Java: its consume lock)
 COMMIT_OFFSET, SUSPEND, SUBSCRIPTION = 0x1, 0x2, 0x4
 
 
@@ -65,15 +74,19 @@ async def pull_queue(instance: ClientInstance, addr: str, group: str, mq: Messag
 class PushConsumer:
     def __init__(self, group: str, namesrv: str, *, model: str = "CLUSTERING",
                  consume_from: str = "CONSUME_FROM_LAST_OFFSET", pull_batch: int = 32, suspend_ms: int = 15000,
-                 offset_dir: str | None = None, instance: ClientInstance | None = None):
+                 offset_dir: str | None = None, orderly: bool = False, instance: ClientInstance | None = None):
         if model not in ("CLUSTERING", "BROADCASTING"):
             raise ValueError(f"message model '{model}' is not CLUSTERING or BROADCASTING")
-        self.group, self.model, self.consume_from = group, model, consume_from
+        self.group, self.model, self.consume_from, self.orderly = group, model, consume_from, orderly
+        self.locking = orderly and model == "CLUSTERING"     # queues consumed only under the broker's lock
         self.pull_batch, self.suspend_ms = pull_batch, suspend_ms
         self.instance = instance or ClientInstance(namesrv)
         self.subs: dict[str, tuple[str, list[str], int]] = {}      # topic -> (expression, tags, subVersion)
         self.listener = None
         self.pullers: dict[MessageQueue, asyncio.Task] = {}
+        self.in_listener: set[asyncio.Task] = set()            # pull loops whose batch the listener has
+        self.draining: dict[MessageQueue, asyncio.Task] = {}   # given up, an orderly batch still in the listener
+        self.locks: dict[MessageQueue, float] = {}             # queue -> when the broker last said it is ours
         self.tasks: list[asyncio.Task] = []
         self.wake = asyncio.Event()
         self.rebalancing = asyncio.Lock()          # one rebalance at a time (Java's is synchronized too)
@@ -86,7 +99,9 @@ class PushConsumer:
         return self
 
     def register(self, listener) -> "PushConsumer":
-        """``listener(list[MessageExt]) -> bool`` (or a coroutine): True when the batch is consumed."""
+        """``listener(list[MessageExt]) -> bool`` (or a coroutine): True when the batch is consumed.
+        An orderly consumer calls it with one queue's messages in their order, one batch at a time
+        per queue; False (SUSPEND_CURRENT_QUEUE_A_MOMENT) offers the same batch again after 1 s."""
         self.listener = listener
         return self
 
@@ -113,12 +128,18 @@ class PushConsumer:
         await self.instance.heartbeat_all()
         loop = asyncio.get_running_loop()
         self.tasks = [loop.create_task(self._rebalance_loop()), loop.create_task(self._commit_loop())]
+        if self.locking:
+            self.tasks.append(loop.create_task(self._lock_loop()))
         return self
 
     async def shutdown(self) -> None:
-        pullers, self.pullers = list(self.pullers.values()), {}     # (no loop owns its queue from here)
-        await stop_tasks(self.tasks + pullers)
-        await self._commit_all()
+        async with self.rebalancing:                 # (a rebalance under way finishes first)
+            await stop_tasks(self.tasks)
+            loops = {**self.draining, **self.pullers}
+            self.pullers, self.draining = {}, {}     # (no loop owns its queue from here)
+            await self._stop_loops(loops, cancel_busy=True)
+            await self._commit_all()
+            await self._unlock(list(self.locks))
         self.instance.consumers.pop(self.group, None)
         await self.instance.unregister(consumerGroup=self.group)
         await self.instance.stop()
@@ -158,14 +179,102 @@ class PushConsumer:
                                             ok=(RC.SUCCESS, RC.SYSTEM_ERROR))
             cids = [] if resp.code != RC.SUCCESS else json.loads(resp.body)["consumerIdList"]
             mine.update(allocate_averagely(self.instance.client_id, queues, cids))
-        dropped = [q for q in self.pullers if q not in mine]
-        await stop_tasks([self.pullers.pop(mq) for mq in dropped])
-        for mq in dropped:
+        drained = [mq for mq, t in self.draining.items() if t.done()]
+        for mq in drained:
+            del self.draining[mq]
+        dropped = {mq: self.pullers.pop(mq) for mq in list(self.pullers) if mq not in mine}
+        busy = await self._stop_loops(dropped)
+        self.draining.update(busy)
+        await self._release([mq for mq in dropped if mq not in busy] + drained)
+        for mq in sorted(mine - set(self.pullers) - set(self.draining), key=MessageQueue.sort_key):
+            self.pullers[mq] = asyncio.get_running_loop().create_task(self._pull_loop(mq))
+
+    async def _stop_loops(self, loops: dict[MessageQueue, asyncio.Task], cancel_busy: bool = False) -> dict:
+        """Stop the pull loops of queues given up; those of them still busy, by their key.  An
+        orderly loop with a batch in the listener is not cancelled: it has ``DRAIN_S`` to finish
+        (it stops by itself once the batch is done, no longer owning its queue), as Java waits
+        for the queue's consume lock; one still busy then is left to finish (its queue's lock
+        kept and renewed, the queue released at a later rebalance) or, at shutdown, cancelled."""
+        busy = [t for t in loops.values() if t in self.in_listener] if self.orderly else []
+        await stop_tasks([t for t in loops.values() if t not in busy])
+        if busy:
+            await asyncio.wait(busy, timeout=DRAIN_S)
+            if cancel_busy:
+                await stop_tasks(busy)
+        still = {mq: t for mq, t in loops.items() if not t.done()}
+        for t in still.values():
+            t.add_done_callback(lambda _: self.rebalance_soon())
+        return still
+
+    async def _release(self, mqs: list[MessageQueue]) -> None:
+        """Queues given up whose loops have ended: commit their offsets, forget them, unlock them."""
+        for mq in mqs:
             await self._commit(mq)
             self.offsets.forget(mq)
             log.info("%s gave up %s", self.instance.client_id, mq)
-        for mq in sorted(mine - set(self.pullers), key=MessageQueue.sort_key):
-            self.pullers[mq] = asyncio.get_running_loop().create_task(self._pull_loop(mq))
+        await self._unlock([mq for mq in mqs if mq in self.locks])
+
+    # ------------------------------------------------------------ queue locks (orderly CLUSTERING)
+    async def _lock_loop(self) -> None:
+        while True:
+            await asyncio.sleep(LOCK_S)
+            await self._lock([*self.pullers, *self.draining])
+
+    def _by_broker(self, mqs: list[MessageQueue]) -> dict[str, list[MessageQueue]]:
+        out: dict[str, list[MessageQueue]] = {}
+        for mq in mqs:
+            out.setdefault(mq.broker_name, []).append(mq)
+        return out
+
+    def _lock_body(self, mqs: list[MessageQueue]) -> bytes:
+        return json.dumps({"consumerGroup": self.group, "clientId": self.instance.client_id,
+                           "mqSet": [{"brokerName": q.broker_name, "queueId": q.queue_id, "topic": q.topic}
+                                     for q in mqs]}).encode()
+
+    async def _lock(self, mqs: list[MessageQueue]) -> None:
+        """LOCK_BATCH_MQ to each queue's master: the queues it answers with are ours for
+        ``LOCK_LIVE_S`` from now, the others not; a broker that cannot be asked changes nothing
+        (its locks run out here on their own)."""
+        for broker, qs in self._by_broker(mqs).items():
+            try:
+                addr = (await self.instance.route(qs[0].topic)).masters[broker]
+                resp = await self.instance.call(addr, R.LOCK_BATCH_MQ, {}, self._lock_body(qs))
+                got = {MessageQueue(q["topic"], q["brokerName"], int(q["queueId"]))
+                       for q in json.loads(resp.body)["lockOKMQSet"]}
+            except (MQClientError, KeyError, TypeError, ValueError) as e:
+                log.warning("locking %d queues of %s on %s failed: %s", len(qs), self.group, broker, e)
+                continue
+            now = time.monotonic()
+            for mq in qs:
+                if mq in got:
+                    self.locks[mq] = now
+                elif self.locks.pop(mq, None) is not None:
+                    log.warning("%s lost the lock of %s", self.instance.client_id, mq)
+
+    async def _unlock(self, mqs: list[MessageQueue]) -> None:
+        for broker, qs in self._by_broker(mqs).items():
+            for mq in qs:
+                self.locks.pop(mq, None)
+            try:
+                addr = (await self.instance.route(qs[0].topic)).masters[broker]
+                await self.instance.call(addr, R.UNLOCK_BATCH_MQ, {}, self._lock_body(qs))
+            except (MQClientError, KeyError) as e:     # the broker frees them after 60 s
+                log.warning("unlocking %d queues of %s on %s failed: %s", len(qs), self.group, broker, e)
+
+    async def _hold(self, mq: MessageQueue, me: asyncio.Task) -> bool:
+        """True once this client holds ``mq``'s lock (at once unless orderly in CLUSTERING), False
+        if the loop ``me`` no longer owns ``mq``; asks the broker again every ``LOCK_RETRY_S``."""
+        while self.pullers.get(mq) is me:
+            if not self.locking or self._locked(mq):
+                return True
+            await self._lock([mq])
+            if not self._locked(mq):
+                await asyncio.sleep(LOCK_RETRY_S)
+        return False
+
+    def _locked(self, mq: MessageQueue) -> bool:
+        since = self.locks.get(mq)
+        return since is not None and time.monotonic() - since < LOCK_LIVE_S
 
     async def _start_offset(self, mq: MessageQueue, addr: str) -> int:
         stored = await self.offsets.read(mq, addr)
@@ -186,7 +295,7 @@ class PushConsumer:
         me = asyncio.current_task()
         expr, tags, ver = self.subs[mq.topic]
         offset = None
-        while self.pullers.get(mq) is me:
+        while await self._hold(mq, me):             # (the offset is read once the queue is locked)
             try:
                 addr = (await self.instance.route(mq.topic)).masters[mq.broker_name]
                 if offset is None:
@@ -210,8 +319,9 @@ class PushConsumer:
 
     async def _consume(self, mq: MessageQueue, msgs: list[MessageExt], me: asyncio.Task) -> bool:
         """Hand ``msgs`` to the listener until it takes them (True), or until the queue is given
-        up while they wait to be offered again (False)."""
-        while self.pullers.get(mq) is me:
+        up while they wait to be offered again (False).  Orderly, each offer waits for the lock."""
+        while await self._hold(mq, me):
+            self.in_listener.add(me)
             try:
                 ok = self.listener(msgs)
                 if inspect.isawaitable(ok):
@@ -219,8 +329,12 @@ class PushConsumer:
             except Exception:
                 log.exception("listener failed on %d messages of %s", len(msgs), mq)
                 ok = False
+            finally:
+                self.in_listener.discard(me)
             if ok is not False:
                 return True
+            if self.pullers.get(mq) is not me:
+                break
             await asyncio.sleep(RETRY_DELAY_S)
         return False
 
