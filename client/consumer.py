@@ -71,6 +71,13 @@ async def pull_queue(instance: ClientInstance, addr: str, group: str, mq: Messag
                       int(resp.ext["maxOffset"]), msgs)
 
 
+def _by_broker(mqs: list[MessageQueue]) -> dict[str, list[MessageQueue]]:
+    out: dict[str, list[MessageQueue]] = {}
+    for mq in mqs:
+        out.setdefault(mq.broker_name, []).append(mq)
+    return out
+
+
 class PushConsumer:
     def __init__(self, group: str, namesrv: str, *, model: str = "CLUSTERING",
                  consume_from: str = "CONSUME_FROM_LAST_OFFSET", pull_batch: int = 32, suspend_ms: int = 15000,
@@ -220,12 +227,6 @@ class PushConsumer:
             await asyncio.sleep(LOCK_S)
             await self._lock([*self.pullers, *self.draining])
 
-    def _by_broker(self, mqs: list[MessageQueue]) -> dict[str, list[MessageQueue]]:
-        out: dict[str, list[MessageQueue]] = {}
-        for mq in mqs:
-            out.setdefault(mq.broker_name, []).append(mq)
-        return out
-
     def _lock_body(self, mqs: list[MessageQueue]) -> bytes:
         return json.dumps({"consumerGroup": self.group, "clientId": self.instance.client_id,
                            "mqSet": [{"brokerName": q.broker_name, "queueId": q.queue_id, "topic": q.topic}
@@ -235,7 +236,7 @@ class PushConsumer:
         """LOCK_BATCH_MQ to each queue's master: the queues it answers with are ours for
         ``LOCK_LIVE_S`` from now, the others not; a broker that cannot be asked changes nothing
         (its locks run out here on their own)."""
-        for broker, qs in self._by_broker(mqs).items():
+        for broker, qs in _by_broker(mqs).items():
             try:
                 addr = (await self.instance.route(qs[0].topic)).masters[broker]
                 resp = await self.instance.call(addr, R.LOCK_BATCH_MQ, {}, self._lock_body(qs))
@@ -252,7 +253,7 @@ class PushConsumer:
                     log.warning("%s lost the lock of %s", self.instance.client_id, mq)
 
     async def _unlock(self, mqs: list[MessageQueue]) -> None:
-        for broker, qs in self._by_broker(mqs).items():
+        for broker, qs in _by_broker(mqs).items():
             for mq in qs:
                 self.locks.pop(mq, None)
             try:
