@@ -26,7 +26,7 @@ class ClientProcessor:
     def __init__(self, broker):
         self.b, self.cfg, self.link = broker, broker.cfg, broker.link
         self.members = Members(broker.sh, self.link.slot)
-        self.locks = QueueLocks(broker.sh.locks_path)
+        self.locks = QueueLocks(broker.sh.locks_dir)
         self.groups_sent: set[str] = set()
         self.full_warned_at = float("-inf")     # when a refusal for full client rows was last logged
 

@@ -9,15 +9,20 @@ holds it already (its time is refreshed), or when the holder has not refreshed i
 (``lockMaxLiveTime``, a consumer that died).  Unlocking frees only the caller's own locks.
 
 A client may lock through one reader and its group's other members through another, so the table
-is the appliance's, not a reader's: a small JSON file beside the shared segments, each change made
-under ``flock`` (released by the kernel if a reader dies holding it).  Lock requests come every
-20 s per consumer, so a file read and written per request is cheap enough.  Like RocketMQ's, the
-table is soft state: the supervisor removes it at start and stop (``SharedState.locks_path``), and a file that does not parse (a reader
-killed mid-write) is read as empty, which at worst lets a lock move before its 60 s are up.
+is the appliance's, not a reader's: a directory beside the shared segments with a small JSON file
+per consumer group (named by a hash of the group, and keyed by the group inside, so two groups
+that share a file are still apart), each change made under the file's ``flock`` (released by the
+kernel if a reader dies holding it).  A request reads and writes only its own group's file: one
+table for all groups cost ~16 ms per request with 1,000 groups of 16 locked queues (a consumer
+asks every 20 s), in the reader's loop.  Like RocketMQ's, the table is soft state: the supervisor
+removes the directory at start and stop (``SharedState.locks_dir``), and a file that does not
+parse (a reader killed mid-write) is read as empty, which at worst lets a lock move before its
+60 s are up.  A group that holds nothing keeps an empty file (an inode, no page) until then.
 """
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -59,31 +64,38 @@ def _key(mq: dict) -> str:
 
 
 class QueueLocks:
-    def __init__(self, path: str):
-        self.path = path
+    def __init__(self, directory: str):
+        self.directory = directory
+
+    def path(self, group: str) -> str:
+        return os.path.join(self.directory, hashlib.blake2b(group.encode(), digest_size=16).hexdigest())
 
     @contextmanager
-    def _table(self):
-        """The table under the file's lock (made by the first request; the supervisor removes it
-        at start and stop), written back when the block leaves without error."""
-        with os.fdopen(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600), "r+") as f:
+    def _table(self, group: str):
+        """The group's locks under its file's lock (the directory and file made by the first
+        request), written back when the block leaves without error."""
+        os.makedirs(self.directory, mode=0o700, exist_ok=True)
+        path = self.path(group)
+        with os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT, 0o600), "r+") as f:
             fcntl.flock(f, fcntl.LOCK_EX)
             text = f.read()
             try:
-                table = json.loads(text) if text else {}
+                tables = json.loads(text) if text else {}
             except ValueError:
-                log.warning("queue lock table %s does not parse; starting it empty", self.path)
-                table = {}
-            yield table
+                log.warning("queue lock table %s (group %s) does not parse; starting it empty", path, group)
+                tables = {}
+            locks = tables.setdefault(group, {})
+            yield locks
+            if not locks:
+                del tables[group]
             f.seek(0)
-            f.write(json.dumps(table))
+            f.write(json.dumps(tables) if tables else "")
             f.truncate()
 
     def try_lock(self, group: str, client_id: str, mqs: list[dict], now_ms: int) -> list[dict]:
         """The queues of ``mqs`` that ``client_id`` holds once this returns (tryLockBatch)."""
         got = []
-        with self._table() as table:
-            locks = table.setdefault(group, {})
+        with self._table(group) as locks:
             for mq in mqs:
                 k = _key(mq)
                 holder = locks.get(k)
@@ -97,11 +109,8 @@ class QueueLocks:
 
     def unlock(self, group: str, client_id: str, mqs: list[dict]) -> None:
         """Frees the queues of ``mqs`` that ``client_id`` holds (unlockBatch)."""
-        with self._table() as table:
-            locks = table.get(group, {})
+        with self._table(group) as locks:
             for mq in mqs:
                 k = _key(mq)
                 if locks.get(k, [None])[0] == client_id:
                     del locks[k]
-            if not locks:
-                table.pop(group, None)

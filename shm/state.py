@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 from dataclasses import dataclass
 
 from shm import layout
@@ -38,7 +39,7 @@ class SharedState:
         self.dispatcher_waker = Waker(g.prefix + ".wake.dispatcher")
         self.flusher_waker = Waker(g.prefix + ".wake.flusher")
         self.slot_wakers = [PipeWaker(f"{g.prefix}.wake.slot{i}") for i in range(g.max_slots)]
-        self.locks_path = "/dev/shm/" + g.prefix.lstrip("/") + ".locks"   # orderly consumers' queue locks
+        self.locks_dir = "/dev/shm/" + g.prefix.lstrip("/") + ".locks"    # orderly consumers' queue locks, a file per group
         self.views: dict = {}
 
     def _all_wakers(self):
@@ -49,8 +50,7 @@ class SharedState:
         self.rings_seg.create()
         for w in self._all_wakers():
             w.create()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.locks_path)               # an earlier run's locks: gone, as a broker restart's
+        self.remove_locks()                          # an earlier run's locks: gone, as a broker restart's
         self._carve()
         self.control[layout.C.MAGIC] = layout.LAYOUT_MAGIC
         return self
@@ -106,5 +106,11 @@ class SharedState:
         self.rings_seg.unlink()
         for w in self._all_wakers():
             w.unlink()
+        self.remove_locks()
+
+    def remove_locks(self) -> None:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.locks_path)
+            if os.path.isdir(self.locks_dir):
+                shutil.rmtree(self.locks_dir)
+            else:
+                os.unlink(self.locks_dir)            # (one file for all groups, before 2026-11-24)

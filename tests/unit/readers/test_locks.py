@@ -2,6 +2,7 @@
 is one client's until it unlocks it or lets 60 s pass without locking it again; bodies that do not
 fit LockBatchRequestBody are refused with what is wrong."""
 import json
+import os
 
 import pytest
 
@@ -27,16 +28,31 @@ def test_a_queue_is_one_clients_until_unlocked_or_expired(tmp_path):
     a.unlock("g", "A", [mq(1), mq(2)])
     b.unlock("g", "B", [mq(0)])
     b.unlock("other", "B", [mq(1)])
-    with open(path) as f:
-        assert json.load(f) == {}                                           # nothing held, nothing kept
+    files = sorted((tmp_path / "locks").iterdir())
+    assert [f.name for f in files] == sorted(os.path.basename(a.path(g)) for g in ("g", "other"))   # a file per group
+    assert [f.read_text() for f in files] == ["", ""]                       # nothing held, nothing kept
 
 
-def test_a_table_that_does_not_parse_is_read_as_empty(tmp_path, caplog):
-    path = tmp_path / "locks"
-    path.write_text('{"g": {"[\\"T\\", ')                                 # a reader killed mid-write
-    assert QueueLocks(str(path)).try_lock("g", "A", [mq(0)], 1) == [mq(0)]
+def test_a_table_that_does_not_parse_is_read_as_empty_and_touches_no_other_group(tmp_path, caplog):
+    locks = QueueLocks(str(tmp_path / "locks"))
+    assert locks.try_lock("h", "B", [mq(0)], 1) == [mq(0)]
+    with open(locks.path("g"), "w") as f:
+        f.write('{"g": {"[\\"T\\", ')                                     # a reader killed mid-write
+    assert locks.try_lock("g", "A", [mq(0)], 1) == [mq(0)]
     assert "does not parse" in caplog.text
-    assert json.loads(path.read_text()) == {"g": {json.dumps(["T", "b1", 0]): ["A", 1]}}
+    with open(locks.path("g")) as f:
+        assert json.load(f) == {"g": {json.dumps(["T", "b1", 0]): ["A", 1]}}
+    assert locks.try_lock("h", "C", [mq(0)], 2) == []                       # still B's
+
+
+def test_groups_that_share_a_file_stay_apart(tmp_path, monkeypatch):
+    locks = QueueLocks(str(tmp_path / "locks"))
+    monkeypatch.setattr(locks, "path", lambda _group: str(tmp_path / "locks" / "one"))    # a hash collision
+    assert locks.try_lock("g", "A", [mq(0)], 1) == [mq(0)]
+    assert locks.try_lock("h", "B", [mq(0)], 1) == [mq(0)]
+    locks.unlock("g", "A", [mq(0)])
+    assert locks.try_lock("h", "C", [mq(0)], 2) == []
+    assert json.loads((tmp_path / "locks" / "one").read_text()) == {"h": {json.dumps(["T", "b1", 0]): ["B", 1]}}
 
 
 def test_lock_bodies_as_clients_send_them_and_what_is_refused():
