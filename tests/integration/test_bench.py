@@ -153,14 +153,19 @@ def test_null_reader_answers_every_frame_with_its_opaque_after_a_proxy_header():
     assert len(t.written[0]) == len(NullReader.REPLY) and not reader.buf
 
 
-def test_rebalance_bench_loses_nothing_while_members_come_and_go(tmp_path):
+@pytest.mark.parametrize("orderly", [False, True])
+def test_rebalance_bench_loses_nothing_while_members_come_and_go(tmp_path, orderly):
+    """And orderly members (queue locks) deliver nothing twice."""
     port = 29030 + (os.getpid() % 10) * 300
     r = subprocess.run([sys.executable, "-m", "bench.rebalance", "--groups", "2", "--members", "2", "--queues", "4",
-                        "--messages", "600", "--port", str(port), "--dir", str(tmp_path)],
+                        "--messages", "600", "--port", str(port), "--dir", str(tmp_path)] + ["--orderly"] * orderly,
                        cwd=ROOT, capture_output=True, text=True, timeout=170)
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
-    assert "# rebalance benchmark: groups=2 members=2 queues=4 messages=600 readers=2" in r.stdout
+    assert f"# rebalance benchmark: groups=2 members=2 queues=4 messages=600 readers=2 orderly={orderly}" in r.stdout
     assert len(re.findall(r"^\d+ (members )?(joined|left)\b.* settled in [\d.]+ s$", r.stdout, re.M)) == 3, r.stdout
+    assert re.search(r"^every group had every message +[\d.]+ s after the last send$", r.stdout, re.M), r.stdout
     rows = re.findall(r"^churn(\d) +(\d+) +(\d+) +(\d+)$", r.stdout, re.M)
     assert [(g, int(got), int(missing)) for g, got, missing, _ in rows] == [("0", 600, 0), ("1", 600, 0)], r.stdout
+    if orderly:
+        assert [int(twice) for *_, twice in rows] == [0, 0], r.stdout
     assert os.listdir(tmp_path) == []
