@@ -227,10 +227,13 @@ class PushConsumer:
             await asyncio.sleep(LOCK_S)
             await self._lock([*self.pullers, *self.draining])
 
-    def _lock_body(self, mqs: list[MessageQueue]) -> bytes:
-        return json.dumps({"consumerGroup": self.group, "clientId": self.instance.client_id,
+    async def _lock_call(self, code: int, qs: list[MessageQueue]):
+        """LOCK_BATCH_MQ or UNLOCK_BATCH_MQ for ``qs`` (queues of one broker) to that broker's master."""
+        addr = (await self.instance.route(qs[0].topic)).masters[qs[0].broker_name]
+        body = json.dumps({"consumerGroup": self.group, "clientId": self.instance.client_id,
                            "mqSet": [{"brokerName": q.broker_name, "queueId": q.queue_id, "topic": q.topic}
-                                     for q in mqs]}).encode()
+                                     for q in qs]}).encode()
+        return await self.instance.call(addr, code, {}, body)
 
     async def _lock(self, mqs: list[MessageQueue]) -> None:
         """LOCK_BATCH_MQ to each queue's master: the queues it answers with are ours for
@@ -238,8 +241,7 @@ class PushConsumer:
         (its locks run out here on their own)."""
         for broker, qs in _by_broker(mqs).items():
             try:
-                addr = (await self.instance.route(qs[0].topic)).masters[broker]
-                resp = await self.instance.call(addr, R.LOCK_BATCH_MQ, {}, self._lock_body(qs))
+                resp = await self._lock_call(R.LOCK_BATCH_MQ, qs)
                 got = {MessageQueue(q["topic"], q["brokerName"], int(q["queueId"]))
                        for q in json.loads(resp.body)["lockOKMQSet"]}
             except (MQClientError, KeyError, TypeError, ValueError) as e:
@@ -257,8 +259,7 @@ class PushConsumer:
             for mq in qs:
                 self.locks.pop(mq, None)
             try:
-                addr = (await self.instance.route(qs[0].topic)).masters[broker]
-                await self.instance.call(addr, R.UNLOCK_BATCH_MQ, {}, self._lock_body(qs))
+                await self._lock_call(R.UNLOCK_BATCH_MQ, qs)
             except (MQClientError, KeyError) as e:     # the broker frees them after 60 s
                 log.warning("unlocking %d queues of %s on %s failed: %s", len(qs), self.group, broker, e)
 

@@ -1,5 +1,5 @@
 """The appliance's shared state: one ``state`` segment, one ``rings`` segment, the wakers, and the
-orderly consumers' queue-lock file (``readers.locks``).
+orderly consumers' queue-lock directory, a file per group (``readers.locks``).
 
 The supervisor ``create``s and finally ``unlink``s; every role ``attach``es and ``close``s.
 Sizes come from the config so every process computes the same layout.
