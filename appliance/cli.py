@@ -66,7 +66,7 @@ def _main(argv) -> int:
         raise_open_files_limit()
     if args.cmd == "run":
         return run_role(args.role, cfg)
-    if args.cmd in ("produce", "consume"):
+    if args.cmd in client_cli.COMMANDS:
         return client_cli.main(args, cfg)
     from appliance import supervisor
     return supervisor.run(cfg, args.config)

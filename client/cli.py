@@ -1,9 +1,13 @@
-"""``appliance produce`` and ``appliance consume``: send to and tail a topic from a terminal."""
+"""``appliance produce`` and ``appliance consume``: send to and tail a topic from a terminal;
+``appliance topic-status`` and ``appliance progress``: a topic's queues, and how far behind a
+consumer group is (``mqadmin topicStatus`` and ``consumerProgress``)."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import sys
 
+from client.admin import Admin
 from client.consumer import PushConsumer
 from client.errors import MQClientError
 from client.message import Message
@@ -27,6 +31,40 @@ def add_arguments(sub) -> None:
                    help="consume each queue in order under the broker's queue lock (MessageListenerOrderly)")
     p.add_argument("-n", "--namesrv")
     p.add_argument("-c", "--config")
+    p = sub.add_parser("topic-status", help="each queue of a topic: min and max offset, last store time")
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-n", "--namesrv")
+    p.add_argument("-c", "--config")
+    p = sub.add_parser("progress", help="a consumer group's committed offsets and how far behind each queue is")
+    p.add_argument("-g", "--group", required=True)
+    p.add_argument("-t", "--topic", help="only this topic (default: every topic the group has offsets on)")
+    p.add_argument("-n", "--namesrv")
+    p.add_argument("-c", "--config")
+
+
+def _when(ms: int) -> str:
+    return datetime.datetime.fromtimestamp(ms / 1000).strftime("%Y-%m-%d %H:%M:%S,%f")[:-3] if ms > 0 else "N/A"
+
+
+async def _topic_status(args, namesrv: str) -> int:
+    async with Admin(namesrv) as admin:
+        queues = await admin.topic_status(args.topic)
+    print(f"{'#Broker Name':<32} {'#QID':>4} {'#Min Offset':>20} {'#Max Offset':>20} #Last Updated")
+    for mq, q in queues.items():
+        print(f"{mq.broker_name:<32} {mq.queue_id:>4} {q.min_offset:>20} {q.max_offset:>20} {_when(q.last_update_ms)}")
+    return 0
+
+
+async def _progress(args, namesrv: str) -> int:
+    async with Admin(namesrv) as admin:
+        p = await admin.consume_progress(args.group, args.topic)
+    print(f"{'#Topic':<32} {'#Broker Name':<32} {'#QID':>4} {'#Broker Offset':>20} {'#Consumer Offset':>20} "
+          f"{'#Diff':>12} #LastTime")
+    for mq, q in p.queues.items():
+        print(f"{mq.topic:<32} {mq.broker_name:<32} {mq.queue_id:>4} {q.broker_offset:>20} {q.consumer_offset:>20} "
+              f"{q.diff:>12} {_when(q.last_ms)}")
+    print(f"\nConsume TPS: {p.consume_tps:.2f}\nDiff Total: {p.diff_total}")
+    return 0
 
 
 async def _produce(args, namesrv: str) -> int:
@@ -55,13 +93,16 @@ async def _consume(args, namesrv: str) -> int:
     return 0
 
 
+COMMANDS = {"produce": _produce, "consume": _consume, "topic-status": _topic_status, "progress": _progress}
+
+
 def main(args, cfg) -> int:
     namesrv = args.namesrv or cfg.namesrvAddr
     if not namesrv:
         print("appliance: no name server: pass --namesrv or set namesrvAddr", file=sys.stderr)
         return 2
     try:
-        return asyncio.run(_produce(args, namesrv) if args.cmd == "produce" else _consume(args, namesrv))
+        return asyncio.run(COMMANDS[args.cmd](args, namesrv))
     except KeyboardInterrupt:
         return 0
     except MQClientError as e:

@@ -359,22 +359,47 @@ class PushConsumer:
 
 
 class PullConsumer:
-    """Pull on your own terms: ``assign`` queues, ``seek`` to an offset, ``pull`` the next batch."""
+    """Pull on your own terms: ``assign`` queues, ``seek`` to an offset, ``pull`` the next batch.
+
+    Like Java's DefaultMQPullConsumer, it is a member of its group on the brokers it knows (a
+    heartbeat with consumeType CONSUME_ACTIVELY): so the group's retry topic exists, and admin
+    tools find the group (``client.admin``)."""
 
     def __init__(self, group: str, namesrv: str, *, instance: ClientInstance | None = None):
         self.group = group
         self.instance = instance or ClientInstance(namesrv)
         self.positions: dict[MessageQueue, int] = {}
+        self.topics: set[str] = set()
+
+    def consumer_data(self) -> dict:
+        subs = [{"classFilterMode": False, "codeSet": [], "expressionType": "TAG", "subString": "*", "subVersion": 0,
+                 "tagsSet": [], "topic": topic} for topic in sorted(self.topics)]
+        return {"consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "consumeType": "CONSUME_ACTIVELY",
+                "groupName": self.group, "messageModel": "CLUSTERING", "subscriptionDataSet": subs, "unitMode": False}
+
+    def rebalance_soon(self) -> None:
+        """(The group's members changed: a pull consumer chooses its queues itself.)"""
 
     async def start(self) -> "PullConsumer":
+        if self.group in self.instance.consumers:
+            raise ValueError(f"consumer group {self.group} already runs in this client instance")
+        self.instance.consumers[self.group] = self
         await self.instance.start()
         return self
 
     async def shutdown(self) -> None:
+        self.instance.consumers.pop(self.group, None)
+        await self.instance.unregister(consumerGroup=self.group)
         await self.instance.stop()
 
     async def queues(self, topic: str) -> list[MessageQueue]:
-        return sorted((await self.instance.route(topic, refresh=True)).read_queues, key=MessageQueue.sort_key)
+        """The topic's readable queues; the first time, the brokers also learn the group has a
+        member here (a heartbeat)."""
+        route = await self.instance.route(topic, refresh=True)
+        if topic not in self.topics:
+            self.topics.add(topic)
+            await self.instance.heartbeat_all()
+        return sorted(route.read_queues, key=MessageQueue.sort_key)
 
     async def _addr(self, mq: MessageQueue) -> str:
         return (await self.instance.route(mq.topic)).masters[mq.broker_name]

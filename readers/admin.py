@@ -1,6 +1,8 @@
 """Offsets and administration (FACTS §3.5, §3.8): QUERY/UPDATE_CONSUMER_OFFSET, GET_MAX/MIN_OFFSET,
 GET_EARLIEST_MSG_STORETIME, SEARCH_OFFSET_BY_TIMESTAMP, VIEW_MESSAGE_BY_ID,
-UPDATE_AND_CREATE_TOPIC, GET_ALL_TOPIC_CONFIG, GET_BROKER_RUNTIME_INFO.
+UPDATE_AND_CREATE_TOPIC, GET_ALL_TOPIC_CONFIG, GET_BROKER_RUNTIME_INFO; and what admin tools read
+(``mqadmin topicStatus`` / ``consumerProgress``, ``appliance topic-status`` / ``progress``):
+GET_TOPIC_STATS_INFO and GET_CONSUME_STATS, as broker:processor/AdminBrokerProcessor.java builds them.
 """
 from __future__ import annotations
 
@@ -9,10 +11,10 @@ import os
 import struct
 
 from readers.send import SYSTEM_TOPICS
-from remoting import headers
+from remoting import headers, mqtable
 from remoting.headers import HeaderError
 from remoting.codes import SERVER_VERSION, RequestCode as R, ResponseCode as RC
-from shm.layout import C
+from shm.layout import C, T
 from store import configfile, message
 from store.errors import StoreError
 from writer import groups
@@ -39,7 +41,8 @@ class AdminProcessor:
                 R.GET_MAX_OFFSET: self.max_offset, R.GET_MIN_OFFSET: self.min_offset,
                 R.GET_EARLIEST_MSG_STORETIME: self.earliest_time, R.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset,
                 R.VIEW_MESSAGE_BY_ID: self.view_message, R.UPDATE_AND_CREATE_TOPIC: self.create_topic,
-                R.GET_ALL_TOPIC_CONFIG: self.all_topics, R.GET_BROKER_RUNTIME_INFO: self.runtime_info}
+                R.GET_ALL_TOPIC_CONFIG: self.all_topics, R.GET_BROKER_RUNTIME_INFO: self.runtime_info,
+                R.GET_TOPIC_STATS_INFO: self.topic_stats, R.GET_CONSUME_STATS: self.consume_stats}
 
     # ------------------------------------------------------------ consumer offsets
     def query_offset(self, cmd, _conn):
@@ -169,6 +172,44 @@ class AdminProcessor:
     def all_topics(self, cmd, _conn):
         data = configfile.read(os.path.join(self.cfg.config_dir, "topics.json")) or {}
         return cmd.response(body=json.dumps(data, sort_keys=True).encode())
+
+    # ------------------------------------------------------------ what admin tools read
+    def topic_stats(self, cmd, _conn):
+        """TopicStatsTable: each write queue's min and max offset, and when its last message was
+        stored (0 for an empty queue); TOPIC_NOT_EXIST for a topic the broker does not have."""
+        topic = headers.decode(cmd)["topic"]
+        _tidx, meta = self.link.topics.live(topic)
+        if meta is None:
+            return cmd.response(RC.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+        table = {}
+        for qid in range(meta[T.WRITE_QUEUE_NUMS]):
+            lo, hi = self.view.offsets(topic, qid) or (0, 0)
+            table[(topic, self.cfg.brokerName, qid)] = {
+                "lastUpdateTimestamp": (self._store_ts(topic, qid, hi - 1) or 0) if hi > 0 else 0,
+                "maxOffset": max(hi, 0), "minOffset": max(lo, 0)}
+        return cmd.response(body=mqtable.encode({}, "offsetTable", table))
+
+    def consume_stats(self, cmd, _conn):
+        """ConsumeStats of a group on one topic, or on every topic it has committed offsets on:
+        each read queue's max offset (brokerOffset), the group's committed offset (0 if none) and
+        the store time of the last message it consumed.  consumeTps is 0: the broker keeps no
+        per-group pull rates (ARCHITECTURE, Known limits)."""
+        h = headers.decode(cmd)
+        group = h["consumerGroup"]
+        topics = [h["topic"]] if h["topic"] else sorted(self.link.offsets.topics_of(group))
+        table = {}
+        for topic in topics:
+            _tidx, meta = self.link.topics.live(topic)
+            if meta is None:
+                continue
+            key = offset_key(topic, group)
+            for qid in range(meta[T.READ_QUEUE_NUMS]):
+                _lo, hi = self.view.offsets(topic, qid) or (0, 0)
+                consumed = max(self.link.committed_offset(key, qid) or 0, 0)
+                table[(topic, self.cfg.brokerName, qid)] = {
+                    "brokerOffset": max(hi, 0), "consumerOffset": consumed,
+                    "lastTimestamp": (self._store_ts(topic, qid, consumed - 1) or 0) if consumed > 0 else 0}
+        return cmd.response(body=mqtable.encode({"consumeTps": 0.0}, "offsetTable", table))
 
     def runtime_info(self, cmd, _conn):
         ctl = self.link.ctl

@@ -59,6 +59,8 @@ SCHEMAS: dict[int, tuple[Field, ...]] = {
     R.VIEW_MESSAGE_BY_ID: _f("offset:L!"),
     R.QUERY_MESSAGE: _f("topic:S! key:S! maxNum:I! beginTimestamp:L! endTimestamp:L!"),
     R.GET_CONSUMER_LIST_BY_GROUP: _f("consumerGroup:S!"),
+    R.GET_TOPIC_STATS_INFO: _f("topic:S!"),
+    R.GET_CONSUME_STATS: _f("consumerGroup:S! topic:S"),
     R.UNREGISTER_CLIENT: _f("clientID:S! producerGroup:S consumerGroup:S"),
     R.NOTIFY_CONSUMER_IDS_CHANGED: _f("consumerGroup:S!"),
     R.UPDATE_AND_CREATE_TOPIC: _f("topic:S! defaultTopic:S! readQueueNums:I! writeQueueNums:I! perm:I! "

@@ -128,12 +128,24 @@ class OffsetIndex:
     def get(self, key: bytes, queue_id: int) -> int | None:
         s = self.by_key.get((key, queue_id))
         if s is None:
-            n = int(self.control[C.OFFSET_COUNT])
-            for i in range(self.seen, n):
-                self.by_key[(bytes(self.keys[i]), int(self.qids[i]))] = i
-            self.seen = n
+            self._catch_up()
             s = self.by_key.get((key, queue_id))
         return None if s is None else int(self.values[s])
+
+    def _catch_up(self) -> None:
+        """Index the slots the writer took since the last look (slots are never given back)."""
+        n = int(self.control[C.OFFSET_COUNT])
+        for i in range(self.seen, n):
+            self.by_key[(bytes(self.keys[i]), int(self.qids[i]))] = i
+        self.seen = n
+
+    def topics_of(self, group: str) -> set[str]:
+        """The topics ``group`` has committed offsets on (ConsumerOffsetManager.whichTopicByConsumer;
+        a key is ``topic@group``, and a topic has no ``@``)."""
+        self._catch_up()
+        suffix = b"@" + group.encode()
+        return {key[:-len(suffix)].decode() for key, _qid in self.by_key if key.endswith(suffix)
+                and b"@" not in key[:-len(suffix)]}
 
     def has_room(self, key: bytes, queue_id: int) -> bool:
         """The table holds this offset, or a free slot for it (slots are never given back)."""
