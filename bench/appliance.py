@@ -46,22 +46,38 @@ class BenchAppliance:
             raise
         return self
 
-    def role_cpu(self) -> dict[str, float]:
-        """CPU seconds so far (user + system) of the supervisor and of each role, by role name;
-        a role's own children count as the role (the ``haproxy`` binary under its role)."""
+    def _by_role(self, measure) -> dict[str, float]:
+        """``measure(process)`` summed by role name, the supervisor's own too; a role's own
+        children count as the role (the ``haproxy`` binary under its role)."""
         sup = psutil.Process(self.proc.pid)
-        out = {"supervisor": sum(sup.cpu_times()[:2])}
+        out = {"supervisor": measure(sup)}
         for p in sup.children(recursive=True):
             try:
                 cmd = p.cmdline()
                 role = cmd[cmd.index("run") + 1] if "run" in cmd else os.path.basename(cmd[0])
-                out[role] = out.get(role, 0.0) + sum(p.cpu_times()[:2])
-            except (psutil.Error, IndexError):
+                out[role] = out.get(role, 0) + measure(p)
+            except (psutil.Error, OSError, IndexError):
                 pass            # gone meanwhile, or no command line to name it by
         return out
+
+    def role_cpu(self) -> dict[str, float]:
+        """CPU seconds so far (user + system) of each role."""
+        return self._by_role(lambda p: sum(p.cpu_times()[:2]))
+
+    def role_memory(self) -> dict[str, tuple[int, int]]:
+        """Each role's anonymous memory in KiB (its heap: file pages it maps, the store's and
+        shared memory's, are not counted) and its open file descriptors."""
+        anon = self._by_role(_anon_kib)
+        fds = self._by_role(lambda p: p.num_fds())
+        return {role: (anon[role], fds.get(role, 0)) for role in anon}
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             self.proc.wait(120)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _anon_kib(p: psutil.Process) -> int:
+    with open(f"/proc/{p.pid}/smaps_rollup") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("Anonymous:"))

@@ -169,3 +169,23 @@ def test_rebalance_bench_loses_nothing_while_members_come_and_go(tmp_path, order
     if orderly:
         assert [int(twice) for *_, twice in rows] == [0, 0], r.stdout
     assert os.listdir(tmp_path) == []
+
+
+def test_soak_bench_samples_every_role_while_clients_come_and_go(tmp_path):
+    port = 29130 + (os.getpid() % 10) * 300
+    r = subprocess.run([sys.executable, "-m", "bench.soak", "--seconds", "6", "--every", "2", "--warmup", "0",
+                        "--messages", "20", "--port", str(port), "--dir", str(tmp_path)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=170)
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    assert "# soak benchmark: seconds=6 every=2 warmup=0 messages=20 topics=4x8 groups=6 readers=2" in r.stdout
+    header = r.stdout.splitlines()[1].split()
+    roles = header[2::2]
+    assert {"dispatcher", "flusher", "haproxy", "nameserver", "reader-0", "reader-1", "writer"} <= set(roles), header
+    samples = [line.split() for line in r.stdout.splitlines()[2:] if re.match(r"^ +\d+ +\d+ ", line)]
+    assert len(samples) >= 3 and all(len(s) == 2 + 2 * len(roles) for s in samples), r.stdout
+    assert all(int(v) > 1000 for s in samples for v in s[2::2]), r.stdout      # KiB of heap each role has
+    grown = re.findall(r"^(\S+) +[+-]\d+ KiB +[+-][\d.]+ KiB/cycle +[+-]\d+ fds$", r.stdout, re.M)
+    assert sorted(grown) == sorted(roles), r.stdout
+    cycles = int(samples[-1][1])
+    assert cycles >= 1 and f"# {cycles * 20} of {cycles * 20} sends acknowledged over {cycles} cycles" in r.stdout
+    assert os.listdir(tmp_path) == []
