@@ -8,8 +8,9 @@ connection) are then taken together: their stored records built and appended to 
 in one ``WriterLink.append``, with one waiter for all.  Each reply goes out when the writer's
 answer is read: after the append (ASYNC_FLUSH) or after the flush (SYNC_FLUSH, FLUSH_DISK_TIMEOUT
 after ``syncFlushTimeout``), with msgId (offsetMsgId; comma-joined for a batch), queueId and
-queueOffset.  Only a send to an unknown topic takes a coroutine (it waits for the writer to create
-the topic first).
+queueOffset.  Only a send to an unknown topic takes a task (it waits for the writer to create the
+topic first); the sends that come for that topic meanwhile wait with it, and are appended after it
+in the order they came.
 """
 from __future__ import annotations
 
@@ -50,6 +51,8 @@ class SendProcessor:
         self.sync_flush, self.flush_timeout_s = self.cfg.sync_flush, self.cfg.syncFlushTimeout / 1000
         self.topic_bytes: dict[str, bytes] = {}      # names that passed the checks, encoded
         self.turn: list[tuple] = []                  # this loop turn's sends: (cmd, conn, header, topic index, row)
+        self.creating: dict[str, list[tuple]] = {}   # topic being auto-created -> its sends so far: (cmd, conn, header)
+        self.creations: set = set()                  # (the tasks creating them)
 
     def handlers(self) -> dict:
         return {R.SEND_MESSAGE: self.send, R.SEND_MESSAGE_V2: self.send, R.SEND_BATCH_MESSAGE: self.send}
@@ -69,21 +72,35 @@ class SendProcessor:
             if len(self.topic_bytes) >= 4096:
                 self.topic_bytes.clear()
             self.topic_bytes[topic] = topic.encode()
+        waiting = self.creating.get(topic)
+        if waiting is not None:                   # behind the sends that wait for its creation
+            waiting.append((cmd, conn, h))
+            return DEFERRED
         tidx, meta = self.link.topics.live(topic)
         if tidx is None:
-            return self._create_then_append(cmd, conn, h)
+            self.creating[topic] = [(cmd, conn, h)]
+            task = self.link.loop.create_task(self._create_then_append(topic, h))
+            self.creations.add(task)
+            task.add_done_callback(self.creations.discard)
+            return DEFERRED
         if not self.turn:
             self.link.loop.call_soon(self._turn)
         self.turn.append((cmd, conn, h, tidx, meta))
         return DEFERRED
 
-    async def _create_then_append(self, cmd, conn, h):
+    async def _create_then_append(self, topic: str, h) -> None:
+        """Create ``topic`` as its first send ``h`` asks, then append every send that came for
+        it meanwhile, in arrival order, in one go: a send arriving after the writer made the
+        topic, but before this task resumed, must not be stored ahead of the earlier ones (a
+        producer's pipelined sends to one queue are stored in the order sent)."""
         try:
-            tidx = await self._create_topic(h["topic"], h)
-        except MessageRejected as e:
-            return self._refused(cmd, e)
-        self._append([(cmd, conn, h, tidx, self.link.topics.row(tidx))])
-        return None
+            tidx = await self._create_topic(topic, h)
+        except Exception as e:
+            for cmd, conn, _h in self.creating.pop(topic):
+                conn.send_reply(cmd, self._refused(cmd, e) if isinstance(e, MessageRejected) else conn.failure(cmd, e))
+            return
+        meta = self.link.topics.row(tidx)
+        self._append([(cmd, conn, hh, tidx, meta) for cmd, conn, hh in self.creating.pop(topic)])
 
     def _refused(self, cmd, e: MessageRejected):
         return cmd.response(e.code, e.remark, ext=dict(self.region))
