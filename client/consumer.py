@@ -71,6 +71,16 @@ async def pull_queue(instance: ClientInstance, addr: str, group: str, mq: Messag
                       int(resp.ext["maxOffset"]), msgs)
 
 
+def consumer_data(group: str, consume_type: str, model: str, consume_from: str,
+                  subs: list[tuple[str, str, list[str], int]]) -> dict:
+    """A HeartbeatData's ConsumerData (FACTS §3.9); ``subs``: (topic, expression, tags, subVersion)."""
+    return {"consumeFromWhere": consume_from, "consumeType": consume_type, "groupName": group,
+            "messageModel": model, "unitMode": False,
+            "subscriptionDataSet": [{"classFilterMode": False, "codeSet": [string_hash(t) for t in tags],
+                                     "expressionType": "TAG", "subString": expr, "subVersion": ver, "tagsSet": tags,
+                                     "topic": topic} for topic, expr, tags, ver in subs]}
+
+
 def _by_broker(mqs: list[MessageQueue]) -> dict[str, list[MessageQueue]]:
     out: dict[str, list[MessageQueue]] = {}
     for mq in mqs:
@@ -113,11 +123,8 @@ class PushConsumer:
         return self
 
     def consumer_data(self) -> dict:
-        subs = [{"classFilterMode": False, "codeSet": [string_hash(t) for t in tags], "expressionType": "TAG",
-                 "subString": expr, "subVersion": ver, "tagsSet": tags, "topic": topic}
-                for topic, (expr, tags, ver) in sorted(self.subs.items())]
-        return {"consumeFromWhere": self.consume_from, "consumeType": "CONSUME_PASSIVELY", "groupName": self.group,
-                "messageModel": self.model, "subscriptionDataSet": subs, "unitMode": False}
+        return consumer_data(self.group, "CONSUME_PASSIVELY", self.model, self.consume_from,
+                             [(topic, *sub) for topic, sub in sorted(self.subs.items())])
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> "PushConsumer":
@@ -372,10 +379,8 @@ class PullConsumer:
         self.topics: set[str] = set()
 
     def consumer_data(self) -> dict:
-        subs = [{"classFilterMode": False, "codeSet": [], "expressionType": "TAG", "subString": "*", "subVersion": 0,
-                 "tagsSet": [], "topic": topic} for topic in sorted(self.topics)]
-        return {"consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "consumeType": "CONSUME_ACTIVELY",
-                "groupName": self.group, "messageModel": "CLUSTERING", "subscriptionDataSet": subs, "unitMode": False}
+        return consumer_data(self.group, "CONSUME_ACTIVELY", "CLUSTERING", "CONSUME_FROM_LAST_OFFSET",
+                             [(topic, "*", [], 0) for topic in sorted(self.topics)])
 
     def rebalance_soon(self) -> None:
         """(The group's members changed: a pull consumer chooses its queues itself.)"""
