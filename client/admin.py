@@ -1,12 +1,16 @@
-"""What an operator asks of a cluster, as ``mqadmin topicStatus`` and ``consumerProgress`` ask it
-(tools:admin/DefaultMQAdminExtImpl.java): a topic's queues, and how far behind a group is.
+"""What an operator asks of a cluster, as ``mqadmin`` asks it (tools:admin/DefaultMQAdminExtImpl.java):
+a topic's queues (``topicStatus``), how far behind a group is (``consumerProgress``), a group's
+members (``consumerConnection``), a producer group's clients (``producerConnection``), and which
+groups consume a topic.
 
-Both go to every master broker of a route from the name servers: the topic's own route for
-``topic_status``; for ``consume_progress``, the route of the group's retry topic (``%RETRY%<group>``,
-which every broker a consumer ever sent a heartbeat to has), as Java's ``examineConsumeStats`` does.
+They go to every master broker of a route from the name servers: the topic's own route, or for
+what is asked of a consumer group, the route of its retry topic (``%RETRY%<group>``, which every
+broker a consumer ever sent a heartbeat to has), as Java's ``examineConsumeStats`` and
+``examineConsumerConnectionInfo`` do.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from client.errors import MQBrokerError
@@ -43,6 +47,28 @@ class ConsumeProgress:
         return sum(q.diff for q in self.queues.values())
 
 
+@dataclass(frozen=True)
+class ClientConnection:
+    client_id: str
+    client_addr: str             # host:port the broker sees it at
+    language: str                # JAVA, CPP, PYTHON...
+    version: int                 # the client's MQVersion ordinal
+
+
+@dataclass(frozen=True)
+class ConsumerConnection:
+    connections: list[ClientConnection]
+    consume_type: str | None     # CONSUME_PASSIVELY (push) or CONSUME_ACTIVELY (pull)
+    message_model: str | None    # CLUSTERING or BROADCASTING
+    consume_from: str | None     # where a new member starts (ConsumeFromWhere)
+    subscriptions: dict[str, str]    # topic -> subscription expression
+
+
+def _connections(entries) -> list[ClientConnection]:
+    return [ClientConnection(c.get("clientId", ""), c.get("clientAddr", ""), c.get("language", ""),
+                             int(c.get("version", 0))) for c in entries]
+
+
 class Admin:
     def __init__(self, namesrv: str, *, instance: ClientInstance | None = None):
         self.instance = instance or ClientInstance(namesrv)
@@ -74,17 +100,22 @@ class Admin:
                                                                 int(v.get("lastUpdateTimestamp", 0)))
         return dict(sorted(out.items(), key=lambda kv: kv[0].sort_key()))
 
+    async def _group_masters(self, group: str) -> dict[str, str]:
+        """The masters of the group's retry topic; MQBrokerError TOPIC_NOT_EXIST naming the group
+        when no broker has met it."""
+        try:
+            return await self._masters("%RETRY%" + group)
+        except MQBrokerError as e:
+            if e.code != RC.TOPIC_NOT_EXIST:
+                raise
+            raise MQBrokerError(e.code, f"no broker knows consumer group {group} ({e.remark})", e.addr) from None
+
     async def consume_progress(self, group: str, topic: str | None = None) -> ConsumeProgress:
         """The group's committed offsets against each queue's max, on every master that has its
         retry topic; MQBrokerError TOPIC_NOT_EXIST when no broker has met the group, and
         CONSUMER_NOT_ONLINE when none has an offset of it."""
         queues, tps = {}, 0.0
-        try:
-            masters = await self._masters("%RETRY%" + group)
-        except MQBrokerError as e:
-            if e.code != RC.TOPIC_NOT_EXIST:
-                raise
-            raise MQBrokerError(e.code, f"no broker knows consumer group {group} ({e.remark})", e.addr) from None
+        masters = await self._group_masters(group)
         for addr in sorted(masters.values()):
             resp = await self.instance.call(addr, R.GET_CONSUME_STATS, {"consumerGroup": group, "topic": topic or ""})
             fields, table = mqtable.decode(resp.body, "offsetTable")
@@ -96,3 +127,47 @@ class Admin:
             raise MQBrokerError(RC.CONSUMER_NOT_ONLINE, "Not found the consumer group consume stats, because return "
                                 "offset table is empty, maybe the consumer not consume any message", "")
         return ConsumeProgress(dict(sorted(queues.items(), key=lambda kv: kv[0].sort_key())), tps)
+
+    async def consumer_connection(self, group: str) -> ConsumerConnection:
+        """The group's members on every master of its retry topic, and how it consumes what;
+        MQBrokerError CONSUMER_NOT_ONLINE when no broker has a member of it now."""
+        conns, fields, subs = {}, {}, {}
+        for addr in sorted((await self._group_masters(group)).values()):
+            resp = await self.instance.call(addr, R.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group},
+                                            ok=(RC.SUCCESS, RC.CONSUMER_NOT_ONLINE))
+            if resp.code != RC.SUCCESS:
+                continue
+            body = json.loads(resp.body)
+            for c in _connections(body.get("connectionSet") or ()):
+                conns.setdefault(c.client_id, c)
+            for k in ("consumeType", "messageModel", "consumeFromWhere"):
+                fields.setdefault(k, body.get(k))
+            for topic, sd in (body.get("subscriptionTable") or {}).items():
+                subs.setdefault(topic, sd.get("subString", "*"))
+        if not conns:
+            raise MQBrokerError(RC.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online", "")
+        return ConsumerConnection([conns[c] for c in sorted(conns)], fields.get("consumeType"),
+                                  fields.get("messageModel"), fields.get("consumeFromWhere"), dict(sorted(subs.items())))
+
+    async def producer_connection(self, group: str, topic: str) -> list[ClientConnection]:
+        """The producer group's clients on every master of ``topic`` (as mqadmin's, which finds
+        the brokers by a topic the group sends to); MQBrokerError SYSTEM_ERROR when none has one."""
+        conns = {}
+        for addr in sorted((await self._masters(topic)).values()):
+            resp = await self.instance.call(addr, R.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": group},
+                                            ok=(RC.SUCCESS, RC.SYSTEM_ERROR))
+            if resp.code == RC.SUCCESS:
+                for c in _connections(json.loads(resp.body).get("connectionSet") or ()):
+                    conns.setdefault(c.client_id, c)
+        if not conns:
+            raise MQBrokerError(RC.SYSTEM_ERROR, f"the producer group[{group}] not exist", "")
+        return [conns[c] for c in sorted(conns)]
+
+    async def consumed_by(self, topic: str) -> list[str]:
+        """The consumer groups that subscribe to ``topic`` now or have offsets on it, on every
+        master of its route."""
+        groups = set()
+        for addr in sorted((await self._masters(topic)).values()):
+            resp = await self.instance.call(addr, R.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": topic})
+            groups.update(json.loads(resp.body).get("groupList") or ())
+        return sorted(groups)

@@ -1,6 +1,7 @@
 """``appliance produce`` and ``appliance consume``: send to and tail a topic from a terminal;
-``appliance topic-status`` and ``appliance progress``: a topic's queues, and how far behind a
-consumer group is (``mqadmin topicStatus`` and ``consumerProgress``)."""
+``appliance topic-status``, ``progress`` and ``connections``: a topic's queues and the groups that
+consume it, how far behind a consumer group is, and who its members are (``mqadmin topicStatus``,
+``consumerProgress`` and ``consumerConnection``)."""
 from __future__ import annotations
 
 import asyncio
@@ -40,6 +41,11 @@ def add_arguments(sub) -> None:
     p.add_argument("-t", "--topic", help="only this topic (default: every topic the group has offsets on)")
     p.add_argument("-n", "--namesrv")
     p.add_argument("-c", "--config")
+    p = sub.add_parser("connections", help="a consumer group's members (address, language, version) and "
+                                           "subscriptions")
+    p.add_argument("-g", "--group", required=True)
+    p.add_argument("-n", "--namesrv")
+    p.add_argument("-c", "--config")
 
 
 def _when(ms: int) -> str:
@@ -49,9 +55,24 @@ def _when(ms: int) -> str:
 async def _topic_status(args, namesrv: str) -> int:
     async with Admin(namesrv) as admin:
         queues = await admin.topic_status(args.topic)
+        groups = await admin.consumed_by(args.topic)
     print(f"{'#Broker Name':<32} {'#QID':>4} {'#Min Offset':>20} {'#Max Offset':>20} #Last Updated")
     for mq, q in queues.items():
         print(f"{mq.broker_name:<32} {mq.queue_id:>4} {q.min_offset:>20} {q.max_offset:>20} {_when(q.last_update_ms)}")
+    print(f"\nConsumed by: {' '.join(groups) if groups else '(no group)'}")
+    return 0
+
+
+async def _connections(args, namesrv: str) -> int:
+    async with Admin(namesrv) as admin:
+        cc = await admin.consumer_connection(args.group)
+    print(f"{'#':<3} {'#ClientId':<48} {'#ClientAddr':<22} {'#Language':<10} #Version")
+    for i, c in enumerate(cc.connections, 1):
+        print(f"{i:<3} {c.client_id:<48} {c.client_addr:<22} {c.language:<10} {c.version}")
+    print("\nBelow is subscription:")
+    for i, (topic, expression) in enumerate(cc.subscriptions.items(), 1):
+        print(f"{i:<3} Topic: {topic:<48} SubExpression: {expression}")
+    print(f"\nConsumeType: {cc.consume_type}\nMessageModel: {cc.message_model}\nConsumeFromWhere: {cc.consume_from}")
     return 0
 
 
@@ -93,7 +114,8 @@ async def _consume(args, namesrv: str) -> int:
     return 0
 
 
-COMMANDS = {"produce": _produce, "consume": _consume, "topic-status": _topic_status, "progress": _progress}
+COMMANDS = {"produce": _produce, "consume": _consume, "topic-status": _topic_status, "progress": _progress,
+            "connections": _connections}
 
 
 def main(args, cfg) -> int:

@@ -1,20 +1,29 @@
 """Client management (broker:processor/ClientManageProcessor.java): HEART_BEAT, UNREGISTER_CLIENT,
 GET_CONSUMER_LIST_BY_GROUP, and NOTIFY_CONSUMER_IDS_CHANGED pushed to every connection of a group
-whose membership changed (on every reader at once: ``Members.bump`` wakes the others); and the
-orderly consumers' LOCK_BATCH_MQ / UNLOCK_BATCH_MQ (``readers.locks``).
+whose membership changed (on every reader at once: ``Members.bump`` wakes the others); the
+orderly consumers' LOCK_BATCH_MQ / UNLOCK_BATCH_MQ (``readers.locks``); and what admin tools ask
+about clients, GET_CONSUMER_CONNECTION_LIST, GET_PRODUCER_CONNECTION_LIST and
+QUERY_TOPIC_CONSUME_BY_WHO, from every reader's published details (``readers.roster``).
 """
 from __future__ import annotations
 
 import itertools
 import json
 import logging
+import os
 import time
 
+import orjson
+
+from readers import roster
 from readers.locks import QueueLocks, parse_lock_body
 from readers.members import Members, MembersFull, parse_heartbeat
+from readers.producers import Producers
+from readers.roster import Roster
 from remoting import headers
 from remoting.codec import RPC_ONEWAY, Command
 from remoting.codes import RequestCode as R, ResponseCode as RC
+from shm.layout import S
 from writer.groups import subscription_group
 from writer.topics import topic_config
 
@@ -26,6 +35,10 @@ class ClientProcessor:
     def __init__(self, broker):
         self.b, self.cfg, self.link = broker, broker.cfg, broker.link
         self.members = Members(broker.sh, self.link.slot)
+        self.producers = Producers()
+        self.roster = Roster(broker.sh.roster_dir, self.link.slot)
+        self.publish_due = False
+        self.publish()                          # a new owner of the slot: what was published there is stale
         self.locks = QueueLocks(broker.sh.locks_dir)
         self.groups_sent: set[str] = set()
         self.full_warned_at = float("-inf")     # when a refusal for full client rows was last logged
@@ -33,19 +46,31 @@ class ClientProcessor:
     def handlers(self) -> dict:
         return {R.HEART_BEAT: self.heartbeat, R.UNREGISTER_CLIENT: self.unregister,
                 R.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
-                R.LOCK_BATCH_MQ: self.queue_locks, R.UNLOCK_BATCH_MQ: self.queue_locks}
+                R.LOCK_BATCH_MQ: self.queue_locks, R.UNLOCK_BATCH_MQ: self.queue_locks,
+                R.GET_CONSUMER_CONNECTION_LIST: self.consumer_connection,
+                R.GET_PRODUCER_CONNECTION_LIST: self.producer_connection,
+                R.QUERY_TOPIC_CONSUME_BY_WHO: self.consumed_by}
+
+    def close(self) -> None:
+        self.members.close()
+        self.roster.close()
 
     # ------------------------------------------------------------ handlers
     def heartbeat(self, cmd, conn):
         try:
-            client_id, consumers = parse_heartbeat(cmd.body)
+            hb = parse_heartbeat(cmd.body)
         except ValueError as e:
             return cmd.response(RC.SYSTEM_ERROR, f"heartbeat body does not parse: {e}")
-        return self._heartbeat(cmd, conn, client_id, consumers)
+        who = {"clientAddr": conn.peer, "clientId": hb.client_id, "language": cmd.language, "version": cmd.version}
+        if hb.producers:
+            self.producers.heartbeat(conn, hb.client_id, hb.producers, int(time.time() * 1000), who)
+            self.publish_soon()
+        return self._heartbeat(cmd, conn, hb.client_id, hb.consumers, who) if hb.consumers else cmd.response()
 
-    async def _heartbeat(self, cmd, conn, client_id, consumers):
+    async def _heartbeat(self, cmd, conn, client_id, consumers, who):
         now = int(time.time() * 1000)
-        for group, subs in consumers:
+        for data in consumers:
+            group = data.group
             if group not in self.groups_sent and self.cfg.autoCreateSubscriptionGroup:
                 self.link.push_group(subscription_group(group))
                 self.groups_sent.add(group)
@@ -53,7 +78,7 @@ class ClientProcessor:
             if self.link.topics.lookup(retry) is None:
                 await self.link.auto_create_topic(topic_config(retry, 1, 1))
             try:
-                joined = self.members.heartbeat(conn, client_id, group, subs, now)
+                joined = self.members.heartbeat(conn, client_id, data, now, who)
             except MembersFull as e:       # each such client asks again every heartbeat: logged once a minute
                 if time.monotonic() - self.full_warned_at >= 60:
                     self.full_warned_at = time.monotonic()
@@ -62,6 +87,7 @@ class ClientProcessor:
             if joined:
                 log.info("consumer %s joined group %s from %s", client_id, group, conn.peer)
                 self.notify_changes()
+            self.publish_soon()
         return cmd.response()
 
     def unregister(self, cmd, _conn):
@@ -69,6 +95,9 @@ class ClientProcessor:
         if h["consumerGroup"] and self.members.remove(h["consumerGroup"], h["clientID"]):
             log.info("consumer %s left group %s", h["clientID"], h["consumerGroup"])
             self.notify_changes()
+        if h["producerGroup"]:
+            self.producers.remove(h["producerGroup"], h["clientID"])
+        self.publish_soon()
         return cmd.response()
 
     def consumer_list(self, cmd, _conn):
@@ -92,10 +121,55 @@ class ClientProcessor:
         got = self.locks.try_lock(group, client_id, mqs, int(time.time() * 1000))
         return cmd.response(body=json.dumps({"lockOKMQSet": got}).encode())
 
+    # ------------------------------------------------------------ what admin tools read
+    def _docs(self) -> list[dict]:
+        """Every live reader's client details, this one's (from memory) first."""
+        owners = self.b.sh.slots[:, S.OWNER_PID]
+        return [self._details(), *self.roster.others({i: int(owners[i]) for i in self.members.live_slots()})]
+
+    def consumer_connection(self, cmd, _conn):
+        """ConsumerConnection: the group's members (every reader's), each with its address,
+        language and version, and the group's consume type, model and subscriptions."""
+        group = headers.decode(cmd)["consumerGroup"]
+        body = roster.consumer_connection(group, self._docs(), self.members.group_members(group))
+        if body is None:
+            return cmd.response(RC.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
+        return cmd.response(body=orjson.dumps(body))
+
+    def producer_connection(self, cmd, _conn):
+        group = headers.decode(cmd)["producerGroup"]
+        body = roster.producer_connection(group, self._docs())
+        if body is None:
+            return cmd.response(RC.SYSTEM_ERROR, f"the producer group[{group}] not exist")
+        return cmd.response(body=orjson.dumps(body))
+
+    def consumed_by(self, cmd, _conn):
+        """GroupList: the groups that subscribe to the topic now, and those with offsets on it."""
+        topic = headers.decode(cmd)["topic"]
+        groups = roster.groups_subscribed(topic, self._docs()) | self.link.offsets.groups_of(topic)
+        return cmd.response(body=orjson.dumps({"groupList": sorted(groups)}))
+
+    # ------------------------------------------------------------ publishing this reader's clients
+    def _details(self) -> dict:
+        return {"pid": os.getpid(), "consumers": self.members.details(), "producers": self.producers.details()}
+
+    def publish_soon(self) -> None:
+        """Publish at the end of this loop turn if the details changed (once however many did)."""
+        if not self.publish_due and (self.members.details_changed or self.producers.details_changed):
+            self.publish_due = True
+            self.link.loop.call_soon(self.publish)
+
+    def publish(self) -> None:
+        self.publish_due = False
+        self.members.details_changed = self.producers.details_changed = False
+        self.roster.publish(self._details())
+
     # ------------------------------------------------------------ membership changes
     def connection_closed(self, conn) -> None:
         if self.members.drop_connection(conn):
             self.notify_changes()
+        self.producers.drop_connection(conn)
+        self.publish_soon()
 
     def notify_changes(self) -> None:
         """Tell this reader's connections of every group whose member set changed."""
@@ -118,3 +192,6 @@ class ClientProcessor:
                 conn.transport.close()
         if expired or self.members.others_moved():
             self.notify_changes()
+        for group, client in self.producers.expire(now_ms):
+            log.warning("producer %s of group %s expired: no heartbeat for 120 s", client, group)
+        self.publish_soon()

@@ -11,7 +11,10 @@ their next 1 s tick: members of one group on two readers that rebalanced on diff
 consumed the queues they disagreed on for up to that second.
 
 Subscriptions (topic, tag codes, subVersion) stay with the reader that got the heartbeat: a client
-sends heartbeats and pulls on the same connection.
+sends heartbeats and pulls on the same connection.  What admin tools ask of a group's members
+(their addresses, languages and versions; the group's consume type, model and subscriptions:
+GET_CONSUMER_CONNECTION_LIST) is each reader's too, and is published for the others by
+``readers.roster`` (``Members.details``).
 """
 from __future__ import annotations
 
@@ -33,26 +36,73 @@ class MembersFull(RuntimeError):
     """This reader's client rows are all taken: a new (group, client) pair is refused."""
 
 
-def parse_heartbeat(body: bytes) -> tuple[str, list[tuple[str, list["Subscription"]]]]:
-    """A HEART_BEAT's HeartbeatData -> (client id, [(consumer group, its subscriptions)]), or
-    ValueError naming what does not fit.  Producers' data is not kept (nothing asks for it)."""
+# Java's enums, in ordinal order: a heartbeat may name them or give the ordinal (the C++ client)
+CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY")
+MESSAGE_MODELS = ("BROADCASTING", "CLUSTERING")
+CONSUME_FROM = ("CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST",
+                "CONSUME_FROM_MIN_OFFSET", "CONSUME_FROM_MAX_OFFSET", "CONSUME_FROM_FIRST_OFFSET",
+                "CONSUME_FROM_TIMESTAMP")
+
+
+class Heartbeat:
+    """A HEART_BEAT's HeartbeatData: the client, its consumer groups, its producer groups."""
+    __slots__ = ("client_id", "consumers", "producers")
+
+    def __init__(self, client_id: str, consumers: list["ConsumerData"], producers: list[str]):
+        self.client_id, self.consumers, self.producers = client_id, consumers, producers
+
+
+class ConsumerData:
+    """One consumerDataSet entry: a group, how it consumes, what it subscribes to."""
+    __slots__ = ("group", "consume_type", "model", "consume_from", "subs")
+
+    def __init__(self, d: dict):
+        if not isinstance(d, dict):
+            raise ValueError(f"consumerDataSet entry {str(d)[:80]} is not an object")
+        self.group = _group_name(d.get("groupName"), "consumer")
+        self.consume_type = _enum(d, "consumeType", CONSUME_TYPES, self.group)
+        self.model = _enum(d, "messageModel", MESSAGE_MODELS, self.group)
+        self.consume_from = _enum(d, "consumeFromWhere", CONSUME_FROM, self.group)
+        self.subs = [Subscription(sd) for sd in _list(d, "subscriptionDataSet", f"group {self.group}")]
+
+    def as_json(self) -> dict:
+        """Its ConsumerConnection fields (ConsumerGroupInfo's), those the client gave."""
+        out = {"consumeFromWhere": self.consume_from, "consumeType": self.consume_type, "messageModel": self.model,
+               "subscriptionTable": {s.topic: s.as_json() for s in self.subs}}
+        return {k: v for k, v in out.items() if v is not None}
+
+
+def parse_heartbeat(body: bytes) -> Heartbeat:
+    """A HEART_BEAT's body, or ValueError naming what does not fit HeartbeatData."""
     data = loads_object(body)
     client_id = data.get("clientID")
     if not isinstance(client_id, str) or not client_id:
         raise ValueError("no clientID")
     if len(client_id.encode()) > CLIENT_ID_MAX_BYTES:
         raise ValueError(f"clientID '{client_id[:200]}' is longer than {CLIENT_ID_MAX_BYTES} bytes")
-    consumers = _list(data, "consumerDataSet", "the heartbeat")
-    out = []
-    for c in consumers:
-        if not isinstance(c, dict):
-            raise ValueError(f"consumerDataSet entry {str(c)[:80]} is not an object")
-        group = c.get("groupName")
-        if not isinstance(group, str) or not group or len(group.encode()) > GROUP_MAX_BYTES:
-            raise ValueError(f"consumer group name '{str(group)[:200]}' is empty or longer than "
-                             f"{GROUP_MAX_BYTES} bytes")
-        out.append((group, [Subscription(sd) for sd in _list(c, "subscriptionDataSet", f"group {group}")]))
-    return client_id, out
+    consumers = [ConsumerData(c) for c in _list(data, "consumerDataSet", "the heartbeat")]
+    producers = []
+    for p in _list(data, "producerDataSet", "the heartbeat"):
+        if not isinstance(p, dict):
+            raise ValueError(f"producerDataSet entry {str(p)[:80]} is not an object")
+        producers.append(_group_name(p.get("groupName"), "producer"))
+    return Heartbeat(client_id, consumers, producers)
+
+
+def _group_name(group, kind: str) -> str:
+    if not isinstance(group, str) or not group or len(group.encode()) > GROUP_MAX_BYTES:
+        raise ValueError(f"{kind} group name '{str(group)[:200]}' is empty or longer than {GROUP_MAX_BYTES} bytes")
+    return group
+
+
+def _enum(d: dict, key: str, names: tuple[str, ...], group: str) -> str | None:
+    """A Java enum's name, given as its name or its ordinal; None when absent."""
+    v = d.get(key)
+    if v is None or v in names:
+        return v
+    if type(v) is int and 0 <= v < len(names):
+        return names[v]
+    raise ValueError(f"{key} {str(v)[:80]} of group {group} is not one of {', '.join(names)} (or their ordinals)")
 
 
 def _list(d: dict, key: str, where: str) -> list:
@@ -64,7 +114,7 @@ def _list(d: dict, key: str, where: str) -> list:
 
 class Subscription:
     """One SubscriptionData of a heartbeat (C++ clients send subVersion as a string)."""
-    __slots__ = ("topic", "expression", "codes", "sub_version")
+    __slots__ = ("topic", "expression", "codes", "sub_version", "expression_type", "tags")
 
     def __init__(self, d: dict):
         if not isinstance(d, dict):
@@ -72,6 +122,10 @@ class Subscription:
         self.topic, self.expression = d.get("topic"), d.get("subString") or "*"
         if not isinstance(self.topic, str) or not isinstance(self.expression, str):
             raise ValueError(f"subscription {str(d)[:120]} has no topic or a subString that is not text")
+        self.expression_type = d.get("expressionType") if isinstance(d.get("expressionType"), str) else "TAG"
+        tags = d.get("tagsSet")
+        self.tags = ([t for t in tags if isinstance(t, str)] if isinstance(tags, list)
+                     else [t.strip() for t in self.expression.split("||") if t.strip() and t.strip() != "*"])
         try:
             self.codes = [int(c) for c in _list(d, "codeSet", f"topic {self.topic}")]
             if any(not -2**31 <= c < 2**31 for c in self.codes):
@@ -85,6 +139,12 @@ class Subscription:
         """Codes to filter on, None for all messages."""
         return None if self.expression.strip() in ("", "*") or not self.codes else self.codes
 
+    def as_json(self) -> dict:
+        """As Java's SubscriptionData is written (tagsSet as the client sent it, else its tags)."""
+        return {"classFilterMode": False, "codeSet": self.codes, "expressionType": self.expression_type,
+                "subString": self.expression, "subVersion": self.sub_version, "tagsSet": self.tags,
+                "topic": self.topic}
+
 
 class Members:
     def __init__(self, shared, slot: int):
@@ -97,6 +157,9 @@ class Members:
         self.row_of: dict[tuple[str, str], int] = {}         # (group, client id) -> row
         self.conns: dict[str, dict[str, object]] = {}        # group -> client id -> connection
         self.subs: dict[tuple[str, str], Subscription] = {}  # (group, topic) -> subscription
+        self.data: dict[str, ConsumerData] = {}              # group -> its last heartbeat's ConsumerData
+        self.who: dict[tuple[str, str], dict] = {}           # (group, client id) -> its Connection (admin's)
+        self.details_changed = True                          # ``details`` differs from what was published
         self.known: dict[str, frozenset] = {}                # group -> member ids (bytes) last notified about
         self.seen_versions = self.version.tobytes()
 
@@ -109,9 +172,12 @@ class Members:
                 self.sh.slot_wakers[i].post()
 
     # ------------------------------------------------------------ local changes
-    def heartbeat(self, conn, client_id: str, group: str, subs: list[Subscription], now_ms: int) -> bool:
-        """Register one consumer group of a HEART_BEAT (``parse_heartbeat``); True when the
-        group's membership changed."""
+    def heartbeat(self, conn, client_id: str, data: ConsumerData, now_ms: int, who: dict | None = None) -> bool:
+        """Register one consumer group of a HEART_BEAT (``parse_heartbeat``), sent over ``conn``
+        by a client ``who`` is (its Connection: clientAddr, clientId, language, version); True
+        when the group's membership changed.  The group's subscriptions are its last heartbeat's,
+        as in RocketMQ's ConsumerGroupInfo."""
+        group = data.group
         key = (group, client_id)
         row = self.row_of.get(key)
         changed = row is None or self.conns.get(group, {}).get(client_id) is not conn
@@ -126,8 +192,19 @@ class Members:
             self.bump()
         else:
             self.rows["heartbeat_ms"][row] = now_ms
-        for sub in subs:
-            self.subs[(group, sub.topic)] = sub
+        old = self.data.get(group)
+        if old is None or old.as_json() != data.as_json():
+            if old is not None:
+                for sub in old.subs:
+                    self.subs.pop((group, sub.topic), None)
+            for sub in data.subs:
+                self.subs[(group, sub.topic)] = sub
+            self.details_changed = True
+        self.data[group] = data
+        who = who or {"clientAddr": "", "clientId": client_id, "language": "OTHER", "version": 0}
+        if self.who.get(key) != who:
+            self.who[key] = who
+            self.details_changed = True
         self.conns.setdefault(group, {})[client_id] = conn
         return changed
 
@@ -135,8 +212,11 @@ class Members:
         row = self.row_of.pop((group, client_id), None)
         members = self.conns.get(group, {})
         members.pop(client_id, None)
+        if self.who.pop((group, client_id), None) is not None:
+            self.details_changed = True
         if not members:
             self.conns.pop(group, None)
+            self.data.pop(group, None)
             self.subs = {k: v for k, v in self.subs.items() if k[0] != group}
         if row is None:
             return False
@@ -158,13 +238,26 @@ class Members:
                 self.remove(g, c)
         return out
 
+    def details(self) -> dict:
+        """This reader's consumer groups as admin tools see them, for ``readers.roster``: group
+        -> its ConsumerConnection fields and the Connection of each member here."""
+        out = {}
+        for (group, _client), who in sorted(self.who.items()):
+            if group not in out:
+                out[group] = {**self.data[group].as_json(), "connectionSet": []}
+            out[group]["connectionSet"].append(who)
+        return out
+
     # ------------------------------------------------------------ the shared view
-    def _live_rows(self):
-        """The client rows of every live reader's slot (a dead reader's are ignored)."""
+    def live_slots(self) -> list[int]:
+        """The ring slots of the live readers (this one's included); a dead reader's are not."""
         owners = self.sh.slots[:, S.OWNER_PID]
-        for i in np.flatnonzero(owners > 0).tolist():
-            if i == self.slot or psutil.pid_exists(int(owners[i])):
-                yield self.all_rows[i]
+        return [i for i in np.flatnonzero(owners > 0).tolist() if i == self.slot or psutil.pid_exists(int(owners[i]))]
+
+    def _live_rows(self):
+        """The client rows of every live reader's slot."""
+        for i in self.live_slots():
+            yield self.all_rows[i]
 
     def group_members(self, group: str, now_ms: int | None = None) -> list[str]:
         """Client ids of the group on every live reader, sorted as Java's String.compareTo would."""

@@ -82,7 +82,7 @@ class ReaderService:
                 if self.sh.control[C.STOPPING] and self.index == 0:
                     await registrar.unregister_all()
                 registrar.close()
-            self.members.close()
+            self.clients.close()
             self.link.close()
 
     async def _tick_until_stopped(self, registrar) -> None:

@@ -1,5 +1,6 @@
-"""The appliance's shared state: one ``state`` segment, one ``rings`` segment, the wakers, and the
-orderly consumers' queue-lock directory, a file per group (``readers.locks``).
+"""The appliance's shared state: one ``state`` segment, one ``rings`` segment, the wakers, the
+orderly consumers' queue-lock directory, a file per group (``readers.locks``), and the readers'
+client details, a file per reader (``readers.roster``).
 
 The supervisor ``create``s and finally ``unlink``s; every role ``attach``es and ``close``s.
 Sizes come from the config so every process computes the same layout.
@@ -40,6 +41,7 @@ class SharedState:
         self.flusher_waker = Waker(g.prefix + ".wake.flusher")
         self.slot_wakers = [PipeWaker(f"{g.prefix}.wake.slot{i}") for i in range(g.max_slots)]
         self.locks_dir = "/dev/shm/" + g.prefix.lstrip("/") + ".locks"    # orderly consumers' queue locks, a file per group
+        self.roster_dir = "/dev/shm/" + g.prefix.lstrip("/") + ".roster"  # readers' client details, a file per reader
         self.views: dict = {}
 
     def _all_wakers(self):
@@ -50,7 +52,7 @@ class SharedState:
         self.rings_seg.create()
         for w in self._all_wakers():
             w.create()
-        self.remove_locks()                          # an earlier run's locks: gone, as a broker restart's
+        self.remove_dirs()                           # an earlier run's locks and clients: gone, as a broker restart's
         self._carve()
         self.control[layout.C.MAGIC] = layout.LAYOUT_MAGIC
         return self
@@ -106,11 +108,12 @@ class SharedState:
         self.rings_seg.unlink()
         for w in self._all_wakers():
             w.unlink()
-        self.remove_locks()
+        self.remove_dirs()
 
-    def remove_locks(self) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            if os.path.isdir(self.locks_dir):
-                shutil.rmtree(self.locks_dir)
-            else:
-                os.unlink(self.locks_dir)            # (one file for all groups, before 2026-11-24)
+    def remove_dirs(self) -> None:
+        for path in (self.locks_dir, self.roster_dir):
+            with contextlib.suppress(FileNotFoundError):
+                if os.path.isdir(path):
+                    shutil.rmtree(path)
+                else:
+                    os.unlink(path)                  # (the locks: one file for all groups, before 2026-11-24)

@@ -147,6 +147,12 @@ class OffsetIndex:
         return {key[:-len(suffix)].decode() for key, _qid in self.by_key if key.endswith(suffix)
                 and b"@" not in key[:-len(suffix)]}
 
+    def groups_of(self, topic: str) -> set[str]:
+        """The groups with committed offsets on ``topic`` (ConsumerOffsetManager.whichGroupByTopic)."""
+        self._catch_up()
+        prefix = topic.encode() + b"@"
+        return {key[len(prefix):].decode() for key, _qid in self.by_key if key.startswith(prefix)}
+
     def has_room(self, key: bytes, queue_id: int) -> bool:
         """The table holds this offset, or a free slot for it (slots are never given back)."""
         return int(self.control[C.OFFSET_COUNT]) < len(self.keys) or self.get(key, queue_id) is not None

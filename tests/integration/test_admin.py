@@ -1,15 +1,20 @@
 """What operators read from a whole appliance: GET_TOPIC_STATS_INFO and GET_CONSUME_STATS in the
-body form Java's admin tools parse (a map keyed by MessageQueue object literals), through
-``client.admin`` and the ``appliance topic-status`` / ``progress`` commands."""
+body form Java's admin tools parse (a map keyed by MessageQueue object literals), a group's members
+and a topic's groups (GET_CONSUMER_CONNECTION_LIST, GET_PRODUCER_CONNECTION_LIST,
+QUERY_TOPIC_CONSUME_BY_WHO) whichever reader is asked, through ``client.admin`` and the
+``appliance topic-status`` / ``progress`` / ``connections`` commands."""
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import signal
 import struct
+import time
 
 from client.admin import Admin
-from client.consumer import PullConsumer
+from client.consumer import PullConsumer, PushConsumer
 from client.errors import MQBrokerError
 from client.instance import MessageQueue
 from client.message import Message
@@ -17,6 +22,7 @@ from client.producer import Producer
 from remoting import mqtable
 from remoting.codes import RequestCode as R, ResponseCode as RC
 from store import message
+from store.javahash import string_hash
 from tests.integration.harness import create_topic, dispatched
 from tests.integration.wire import Wire
 
@@ -136,7 +142,7 @@ def test_the_cli_prints_topic_status_and_progress(appliance_factory):
     asyncio.run(run())
     out = app.cmd("topic-status", "-t", TOPIC)
     assert out.returncode == 0, out.stderr
-    rows = [line.split()[:4] for line in out.stdout.splitlines()[1:]]
+    rows = [line.split()[:4] for line in out.stdout.split("\n\n")[0].splitlines()[1:]]
     assert rows == [["b1", "0", "0", "0"], ["b1", "1", "0", "5"]]
     out = app.cmd("progress", "-g", GROUP)
     assert out.returncode == 0, out.stderr
@@ -148,4 +154,125 @@ def test_the_cli_prints_topic_status_and_progress(appliance_factory):
     out = app.cmd("progress", "-g", "idle")                   # met, but it has no offsets
     assert out.returncode == 1 and "CONSUMER_NOT_ONLINE" in out.stderr
     out = app.cmd("topic-status", "-t", "NoSuchTopic")
+    assert out.returncode == 1 and "TOPIC_NOT_EXIST" in out.stderr
+
+
+def _heartbeat(w: Wire, client_id: str, consumers: list[dict], producers: list[str], **kw) -> None:
+    body = json.dumps({"clientID": client_id, "consumerDataSet": consumers,
+                       "producerDataSet": [{"groupName": g} for g in producers]}).encode()
+    assert w.call(R.HEART_BEAT, body=body, **kw).code == RC.SUCCESS
+
+
+def _addr(w: Wire) -> str:
+    host, port = w.sock.getsockname()
+    return f"{host}:{port}"
+
+
+def _wait_for(what, timeout: float = 15.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        got = what()
+        if got or time.monotonic() > deadline:
+            return got
+        time.sleep(0.05)
+
+
+def test_a_groups_members_on_every_reader_are_listed_by_whichever_reader_is_asked(appliance_factory):
+    """GET_CONSUMER_CONNECTION_LIST, GET_PRODUCER_CONNECTION_LIST and QUERY_TOPIC_CONSUME_BY_WHO
+    answer for the whole appliance: members that sent their heartbeats to different readers are
+    listed alike by both, each with the address, language and version it came with; one that
+    leaves, closes its connection, or whose reader is killed is no longer listed."""
+    app = appliance_factory().start()
+    create_topic(app, TOPIC, 2)
+    r0, r1 = (Wire("127.0.0.1", app.cfg.reader_port(i)) for i in (0, 1))
+    tags = {"topic": TOPIC, "subString": "TagA || TagB", "codeSet": [string_hash("TagA"), string_hash("TagB")],
+            "subVersion": 7}
+    _heartbeat(r0, "10.0.0.1@java", [{"groupName": "g", "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+                                      "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET", "subscriptionDataSet": [tags]}],
+               ["pg", "CLIENT_INNER_PRODUCER"], language="JAVA", version=399)
+    # the C++ client's dialect: enums as ordinals, subVersion a string, no tagsSet
+    _heartbeat(r1, "10.0.0.2@cpp", [{"groupName": "g", "consumeType": 1, "messageModel": 1, "consumeFromWhere": 4,
+                                     "subscriptionDataSet": [{**tags, "subVersion": "7"}]}], [], language="CPP", version=5)
+    java = {"clientAddr": _addr(r0), "clientId": "10.0.0.1@java", "language": "JAVA", "version": 399}
+    cpp = {"clientAddr": _addr(r1), "clientId": "10.0.0.2@cpp", "language": "CPP", "version": 5}
+    sub = {"classFilterMode": False, "codeSet": tags["codeSet"], "expressionType": "TAG", "subString": "TagA || TagB",
+           "subVersion": 7, "tagsSet": ["TagA", "TagB"], "topic": TOPIC}
+    want = {"connectionSet": [java, cpp], "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
+            "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING", "subscriptionTable": {TOPIC: sub}}
+    for w in (r0, r1):
+        resp = w.call(R.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "g"})
+        assert resp.code == RC.SUCCESS, resp.remark
+        assert json.loads(resp.body) == want
+        # fastjson's order: bean keys alphabetical
+        assert list(json.loads(resp.body)) == sorted(want) and list(json.loads(resp.body)["connectionSet"][0]) == \
+            ["clientAddr", "clientId", "language", "version"]
+        resp = w.call(R.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": "pg"})
+        assert (resp.code, json.loads(resp.body)) == (RC.SUCCESS, {"connectionSet": [java]})
+        resp = w.call(R.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": TOPIC})
+        assert (resp.code, json.loads(resp.body)) == (RC.SUCCESS, {"groupList": ["g"]})
+    resp = r1.call(R.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "nobody"})
+    assert (resp.code, resp.remark) == (RC.CONSUMER_NOT_ONLINE, "the consumer group[nobody] not online")
+    resp = r1.call(R.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": "nobody"})
+    assert (resp.code, resp.remark) == (RC.SYSTEM_ERROR, "the producer group[nobody] not exist")
+    resp = r1.call(R.GET_CONSUMER_CONNECTION_LIST, {})
+    assert resp.code == RC.SYSTEM_ERROR and "consumerGroup" in resp.remark
+    # a group with offsets on the topic and no member consumes it too (whichGroupByTopic)
+    assert r1.call(R.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "g2", "topic": TOPIC, "queueId": "0",
+                                              "commitOffset": "0"}).code == RC.SUCCESS
+    assert json.loads(r0.call(R.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": TOPIC}).body) == {"groupList": ["g", "g2"]}
+    # the C++ member unregisters: gone from both readers' answers
+    assert r1.call(R.UNREGISTER_CLIENT, {"clientID": "10.0.0.2@cpp", "consumerGroup": "g"}).code == RC.SUCCESS
+    for w in (r0, r1):
+        assert json.loads(w.call(R.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "g"}).body)["connectionSet"] == [java]
+    # a member on reader 1 again; reader 0's client closes its connection: its consumer and producer are gone
+    _heartbeat(r1, "10.0.0.2@cpp", [{"groupName": "g", "subscriptionDataSet": [tags]}], [], language="CPP", version=5)
+    r0.close()
+    assert _wait_for(lambda: json.loads(r1.call(R.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "g"}).body)
+                     ["connectionSet"] == [cpp])
+    assert r1.call(R.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": "pg"}).code == RC.SYSTEM_ERROR
+    # reader 1 is killed: whatever it published is no longer anyone's answer
+    r0 = Wire("127.0.0.1", app.cfg.reader_port(0))
+    os.kill(app.role_pid("reader-1"), signal.SIGKILL)
+    assert _wait_for(lambda: r0.call(R.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "g"}).code
+                     == RC.CONSUMER_NOT_ONLINE)
+    assert json.loads(r0.call(R.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": TOPIC}).body) == {"groupList": ["g2"]}
+
+
+def test_the_admin_client_and_cli_list_a_groups_real_members(appliance_factory):
+    app = appliance_factory(namesrv=True).start()
+    create_topic(app, TOPIC, 2)
+
+    async def run():
+        consumers = [PushConsumer(GROUP, app.namesrv, consume_from="CONSUME_FROM_FIRST_OFFSET") for _ in range(2)]
+        for c in consumers:
+            await c.subscribe(TOPIC, "TagA").register(lambda _msgs: True).start()
+        try:
+            async with Producer("stats_producer", app.namesrv) as p:
+                await p.send(Message(TOPIC, b"x", tags="TagA"))
+                async with Admin(app.namesrv) as admin:
+                    cc = await admin.consumer_connection(GROUP)
+                    producers = await admin.producer_connection("stats_producer", TOPIC)
+                    groups = await admin.consumed_by(TOPIC)
+                out = await asyncio.to_thread(app.cmd, "connections", "-g", GROUP)
+                status = await asyncio.to_thread(app.cmd, "topic-status", "-t", TOPIC)
+            return [c.instance.client_id for c in consumers], p.instance.client_id, cc, producers, groups, out, status
+        finally:
+            for c in consumers:
+                await c.shutdown()
+
+    ids, producer_id, cc, producers, groups, out, status = asyncio.run(run())
+    assert [c.client_id for c in cc.connections] == sorted(ids)
+    assert {(c.language, c.client_addr.split(":")[0]) for c in cc.connections} == {("PYTHON", "127.0.0.1")}
+    assert (cc.consume_type, cc.message_model, cc.consume_from) == ("CONSUME_PASSIVELY", "CLUSTERING",
+                                                                     "CONSUME_FROM_FIRST_OFFSET")
+    assert cc.subscriptions == {TOPIC: "TagA"}
+    assert [c.client_id for c in producers] == [producer_id]
+    assert groups == [GROUP]
+    assert out.returncode == 0, out.stderr
+    for client_id in ids:
+        assert re.search(rf"^\d+\s+{re.escape(client_id)}\s+127\.0\.0\.1:\d+\s+PYTHON\s", out.stdout, re.M), out.stdout
+    assert re.search(rf"Topic: {TOPIC}\s+SubExpression: TagA$", out.stdout, re.M)
+    assert "MessageModel: CLUSTERING" in out.stdout
+    assert status.returncode == 0 and f"Consumed by: {GROUP}" in status.stdout
+    out = app.cmd("connections", "-g", "nobody")
     assert out.returncode == 1 and "TOPIC_NOT_EXIST" in out.stderr

@@ -130,6 +130,15 @@ def test_cpp_push_consumers_of_one_group_share_the_queues_and_get_each_message_o
         assert time.monotonic() < deadline, "the two C++ consumers did not both join"
         time.sleep(0.2)
     time.sleep(3)                                      # their rebalances on NOTIFY_CONSUMER_IDS_CHANGED
+
+    async def connection():
+        from client.admin import Admin
+        async with Admin(app.namesrv) as admin:
+            return await admin.consumer_connection("cpp-share")
+
+    cc = asyncio.run(connection())                     # what mqadmin consumerConnection shows of them
+    assert [c.language for c in cc.connections] == ["CPP", "CPP"] and cc.subscriptions["CppShare"] == "*"
+    assert (cc.consume_type, cc.message_model) == ("CONSUME_PASSIVELY", "CLUSTERING")   # sent as ordinals
     sent = [f"s{i}" for i in range(120)]
     asyncio.run(produce(app, "CppShare", sent))
     a, b = (cpp_result(p)["seen"] for p in procs)

@@ -1,0 +1,109 @@
+"""What admin tools ask about the appliance's clients, whichever reader they ask
+(broker:processor/AdminBrokerProcessor.java): GET_CONSUMER_CONNECTION_LIST (203, ``mqadmin
+consumerConnection``), GET_PRODUCER_CONNECTION_LIST (204, ``mqadmin producerConnection``) and
+QUERY_TOPIC_CONSUME_BY_WHO (300).
+
+A client's details (its address, language and version; a consumer group's consume type, model
+and subscriptions) are known only to the reader its heartbeats come to, so each reader publishes
+its own: one JSON file per ring slot in a directory beside the shared segments
+(``SharedState.roster_dir``), written by that slot's reader alone, a temp file renamed over the
+last so that whoever reads it gets one whole version.  It is written at the end of a loop turn
+in which the details changed; a heartbeat that changes nothing writes nothing (each client sends
+one every 30 s).  A request reads the files of the other live readers (a file whose pid is not
+its slot's owner's, a dead or replaced reader's, is ignored) and this reader's details from
+memory.  Which consumers are a group's members stays the shared client rows' answer
+(``Members.group_members``), as for GET_CONSUMER_LIST_BY_GROUP: the files only describe them.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+
+import orjson
+
+from store.configfile import loads_object
+
+log = logging.getLogger("rocketbox.reader")
+
+
+class Roster:
+    def __init__(self, directory: str, slot: int):
+        self.dir, self.slot = directory, slot
+        os.makedirs(directory, exist_ok=True)
+        self.path = self._path(slot)
+
+    def _path(self, slot: int) -> str:
+        return os.path.join(self.dir, f"slot{slot}.json")
+
+    def publish(self, doc: dict) -> None:
+        """This reader's details now: ``{"pid", "consumers", "producers"}``."""
+        tmp = self.path + ".tmp"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(orjson.dumps(doc))
+            os.replace(tmp, self.path)
+        except OSError as e:            # the others then read the last version: logged, not fatal
+            log.warning("publishing this reader's clients to %s failed: %s", self.path, e)
+
+    def others(self, owners: dict[int, int]) -> list[dict]:
+        """What the live readers ``owners`` (slot -> pid) other than this one published."""
+        out = []
+        for slot, pid in sorted(owners.items()):
+            if slot == self.slot:
+                continue
+            try:
+                with open(self._path(slot), "rb") as f:
+                    doc = loads_object(f.read())
+            except (OSError, ValueError):
+                continue
+            if doc.get("pid") == pid:
+                out.append(doc)
+        return out
+
+    def close(self) -> None:
+        for path in (self.path, self.path + ".tmp"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+
+def consumer_connection(group: str, docs: list[dict], members: list[str]) -> dict | None:
+    """The ConsumerConnection of ``group`` from the readers' ``docs`` (this reader's first), its
+    connections those of its live ``members`` (each once; a member whose details are not
+    published yet is listed by its id alone); None when it has no member."""
+    if not members:
+        return None
+    live, conns, body = set(members), {}, None
+    for doc in docs:
+        got = (doc.get("consumers") or {}).get(group)
+        if not got:
+            continue
+        if body is None:                # the group's fields: the first reader's that has it
+            body = {k: v for k, v in got.items() if k != "connectionSet"}
+        else:                           # subscriptions: every reader's
+            for topic, sub in (got.get("subscriptionTable") or {}).items():
+                body.setdefault("subscriptionTable", {}).setdefault(topic, sub)
+        for c in got.get("connectionSet") or ():
+            if c.get("clientId") in live:
+                conns.setdefault(c["clientId"], c)
+    for client_id in members:
+        conns.setdefault(client_id, {"clientAddr": "", "clientId": client_id, "language": "OTHER", "version": 0})
+    body = body or {"subscriptionTable": {}}
+    body.setdefault("subscriptionTable", {})
+    return {"connectionSet": [conns[c] for c in sorted(conns)], **dict(sorted(body.items()))}
+
+
+def producer_connection(group: str, docs: list[dict]) -> dict | None:
+    """The ProducerConnection of ``group``; None when no reader has a client of it."""
+    conns = {}
+    for doc in docs:
+        for c in (doc.get("producers") or {}).get(group) or ():
+            conns.setdefault(c.get("clientId"), c)
+    return {"connectionSet": [conns[c] for c in sorted(conns)]} if conns else None
+
+
+def groups_subscribed(topic: str, docs: list[dict]) -> set[str]:
+    """The consumer groups with a member that subscribes to ``topic`` (ConsumerManager's
+    queryTopicConsumeByWho)."""
+    return {group for doc in docs for group, got in (doc.get("consumers") or {}).items()
+            if topic in (got.get("subscriptionTable") or {})}
