@@ -12,6 +12,7 @@ up; then the flusher flushes, checkpoints and removes ``abort``), unlink the sha
 """
 from __future__ import annotations
 
+import datetime
 import errno
 import fcntl
 import logging
@@ -24,6 +25,7 @@ import time
 
 from appliance import recovery
 from appliance.roles import FINISH_STOP, SUPERVISED_ENV, listeners, pid_path, roles_for
+from shm import stats
 from shm.layout import C
 from shm.state import SharedState
 from shm.tables import TableFull
@@ -122,6 +124,7 @@ class Supervisor:
         log.info("recovered (%s exit): CommitLog end %d, cut %d bytes, re-dispatched from %d, %d queues",
                  "abnormal" if report.abnormal else "normal", report.end_offset, report.cut_bytes,
                  report.redispatch_from, report.queues)
+        stats.start(self.sh, int(time.time() * 1000), datetime.date.today().toordinal())
         for role in self.roles:
             self._spawn(role)
 
@@ -145,6 +148,7 @@ class Supervisor:
                 time.sleep(delay)
                 if not self.stop_requested:
                     self._spawn(role)
+            stats.mark_day(self.sh, datetime.date.today().toordinal())
             time.sleep(0.2)
 
     def _started(self, role: str, p: subprocess.Popen, timeout_s: float = 20) -> bool:

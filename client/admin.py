@@ -1,7 +1,7 @@
 """What an operator asks of a cluster, as ``mqadmin`` asks it (tools:admin/DefaultMQAdminExtImpl.java):
-a topic's queues (``topicStatus``), how far behind a group is (``consumerProgress``), a group's
-members (``consumerConnection``), a producer group's clients (``producerConnection``), and which
-groups consume a topic.
+the brokers and their traffic (``clusterList``), a topic's queues (``topicStatus``), how far behind
+a group is (``consumerProgress``), a group's members (``consumerConnection``), a producer group's
+clients (``producerConnection``), and which groups consume a topic.
 
 They go to every master broker of a route from the name servers: the topic's own route, or for
 what is asked of a consumer group, the route of its retry topic (``%RETRY%<group>``, which every
@@ -13,9 +13,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from client.errors import MQBrokerError
+from client.errors import MQBrokerError, MQClientError
 from client.instance import ClientInstance, MessageQueue
 from remoting import mqtable
+from store.configfile import loads_tolerant
 from remoting.codes import RequestCode as R, ResponseCode as RC
 
 
@@ -62,6 +63,24 @@ class ConsumerConnection:
     message_model: str | None    # CLUSTERING or BROADCASTING
     consume_from: str | None     # where a new member starts (ConsumeFromWhere)
     subscriptions: dict[str, str]    # topic -> subscription expression
+
+
+@dataclass(frozen=True)
+class BrokerStatus:
+    """One broker as ``mqadmin clusterList`` shows it."""
+    cluster: str
+    broker_name: str
+    broker_id: int
+    addr: str
+    version: str
+    in_tps: float                # messages put per second over the last 10 s
+    out_tps: float               # messages pulled per second over the last 10 s
+    in_today: int
+    out_today: int
+    in_yesterday: int
+    out_yesterday: int
+    earliest_ms: int             # store time of its oldest message; -1 when it has none
+    disk_ratio: float            # used share of its CommitLog's file system
 
 
 def _connections(entries) -> list[ClientConnection]:
@@ -171,3 +190,34 @@ class Admin:
             resp = await self.instance.call(addr, R.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": topic})
             groups.update(json.loads(resp.body).get("groupList") or ())
         return sorted(groups)
+
+    async def cluster(self) -> list[BrokerStatus]:
+        """Every broker the name servers know (GET_BROKER_CLUSTER_INFO from the first that
+        answers), each with its runtime figures (GET_BROKER_RUNTIME_INFO)."""
+        last: Exception | None = None
+        for ns in self.instance.namesrv:
+            try:
+                info = loads_tolerant((await self.instance.call(ns, R.GET_BROKER_CLUSTER_INFO)).body.decode())
+                break
+            except MQClientError as e:
+                last = e
+        else:
+            raise MQClientError(f"no name server answered for the cluster: {last}")
+        out = []
+        for cluster, names in sorted((info.get("clusterAddrTable") or {}).items()):
+            for name in sorted(names):
+                addrs = ((info.get("brokerAddrTable") or {}).get(name) or {}).get("brokerAddrs") or {}
+                for bid, addr in sorted((int(k), v) for k, v in addrs.items()):
+                    t = json.loads((await self.instance.call(addr, R.GET_BROKER_RUNTIME_INFO)).body)["table"]
+                    n = {k: int(t.get(k, 0)) for k in ("msgPutTotalYesterdayMorning", "msgPutTotalTodayMorning",
+                                                       "msgPutTotalTodayNow", "msgGetTotalYesterdayMorning",
+                                                       "msgGetTotalTodayMorning", "msgGetTotalTodayNow")}
+                    out.append(BrokerStatus(
+                        cluster, name, bid, addr, t.get("brokerVersionDesc", ""),
+                        float(t.get("putTps", "0").split(" ")[0] or 0), float(t.get("getTransferedTps", "0").split(" ")[0] or 0),
+                        n["msgPutTotalTodayNow"] - n["msgPutTotalTodayMorning"],
+                        n["msgGetTotalTodayNow"] - n["msgGetTotalTodayMorning"],
+                        n["msgPutTotalTodayMorning"] - n["msgPutTotalYesterdayMorning"],
+                        n["msgGetTotalTodayMorning"] - n["msgGetTotalYesterdayMorning"],
+                        int(t.get("earliestMessageTimeStamp", -1)), float(t.get("commitLogDiskRatio", 0))))
+        return out

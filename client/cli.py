@@ -1,7 +1,8 @@
 """``appliance produce`` and ``appliance consume``: send to and tail a topic from a terminal;
-``appliance topic-status``, ``progress`` and ``connections``: a topic's queues and the groups that
-consume it, how far behind a consumer group is, and who its members are (``mqadmin topicStatus``,
-``consumerProgress`` and ``consumerConnection``)."""
+``appliance cluster``, ``topic-status``, ``progress`` and ``connections``: the brokers and their
+traffic, a topic's queues and the groups that consume it, how far behind a consumer group is, and
+who its members are (``mqadmin clusterList``, ``topicStatus``, ``consumerProgress`` and
+``consumerConnection``)."""
 from __future__ import annotations
 
 import asyncio
@@ -41,6 +42,10 @@ def add_arguments(sub) -> None:
     p.add_argument("-t", "--topic", help="only this topic (default: every topic the group has offsets on)")
     p.add_argument("-n", "--namesrv")
     p.add_argument("-c", "--config")
+    p = sub.add_parser("cluster", help="every broker the name servers know: address, version, in and out TPS, "
+                                       "messages today and yesterday, disk use")
+    p.add_argument("-n", "--namesrv")
+    p.add_argument("-c", "--config")
     p = sub.add_parser("connections", help="a consumer group's members (address, language, version) and "
                                            "subscriptions")
     p.add_argument("-g", "--group", required=True)
@@ -60,6 +65,20 @@ async def _topic_status(args, namesrv: str) -> int:
     for mq, q in queues.items():
         print(f"{mq.broker_name:<32} {mq.queue_id:>4} {q.min_offset:>20} {q.max_offset:>20} {_when(q.last_update_ms)}")
     print(f"\nConsumed by: {' '.join(groups) if groups else '(no group)'}")
+    return 0
+
+
+async def _cluster(args, namesrv: str) -> int:
+    async with Admin(namesrv) as admin:
+        brokers = await admin.cluster()
+    print(f"{'#Cluster Name':<22} {'#Broker Name':<22} {'#BID':<4} {'#Addr':<22} {'#Version':<10} {'#InTPS':>10} "
+          f"{'#OutTPS':>10} {'#InToday':>12} {'#OutToday':>12} {'#InYest':>12} {'#OutYest':>12} {'#Hour':>8} #SPACE")
+    now = datetime.datetime.now().timestamp() * 1000
+    for b in brokers:
+        hours = (now - b.earliest_ms) / 3_600_000 if b.earliest_ms > 0 else 0.0
+        print(f"{b.cluster:<22} {b.broker_name:<22} {b.broker_id:<4} {b.addr:<22} {b.version:<10} {b.in_tps:>10.2f} "
+              f"{b.out_tps:>10.2f} {b.in_today:>12} {b.out_today:>12} {b.in_yesterday:>12} {b.out_yesterday:>12} "
+              f"{hours:>8.2f} {b.disk_ratio:.4f}")
     return 0
 
 
@@ -115,7 +134,7 @@ async def _consume(args, namesrv: str) -> int:
 
 
 COMMANDS = {"produce": _produce, "consume": _consume, "topic-status": _topic_status, "progress": _progress,
-            "connections": _connections}
+            "connections": _connections, "cluster": _cluster}
 
 
 def main(args, cfg) -> int:

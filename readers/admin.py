@@ -95,10 +95,12 @@ class AdminProcessor:
 
     def _store_ts(self, topic: str, qid: int, offset: int) -> int | None:
         e = self.view.entries(topic, qid, offset, 1)
-        if not len(e):
-            return None
+        return self._record_ts(int(e["phys"][0]), int(e["size"][0])) if len(e) else None
+
+    def _record_ts(self, phys: int, size: int | None = None) -> int | None:
+        """The store time of the CommitLog's record at ``phys``; None if there is none there."""
         try:
-            rec = self.view.record(int(e["phys"][0]), int(e["size"][0]))
+            rec = self.view.record(phys, size)
         except ValueError:
             return None
         sys_flag = struct.unpack_from(">i", rec, message.SYSFLAG_AT)[0]
@@ -212,13 +214,25 @@ class AdminProcessor:
         return cmd.response(body=mqtable.encode({"consumeTps": 0.0}, "offsetTable", table))
 
     def runtime_info(self, cmd, _conn):
+        """KVTable of BrokerController.prepareRuntimeInfo's keys that this broker has, among them
+        every one ``mqadmin clusterList`` reads (counts and rates: ``shm.stats``).  A send waits
+        in no thread pool here (in its reader's slab, then the writer's ring), so the pools'
+        queue sizes and waits are 0, as is pageCacheLockTimeMills (no lock is held across a put)."""
         ctl = self.link.ctl
+        lo, hi = int(ctl[C.MIN_PHYS]), int(ctl[C.WRITTEN])
+        earliest = self._record_ts(lo) if hi > lo else None
+        fs = os.statvfs(self.cfg.commitlog_dir)
         table = {
             "brokerVersion": str(SERVER_VERSION), "brokerVersionDesc": "V4_9_8",
-            "commitLogMinOffset": str(int(ctl[C.MIN_PHYS])), "commitLogMaxOffset": str(int(ctl[C.WRITTEN])),
-            "dispatchBehindBytes": str(int(ctl[C.WRITTEN] - ctl[C.DISPATCHED])),
-            "remainHowManyDataToFlush": str(int(ctl[C.WRITTEN] - ctl[C.FLUSHED])),
+            "commitLogMinOffset": str(lo), "commitLogMaxOffset": str(hi),
+            "commitLogDiskRatio": repr((fs.f_blocks - fs.f_bfree) / fs.f_blocks if fs.f_blocks else 0.0),
+            "earliestMessageTimeStamp": str(earliest if earliest is not None else -1),
+            "dispatchBehindBytes": str(hi - int(ctl[C.DISPATCHED])),
+            "remainHowManyDataToFlush": str(hi - int(ctl[C.FLUSHED])),
             "flushDiskType": self.cfg.flushDiskType, "brokerRole": self.cfg.brokerRole,
             "readerProcessNums": str(self.cfg.readerProcessNums),
+            "sendThreadPoolQueueSize": "0", "sendThreadPoolQueueHeadWaitTimeMills": "0",
+            "pullThreadPoolQueueSize": "0", "pullThreadPoolQueueHeadWaitTimeMills": "0",
+            "pageCacheLockTimeMills": "0", **self.b.rates.runtime(),
         }
         return cmd.response(body=json.dumps({"table": table}, sort_keys=True).encode())

@@ -23,7 +23,7 @@ from readers.send import FAQ
 from remoting import codec, headers
 from remoting.codes import RequestCode as R, ResponseCode as RC
 from remoting.subscription import parse_expression
-from shm.layout import T
+from shm.layout import S, T
 from store.javahash import string_hash
 from writer.topics import PERM_READ
 
@@ -97,6 +97,7 @@ class PullProcessor:
                            self.disk_limits)
         if p.status == SV.FOUND:
             code, status = RC.SUCCESS, "FOUND"
+            self.link.row[S.PULLED_MSGS] += p.count          # (shm/stats.py: getTransferedTps)
         elif p.status == SV.NO_MATCHED:
             code, status = RC.PULL_RETRY_IMMEDIATELY, "NO_MATCHED_MESSAGE"
         elif p.status == SV.NO_NEW:

@@ -26,6 +26,7 @@ from readers.pull import PullProcessor
 from readers.registration import PERIOD_S, Registrar, addresses
 from readers.send import SendProcessor
 from shm.layout import C
+from shm.stats import Rates
 
 log = logging.getLogger("rocketbox.reader")
 TICK_S = 1.0
@@ -61,6 +62,7 @@ class ReaderService:
         if self.stop_requested:
             return
         self.link = WriterLink(self.cfg, self.sh)
+        self.rates = Rates(self.sh)                          # GET_BROKER_RUNTIME_INFO's TPS
         self.clients = ClientProcessor(self)
         self.members = self.clients.members
         self.link.on_post = self.clients.follow_members      # another reader's members moved: notify now
@@ -103,6 +105,7 @@ class ReaderService:
             except asyncio.TimeoutError:
                 pass
             self.clients.tick(int(time.time() * 1000))
+            self.rates.sample()
             self.link.on_wake()
 
     async def _drain(self) -> None:

@@ -52,6 +52,13 @@ CONTROL_FIELDS = (
     ("pid_dispatcher", "dispatcher", "pid of the running dispatcher"),
     ("pid_flusher", "flusher", "pid of the running flusher"),
     ("pid_supervisor", "supervisor", "pid of the supervisor"),
+    ("boot_ms", "supervisor", "wall-clock ms the appliance started (shm/stats.py: the counts below since then)"),
+    ("boot_puts", "supervisor", "messages in the consume queues then (sum of queue max offsets)"),
+    ("stats_day", "supervisor", "local date (ordinal) the morning marks below were taken on"),
+    ("put_yesterday_morning", "supervisor", "messages put since boot, at the start of yesterday"),
+    ("put_today_morning", "supervisor", "messages put since boot, at the start of today"),
+    ("get_yesterday_morning", "supervisor", "messages pulled since boot, at the start of yesterday"),
+    ("get_today_morning", "supervisor", "messages pulled since boot, at the start of today"),
 )
 C = type("C", (), {name.upper(): i for i, (name, _w, _m) in enumerate(CONTROL_FIELDS)})
 CONTROL_LEN = 32      # int64 words reserved; room to grow without moving what follows
@@ -67,6 +74,7 @@ SLOT_FIELDS = (
     ("members_version", "slot owner", "bumped whenever the owner's client rows change"),
     ("epoch_read_pos", "writer", "request-ring read position when the current writer started: an entry "
                                  "before it that has no reply was taken by an earlier writer, and is lost"),
+    ("pulled_msgs", "slot owner", "messages its pulls transferred, kept across owners (shm/stats.py)"),
 )
 S = type("S", (), {name.upper(): i for i, (name, _w, _m) in enumerate(SLOT_FIELDS)})
 SLOT_LEN = 8

@@ -276,3 +276,43 @@ def test_the_admin_client_and_cli_list_a_groups_real_members(appliance_factory):
     assert status.returncode == 0 and f"Consumed by: {GROUP}" in status.stdout
     out = app.cmd("connections", "-g", "nobody")
     assert out.returncode == 1 and "TOPIC_NOT_EXIST" in out.stderr
+    out = app.cmd("cluster")                                  # mqadmin clusterList's view: the one message in
+    assert out.returncode == 0, out.stderr
+    (row,) = [line.split() for line in out.stdout.splitlines()[1:]]
+    assert row[:5] == [app.cfg.brokerClusterName, "b1", "0", app.addr, "V4_9_8"] and row[7] == "1", out.stdout
+
+
+def test_runtime_info_has_what_mqadmin_cluster_list_reads(appliance_factory):
+    """GET_BROKER_RUNTIME_INFO counts messages in and out since the appliance started (the same
+    on every reader), their rates over 10/60/600 s, and the store's earliest message and disk use."""
+    app = appliance_factory().start()
+    create_topic(app, TOPIC, 2)
+    w = Wire("127.0.0.1", app.cfg.listenPort)
+    for i in range(12):
+        resp = w.call(R.SEND_MESSAGE_V2, {"a": "pg", "b": TOPIC, "c": "TBW102", "d": "4", "e": str(i % 2),
+                                          "f": "0", "g": str(int(time.time() * 1000)), "h": "0", "j": "0"},
+                      body=b"m%d" % i)
+        assert resp.code == RC.SUCCESS, resp.remark
+    asyncio.run(dispatched(app))
+    pulled = 0
+    for qid in (0, 1):                               # 5 of queue 0 and all 6 of queue 1
+        resp = w.call(R.PULL_MESSAGE, {"consumerGroup": "g", "topic": TOPIC, "queueId": str(qid), "queueOffset": "0",
+                                       "maxMsgNums": "5" if qid == 0 else "32", "sysFlag": "0", "commitOffset": "0",
+                                       "suspendTimeoutMillis": "0", "subVersion": "0"})
+        pulled += len(message.decode_records(resp.body))
+    assert pulled == 11
+    time.sleep(2.5)                                  # each reader samples the counts on its 1 s tick
+    infos = [json.loads(Wire("127.0.0.1", app.cfg.reader_port(i)).call(R.GET_BROKER_RUNTIME_INFO).body)["table"]
+             for i in (0, 1)]
+    for info in infos:
+        assert (info["msgPutTotalTodayNow"], info["msgGetTotalTodayNow"]) == ("12", "11")
+        assert [info[k] for k in ("msgPutTotalYesterdayMorning", "msgPutTotalTodayMorning",
+                                  "msgGetTotalYesterdayMorning", "msgGetTotalTodayMorning")] == ["0"] * 4
+        assert info["earliestMessageTimeStamp"] == str(store_time(w, TOPIC, 0, 0))
+        assert 0 < float(info["commitLogDiskRatio"]) < 1
+        # three rates, as Java's tools split and parse them; all 12 (11) came within the last 10 s
+        put_tps, get_tps = ([float(x) for x in info[k].split(" ")] for k in ("putTps", "getTransferedTps"))
+        assert len(put_tps) == len(get_tps) == 3 and 0 < put_tps[0] <= 12 and 0 < get_tps[0] <= 11
+        assert info["getTransferredTps"] == info["getTransferedTps"]
+        assert int(info["bootTimestamp"]) <= int(time.time() * 1000) and info["runtime"].startswith("[ 0 days")
+    assert infos[0]["msgPutTotalTodayNow"] == infos[1]["msgPutTotalTodayNow"]

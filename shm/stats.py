@@ -1,0 +1,92 @@
+"""The broker's message counts, as RocketMQ's StoreStatsService and BrokerStats keep them for
+GET_BROKER_RUNTIME_INFO (what ``mqadmin clusterList`` prints: in and out TPS, messages in and out
+yesterday and today).
+
+Nothing on the send or pull path counts more than it did: a put is a message in a consume queue
+(the sum of the queue max offsets the dispatcher publishes), and a get is a message a pull
+transferred (each reader adds its pulls' messages to its slot's ``pulled_msgs``, which a new owner
+of the slot keeps counting on).  Both count from the appliance's start, as a broker's from its
+boot: the supervisor takes the puts then (``boot_puts``), and at start and at each local midnight
+it marks both counts (yesterday's morning marks become today's old ones), as BrokerStats does, so
+every reader gives the same figures.  Rates (TPS over the last 10, 60 and 600 s) come from samples
+each reader takes on its 1 s tick: the same counts, so the same rates whichever reader answers.
+"""
+from __future__ import annotations
+
+import collections
+import time
+
+from shm.layout import C, S
+
+WINDOWS_S = (10, 60, 600)          # StoreStatsService's three windows
+
+
+def totals(sh) -> tuple[int, int]:
+    """(messages put, messages pulled) since the appliance started."""
+    n = int(sh.control[C.QUEUE_COUNT])
+    puts = int(sh.views["queue_max"][:n].sum()) - int(sh.control[C.BOOT_PUTS])
+    return puts, int(sh.slots[:, S.PULLED_MSGS].sum())
+
+
+def start(sh, now_ms: int, day: int) -> None:
+    """At the appliance's start (the supervisor, after recovery): counts from zero, marked so."""
+    ctl, n = sh.control, int(sh.control[C.QUEUE_COUNT])
+    ctl[C.BOOT_PUTS] = int(sh.views["queue_max"][:n].sum())
+    ctl[C.BOOT_MS] = now_ms
+    for f in (C.PUT_YESTERDAY_MORNING, C.PUT_TODAY_MORNING, C.GET_YESTERDAY_MORNING, C.GET_TODAY_MORNING):
+        ctl[f] = 0
+    ctl[C.STATS_DAY] = day
+
+
+def mark_day(sh, day: int) -> bool:
+    """The supervisor, now and then: on a new local date, today's morning marks become
+    yesterday's and the counts now today's.  True when it marked."""
+    ctl = sh.control
+    if int(ctl[C.STATS_DAY]) == day:
+        return False
+    puts, gets = totals(sh)
+    ctl[C.PUT_YESTERDAY_MORNING], ctl[C.GET_YESTERDAY_MORNING] = ctl[C.PUT_TODAY_MORNING], ctl[C.GET_TODAY_MORNING]
+    ctl[C.PUT_TODAY_MORNING], ctl[C.GET_TODAY_MORNING] = puts, gets
+    ctl[C.STATS_DAY] = day
+    return True
+
+
+class Rates:
+    """A reader's samples of the counts, one per tick, for the last 600 s."""
+
+    def __init__(self, sh):
+        self.sh = sh
+        self.samples: collections.deque = collections.deque(maxlen=WINDOWS_S[-1] + 1)
+        self.sample()
+
+    def sample(self) -> None:
+        self.samples.append((time.monotonic(), *totals(self.sh)))
+
+    def tps(self, which: int) -> str:
+        """StoreStatsService's putTps (``which`` 1) or getTransferedTps (2): the rates over the
+        three windows, space-separated (over the samples there are, before a window is full)."""
+        out, last = [], self.samples[-1]
+        for window in WINDOWS_S:
+            first = self.samples[max(0, len(self.samples) - 1 - window)]
+            span = last[0] - first[0]
+            out.append(repr(round((last[which] - first[which]) / span, 2) if span > 0 else 0.0))
+        return " ".join(out)
+
+    def runtime(self) -> dict[str, str]:
+        """The runtime-info keys of these counts."""
+        ctl = self.sh.control
+        puts, gets = totals(self.sh)
+        boot_ms = int(ctl[C.BOOT_MS])
+        up = max(0, int(time.time() * 1000) - boot_ms) // 1000
+        put_tps, get_tps = self.tps(1), self.tps(2)
+        return {
+            "bootTimestamp": str(boot_ms),
+            "runtime": f"[ {up // 86400} days, {up % 86400 // 3600} hours, {up % 3600 // 60} minutes, {up % 60} seconds ]",
+            "putTps": put_tps, "getTransferedTps": get_tps, "getTransferredTps": get_tps,
+            "msgPutTotalYesterdayMorning": str(int(ctl[C.PUT_YESTERDAY_MORNING])),
+            "msgPutTotalTodayMorning": str(int(ctl[C.PUT_TODAY_MORNING])),
+            "msgPutTotalTodayNow": str(puts),
+            "msgGetTotalYesterdayMorning": str(int(ctl[C.GET_YESTERDAY_MORNING])),
+            "msgGetTotalTodayMorning": str(int(ctl[C.GET_TODAY_MORNING])),
+            "msgGetTotalTodayNow": str(gets),
+        }
