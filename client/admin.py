@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from client.errors import MQBrokerError, MQClientError
+from client.errors import MQBrokerError
 from client.instance import ClientInstance, MessageQueue
 from remoting import mqtable
 from store.configfile import loads_tolerant
@@ -194,16 +194,8 @@ class Admin:
     async def cluster(self) -> list[BrokerStatus]:
         """Every broker the name servers know (GET_BROKER_CLUSTER_INFO from the first that
         answers), each with its runtime figures (GET_BROKER_RUNTIME_INFO)."""
-        last: Exception | None = None
-        for ns in self.instance.namesrv:
-            try:
-                info = loads_tolerant((await self.instance.call(ns, R.GET_BROKER_CLUSTER_INFO)).body.decode())
-                break
-            except MQClientError as e:
-                last = e
-        else:
-            raise MQClientError(f"no name server answered for the cluster: {last}")
-        out = []
+        resp = await self.instance.call_namesrv(R.GET_BROKER_CLUSTER_INFO, what="the cluster")
+        info, out = loads_tolerant(resp.body.decode()), []
         for cluster, names in sorted((info.get("clusterAddrTable") or {}).items()):
             for name in sorted(names):
                 addrs = ((info.get("brokerAddrTable") or {}).get(name) or {}).get("brokerAddrs") or {}

@@ -165,24 +165,27 @@ class ClientInstance:
         """The topic's route from the first name server that answers; MQBrokerError(17) if none knows it."""
         if not refresh and topic in self.routes:
             return self.routes[topic]
+        resp = await self.call_namesrv(R.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}, what=f"topic {topic}")
+        known = self.broker_addrs()
+        route = self.routes[topic] = TopicRoute(topic, loads_tolerant(resp.body.decode()))
+        if set(route.masters.values()) - known and (self.consumers or self.producers):
+            await self.heartbeat_all()         # a broker we had not met: tell it who we are
+        return route
+
+    async def call_namesrv(self, code: int, ext: dict | None = None, *, what: str) -> Command:
+        """The answer of the first name server that gives one; MQBrokerError TOPIC_NOT_EXIST at
+        once (the name server has no such topic); else MQClientError naming ``what`` was asked."""
         last: Exception | None = None
         for addr in self.namesrv:
             try:
-                resp = await self.call(addr, R.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+                return await self.call(addr, code, ext)
             except MQBrokerError as e:
                 if e.code == RC.TOPIC_NOT_EXIST:
                     raise
                 last = e
-                continue
             except MQClientError as e:
                 last = e
-                continue
-            known = self.broker_addrs()
-            route = self.routes[topic] = TopicRoute(topic, loads_tolerant(resp.body.decode()))
-            if set(route.masters.values()) - known and (self.consumers or self.producers):
-                await self.heartbeat_all()         # a broker we had not met: tell it who we are
-            return route
-        raise MQClientError(f"no name server answered for topic {topic}: {last}")
+        raise MQClientError(f"no name server answered for {what}: {last}")
 
     def broker_addrs(self) -> set[str]:
         return {a for r in self.routes.values() for a in r.masters.values()}

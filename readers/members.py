@@ -156,7 +156,6 @@ class Members:
         self.bump()
         self.row_of: dict[tuple[str, str], int] = {}         # (group, client id) -> row
         self.conns: dict[str, dict[str, object]] = {}        # group -> client id -> connection
-        self.subs: dict[tuple[str, str], Subscription] = {}  # (group, topic) -> subscription
         self.data: dict[str, ConsumerData] = {}              # group -> its last heartbeat's ConsumerData
         self.who: dict[tuple[str, str], dict] = {}           # (group, client id) -> its Connection (admin's)
         self.details_changed = True                          # ``details`` differs from what was published
@@ -172,7 +171,7 @@ class Members:
                 self.sh.slot_wakers[i].post()
 
     # ------------------------------------------------------------ local changes
-    def heartbeat(self, conn, client_id: str, data: ConsumerData, now_ms: int, who: dict | None = None) -> bool:
+    def heartbeat(self, conn, client_id: str, data: ConsumerData, now_ms: int, who: dict) -> bool:
         """Register one consumer group of a HEART_BEAT (``parse_heartbeat``), sent over ``conn``
         by a client ``who`` is (its Connection: clientAddr, clientId, language, version); True
         when the group's membership changed.  The group's subscriptions are its last heartbeat's,
@@ -194,14 +193,8 @@ class Members:
             self.rows["heartbeat_ms"][row] = now_ms
         old = self.data.get(group)
         if old is None or old.as_json() != data.as_json():
-            if old is not None:
-                for sub in old.subs:
-                    self.subs.pop((group, sub.topic), None)
-            for sub in data.subs:
-                self.subs[(group, sub.topic)] = sub
             self.details_changed = True
         self.data[group] = data
-        who = who or {"clientAddr": "", "clientId": client_id, "language": "OTHER", "version": 0}
         if self.who.get(key) != who:
             self.who[key] = who
             self.details_changed = True
@@ -217,7 +210,6 @@ class Members:
         if not members:
             self.conns.pop(group, None)
             self.data.pop(group, None)
-            self.subs = {k: v for k, v in self.subs.items() if k[0] != group}
         if row is None:
             return False
         self.rows["heartbeat_ms"][row] = 0
@@ -237,6 +229,14 @@ class Members:
                 out.append((g, c, self.conns.get(g, {}).get(c)))
                 self.remove(g, c)
         return out
+
+    def subscription(self, group: str, topic: str) -> Subscription | None:
+        """The group's subscription to ``topic`` as its last heartbeat here gave it."""
+        data = self.data.get(group)
+        for sub in data.subs if data is not None else ():
+            if sub.topic == topic:
+                return sub
+        return None
 
     def details(self) -> dict:
         """This reader's consumer groups as admin tools see them, for ``readers.roster``: group

@@ -67,7 +67,7 @@ class PullProcessor:
         if h["sysFlag"] & SUBSCRIPTION:
             codes = tag_codes(h["subscription"])
         else:
-            sub = self.b.members.subs.get((group, topic))
+            sub = self.b.members.subscription(group, topic)
             if sub is not None and sub.sub_version < h["subVersion"]:
                 return cmd.response(RC.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
             codes = sub.tag_codes if sub is not None else None

@@ -21,17 +21,20 @@ from shm.layout import C, S
 WINDOWS_S = (10, 60, 600)          # StoreStatsService's three windows
 
 
+def _queued(sh) -> int:
+    """Messages in the consume queues: the sum of their max offsets."""
+    return int(sh.views["queue_max"][:int(sh.control[C.QUEUE_COUNT])].sum())
+
+
 def totals(sh) -> tuple[int, int]:
     """(messages put, messages pulled) since the appliance started."""
-    n = int(sh.control[C.QUEUE_COUNT])
-    puts = int(sh.views["queue_max"][:n].sum()) - int(sh.control[C.BOOT_PUTS])
-    return puts, int(sh.slots[:, S.PULLED_MSGS].sum())
+    return _queued(sh) - int(sh.control[C.BOOT_PUTS]), int(sh.slots[:, S.PULLED_MSGS].sum())
 
 
 def start(sh, now_ms: int, day: int) -> None:
     """At the appliance's start (the supervisor, after recovery): counts from zero, marked so."""
-    ctl, n = sh.control, int(sh.control[C.QUEUE_COUNT])
-    ctl[C.BOOT_PUTS] = int(sh.views["queue_max"][:n].sum())
+    ctl = sh.control
+    ctl[C.BOOT_PUTS] = _queued(sh)
     ctl[C.BOOT_MS] = now_ms
     for f in (C.PUT_YESTERDAY_MORNING, C.PUT_TODAY_MORNING, C.GET_YESTERDAY_MORNING, C.GET_TODAY_MORNING):
         ctl[f] = 0

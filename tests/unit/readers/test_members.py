@@ -6,6 +6,7 @@ from tests.unit.writer.rig import small_config
 from writer.client import RingClient
 
 G1 = ConsumerData({"groupName": "g1"})
+WHO = {"clientAddr": "10.0.0.2:5000", "clientId": "c2", "language": "JAVA", "version": 399}
 
 
 def test_a_members_change_on_one_reader_wakes_the_others_at_once(tmp_path):
@@ -18,11 +19,11 @@ def test_a_members_change_on_one_reader_wakes_the_others_at_once(tmp_path):
         m0.others_moved()                                   # (both starts: seen)
         assert not m0.others_moved()
         conn = object()
-        assert m1.heartbeat(conn, "c2", G1, now_ms=10**13)
+        assert m1.heartbeat(conn, "c2", G1, now_ms=10**13, who=WHO)
         assert r0.waker.wait(0) and not r1.waker.wait(0)    # reader 0 posted, reader 1 not by itself
         assert m0.others_moved() and not m0.others_moved()
         assert m0.group_members("g1", now_ms=10**13) == ["c2"]
-        assert not m1.heartbeat(conn, "c2", G1, now_ms=10**13 + 1)   # a repeat: no change, no post
+        assert not m1.heartbeat(conn, "c2", G1, now_ms=10**13 + 1, who=WHO)   # a repeat: no change, no post
         assert not r0.waker.wait(0) and not m0.others_moved()
         assert m1.remove("g1", "c2")
         assert r0.waker.wait(0) and m0.others_moved() and m0.group_members("g1", now_ms=10**13) == []
