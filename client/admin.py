@@ -1,7 +1,8 @@
 """What an operator asks of a cluster, as ``mqadmin`` asks it (tools:admin/DefaultMQAdminExtImpl.java):
 the brokers and their traffic (``clusterList``), a topic's queues (``topicStatus``), how far behind
-a group is (``consumerProgress``), a group's members (``consumerConnection``), a producer group's
-clients (``producerConnection``), and which groups consume a topic.
+a group is (``consumerProgress``), a group's members (``consumerConnection``) and what each says of
+itself (``consumerStatus``), a producer group's clients (``producerConnection``), and which groups
+consume a topic.
 
 They go to every master broker of a route from the name servers: the topic's own route, or for
 what is asked of a consumer group, the route of its retry topic (``%RETRY%<group>``, which every
@@ -13,7 +14,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from client.errors import MQBrokerError
+from client import running
+from client.errors import MQBrokerError, MQClientError
 from client.instance import ClientInstance, MessageQueue
 from remoting import mqtable
 from store.configfile import loads_tolerant
@@ -167,6 +169,20 @@ class Admin:
             raise MQBrokerError(RC.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online", "")
         return ConsumerConnection([conns[c] for c in sorted(conns)], fields.get("consumeType"),
                                   fields.get("messageModel"), fields.get("consumeFromWhere"), dict(sorted(subs.items())))
+
+    async def consumer_running_info(self, group: str, client_id: str, jstack: bool = False) -> running.RunningInfo:
+        """What the member ``client_id`` of ``group`` says of itself (GET_CONSUMER_RUNNING_INFO, which
+        the broker puts to the consumer over its own connection), asked of the first master of the
+        group's retry topic as Java's admin asks it; MQBrokerError SYSTEM_ERROR when the consumer is
+        not online there, CONSUME_MSG_TIMEOUT when it does not answer."""
+        addr = min((await self._group_masters(group)).values())
+        resp = await self.instance.call(addr, R.GET_CONSUMER_RUNNING_INFO,
+                                        {"consumerGroup": group, "clientId": client_id, "jstackEnable": str(jstack).lower()},
+                                        timeout_s=3 * self.instance.timeout_s + 10)
+        try:
+            return running.decode(resp.body)
+        except ValueError as e:
+            raise MQClientError(f"consumer {client_id} of {group} answered with no ConsumerRunningInfo: {e}") from None
 
     async def producer_connection(self, group: str, topic: str) -> list[ClientConnection]:
         """The producer group's clients on every master of ``topic`` (as mqadmin's, which finds

@@ -1,14 +1,15 @@
 """``appliance produce`` and ``appliance consume``: send to and tail a topic from a terminal;
-``appliance cluster``, ``topic-status``, ``progress`` and ``connections``: the brokers and their
-traffic, a topic's queues and the groups that consume it, how far behind a consumer group is, and
-who its members are (``mqadmin clusterList``, ``topicStatus``, ``consumerProgress`` and
-``consumerConnection``)."""
+``appliance cluster``, ``topic-status``, ``progress``, ``connections`` and ``consumer-status``: the
+brokers and their traffic, a topic's queues and the groups that consume it, how far behind a
+consumer group is, who its members are and what each says of itself (``mqadmin clusterList``,
+``topicStatus``, ``consumerProgress``, ``consumerConnection`` and ``consumerStatus``)."""
 from __future__ import annotations
 
 import asyncio
 import datetime
 import sys
 
+from client import running
 from client.admin import Admin
 from client.consumer import PushConsumer
 from client.errors import MQClientError
@@ -49,6 +50,13 @@ def add_arguments(sub) -> None:
     p = sub.add_parser("connections", help="a consumer group's members (address, language, version) and "
                                            "subscriptions")
     p.add_argument("-g", "--group", required=True)
+    p.add_argument("-n", "--namesrv")
+    p.add_argument("-c", "--config")
+    p = sub.add_parser("consumer-status", help="what each member of a consumer group says of itself: its queues, "
+                                               "their offsets and held messages, pull and consume rates")
+    p.add_argument("-g", "--group", required=True)
+    p.add_argument("-i", "--client-id", help="only this member (default: every member)")
+    p.add_argument("-s", "--jstack", action="store_true", help="also each member's threads and tasks")
     p.add_argument("-n", "--namesrv")
     p.add_argument("-c", "--config")
 
@@ -95,6 +103,51 @@ async def _connections(args, namesrv: str) -> int:
     return 0
 
 
+def _print_running_info(client_id: str, info: running.RunningInfo) -> None:
+    """As ConsumerRunningInfo.formatString lays it out."""
+    print(f"#Consumer {client_id}\n#Consumer Properties#")
+    for k, v in info.properties.items():
+        print(f"{k:<40}: {v}")
+    print("\n#Consumer Subscription#")
+    for i, sd in enumerate(info.subscriptions, 1):
+        print(f"{i:03d} Topic: {sd.get('topic', ''):<40} ClassFilter: {str(sd.get('classFilterMode', False)).lower():<8} "
+              f"SubExpression: {sd.get('subString', '')}")
+    print(f"\n#Consumer Offset#\n{'#Topic':<32}  {'#Broker Name':<32}  {'#QID':<4}  #Consumer Offset")
+    for mq, pq in info.queues.items():
+        print(f"{mq.topic:<32}  {mq.broker_name:<32}  {mq.queue_id:<4}  {pq.get('commitOffset', -1)}")
+    print(f"\n#Consumer MQ Detail#\n{'#Topic':<32}  {'#Broker Name':<32}  {'#QID':<4}  #ProcessQueueInfo")
+    for mq, pq in info.queues.items():
+        detail = ", ".join(f"{k}={v}" for k, v in pq.items())
+        print(f"{mq.topic:<32}  {mq.broker_name:<32}  {mq.queue_id:<4}  ProcessQueueInfo [{detail}]")
+    print(f"\n#Consumer RT&TPS#\n{'#Topic':<32}  {'#Pull RT':>14} {'#Pull TPS':>14} {'#Consume RT':>14} "
+          f"{'#ConsumeOK TPS':>14} {'#ConsumeFailed TPS':>18} {'#ConsumeFailedMsgsInHour':>25}")
+    for topic, st in info.status.items():
+        print(f"{topic:<32}  {float(st.get('pullRT', 0)):>14.2f} {float(st.get('pullTPS', 0)):>14.2f} "
+              f"{float(st.get('consumeRT', 0)):>14.2f} {float(st.get('consumeOKTPS', 0)):>14.2f} "
+              f"{float(st.get('consumeFailedTPS', 0)):>18.2f} {int(st.get('consumeFailedMsgs', 0)):>25}")
+    if info.jstack:
+        print(f"\n#Consumer jstack#\n{info.jstack}")
+
+
+async def _consumer_status(args, namesrv: str) -> int:
+    """Each member's running info, then what ``mqadmin consumerStatus`` checks across them: the
+    same subscriptions everywhere, and no push consumer's queue stuck."""
+    async with Admin(namesrv) as admin:
+        ids = [args.client_id] if args.client_id else [c.client_id for c in
+                                                       (await admin.consumer_connection(args.group)).connections]
+        infos = {cid: await admin.consumer_running_info(args.group, cid, args.jstack) for cid in ids}
+    for cid, info in infos.items():
+        _print_running_info(cid, info)
+        print()
+    subs = {cid: sorted((s.get("topic"), s.get("subString")) for s in info.subscriptions) for cid, info in infos.items()}
+    same = len({tuple(v) for v in subs.values()}) <= 1
+    print("Same subscription in the same group of consumer" if same else
+          "WARN: Different subscription in the same group of consumer!!!")
+    problems = [p for cid, info in infos.items() for p in info.problems(cid)]
+    print("\n".join(problems) if problems else "Rebalance OK")
+    return 0 if same and not problems else 1
+
+
 async def _progress(args, namesrv: str) -> int:
     async with Admin(namesrv) as admin:
         p = await admin.consume_progress(args.group, args.topic)
@@ -134,7 +187,7 @@ async def _consume(args, namesrv: str) -> int:
 
 
 COMMANDS = {"produce": _produce, "consume": _consume, "topic-status": _topic_status, "progress": _progress,
-            "connections": _connections, "cluster": _cluster}
+            "connections": _connections, "cluster": _cluster, "consumer-status": _consumer_status}
 
 
 def main(args, cfg) -> int:

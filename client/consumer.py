@@ -25,6 +25,7 @@ import os
 import time
 from dataclasses import dataclass
 
+from client import running
 from client.errors import MQClientError
 from client.instance import ClientInstance, MessageQueue, stop_tasks
 from client.message import MessageExt, decode_messages
@@ -109,6 +110,9 @@ class PushConsumer:
         self.rebalancing = asyncio.Lock()          # one rebalance at a time (Java's is synchronized too)
         self.offsets = (LocalOffsets(offset_dir or os.path.expanduser("~/.rocketmq_offsets"), self.instance.client_id, group)
                         if model == "BROADCASTING" else RemoteOffsets(self.instance, group))
+        self.process: dict[MessageQueue, running.ProcessQueue] = {}   # owned queues' batches, for running_info
+        self.stats = running.ConsumeStats()
+        self.started_ms = 0
 
     def subscribe(self, topic: str, expression: str = "*") -> "PushConsumer":
         expr, tags = parse_expression(expression)
@@ -126,6 +130,24 @@ class PushConsumer:
         return consumer_data(self.group, "CONSUME_PASSIVELY", self.model, self.consume_from,
                              [(topic, *sub) for topic, sub in sorted(self.subs.items())])
 
+    def running_info(self, jstack: bool) -> bytes:
+        """ConsumerRunningInfo (client/running.py), for a broker that asks on an operator's behalf.
+        Listeners run on this client's event loop: its one thread is the "thread pool"."""
+        data, wall, mono = self.consumer_data(), time.time(), time.monotonic()
+        props = running.properties(self.instance, data, pullBatchSize=self.pull_batch,
+                                   brokerSuspendMaxTimeMillis=self.suspend_ms, **{
+                                       running.PROP_CONSUME_ORDERLY: self.orderly,
+                                       running.PROP_THREADPOOL_CORE_SIZE: 1,
+                                       running.PROP_CONSUMER_START_TIMESTAMP: self.started_ms})
+        queues = {}
+        for mq, pq in self.process.items():
+            since = self.locks.get(mq)
+            queues[mq] = pq.info(self.offsets.table.get(mq, -1), self._locked(mq),
+                                 int((wall - (mono - since)) * 1000) if since is not None else 0)
+        return running.encode(props, data["subscriptionDataSet"], queues,
+                              {topic: self.stats.status(topic) for topic in self.subs},
+                              running.stacks() if jstack else None)
+
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> "PushConsumer":
         if self.listener is None or not self.subs:
@@ -133,6 +155,7 @@ class PushConsumer:
         if self.group in self.instance.consumers:
             raise ValueError(f"consumer group {self.group} already runs in this client instance")
         self.instance.consumers[self.group] = self
+        self.started_ms = int(time.time() * 1000)
         await self.instance.start()
         for topic in self.subs:
             try:
@@ -225,6 +248,7 @@ class PushConsumer:
         for mq in mqs:
             await self._commit(mq)
             self.offsets.forget(mq)
+            self.process.pop(mq, None)
             log.info("%s gave up %s", self.instance.client_id, mq)
         await self._unlock([mq for mq in mqs if mq in self.locks])
 
@@ -303,7 +327,7 @@ class PushConsumer:
         another member now owns: so it checks, as Java's ``ProcessQueue.isDropped``."""
         me = asyncio.current_task()
         expr, tags, ver = self.subs[mq.topic]
-        offset = None
+        offset, pq = None, self.process.setdefault(mq, running.ProcessQueue())
         while await self._hold(mq, me):             # (the offset is read once the queue is locked)
             try:
                 addr = (await self.instance.route(mq.topic)).masters[mq.broker_name]
@@ -311,16 +335,21 @@ class PushConsumer:
                     offset = await self._start_offset(mq, addr)
                     self.offsets.update(mq, offset)
                 committed = self.offsets.table.get(mq) if self.model == "CLUSTERING" else None
+                began = time.monotonic()
                 res = await pull_queue(self.instance, addr, self.group, mq, offset, self.pull_batch, expr, tags, ver,
                                        self.suspend_ms, committed if committed else None)
             except (MQClientError, KeyError) as e:
                 log.warning("pull from %s failed: %s", mq, e)
                 await asyncio.sleep(PULL_ERROR_DELAY_S)
                 continue
+            self.stats.pulled(mq.topic, len(res.messages), (time.monotonic() - began) * 1000)
             if self.pullers.get(mq) is not me:       # given up while the pull was out: not ours to consume
                 return
-            if res.messages and not await self._consume(mq, res.messages, me):
-                return
+            if res.messages:
+                pq.hold(res.messages)
+                if not await self._consume(mq, res.messages, me):
+                    return
+                pq.done()
             if res.status == "OFFSET_ILLEGAL":
                 log.warning("offset %d of %s is illegal; moving to %d", offset, mq, res.next_offset)
             offset = res.next_offset
@@ -331,6 +360,7 @@ class PushConsumer:
         up while they wait to be offered again (False).  Orderly, each offer waits for the lock."""
         while await self._hold(mq, me):
             self.in_listener.add(me)
+            began = time.monotonic()
             try:
                 ok = self.listener(msgs)
                 if inspect.isawaitable(ok):
@@ -340,6 +370,7 @@ class PushConsumer:
                 ok = False
             finally:
                 self.in_listener.discard(me)
+            self.stats.consumed(mq.topic, len(msgs), (time.monotonic() - began) * 1000, ok is not False)
             if ok is not False:
                 return True
             if self.pullers.get(mq) is not me:
@@ -362,6 +393,7 @@ class PushConsumer:
     async def _commit_loop(self) -> None:
         while True:
             await asyncio.sleep(COMMIT_S)
+            self.stats.mark()
             await self._commit_all()
 
 
@@ -384,6 +416,13 @@ class PullConsumer:
 
     def rebalance_soon(self) -> None:
         """(The group's members changed: a pull consumer chooses its queues itself.)"""
+
+    def running_info(self, jstack: bool) -> bytes:
+        """ConsumerRunningInfo: its properties, subscriptions, and each assigned queue's position."""
+        data = self.consumer_data()
+        return running.encode(running.properties(self.instance, data), data["subscriptionDataSet"],
+                              {mq: running.ProcessQueue().info(pos, False, 0) for mq, pos in self.positions.items()},
+                              {}, running.stacks() if jstack else None)
 
     async def start(self) -> "PullConsumer":
         if self.group in self.instance.consumers:

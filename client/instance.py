@@ -1,6 +1,7 @@
 """What producers and consumers of one process share (Java's MQClientInstance): the client id,
 one connection per broker or name server address, topic routes from the name servers, heartbeats
-to every broker every 30 s, and the broker's pushes (NOTIFY_CONSUMER_IDS_CHANGED -> rebalance).
+to every broker every 30 s, and the broker's requests: NOTIFY_CONSUMER_IDS_CHANGED (-> rebalance)
+and GET_CONSUMER_RUNNING_INFO (answered with the consumer's ``running_info``; client/running.py).
 """
 from __future__ import annotations
 
@@ -82,7 +83,7 @@ class ClientInstance:
         self.conns: dict[str, net.Connection] = {}
         self.connecting: dict[str, asyncio.Lock] = {}
         self.routes: dict[str, TopicRoute] = {}
-        self.consumers: dict[str, object] = {}       # group -> PushConsumer
+        self.consumers: dict[str, object] = {}       # group -> PushConsumer or PullConsumer
         self.producers: set[str] = set()
         self.users = 0
         self.task: asyncio.Task | None = None
@@ -154,11 +155,23 @@ class ClientInstance:
         except OSError as e:
             raise MQClientError(f"oneway {code} to {addr} failed: {e}") from None
 
-    def _on_request(self, cmd: Command, _conn) -> None:
+    def _on_request(self, cmd: Command, conn: net.Connection) -> None:
+        """A broker's request (ClientRemotingProcessor); one we do not serve is answered
+        REQUEST_CODE_NOT_SUPPORTED, as a Java client answers it."""
+        group = cmd.ext.get("consumerGroup", "")
+        consumer = self.consumers.get(group)
         if cmd.code == R.NOTIFY_CONSUMER_IDS_CHANGED:
-            consumer = self.consumers.get(cmd.ext.get("consumerGroup", ""))
             if consumer is not None:
                 consumer.rebalance_soon()
+            return
+        if cmd.code == R.GET_CONSUMER_RUNNING_INFO:
+            resp = (cmd.response(RC.SYSTEM_ERROR, f"The Consumer Group <{group}> not exist in this consumer")
+                    if consumer is None else
+                    cmd.response(body=consumer.running_info(cmd.ext.get("jstackEnable", "").lower() == "true")))
+        else:
+            resp = cmd.response(RC.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
+        if not cmd.is_oneway and conn.is_open:
+            conn.send(resp)
 
     # ------------------------------------------------------------ routes
     async def route(self, topic: str, refresh: bool = False) -> TopicRoute:

@@ -9,30 +9,21 @@ frame close it.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 
+from net.pending import Pending, RemotingError, TimedOut, Unanswered, next_opaque
 from remoting import codec
 from remoting.codec import Command, Decoder, FrameError
 
+__all__ = ["Connection", "RemotingError", "TimedOut", "Unanswered", "connect", "split_addr", "split_addrs"]
 log = logging.getLogger("rocketbox.net")
-_opaques = itertools.count(1)
-
-
-class RemotingError(Exception):
-    """The request could not be completed on this connection (closed, timed out)."""
-
-
-class Unanswered(RemotingError):
-    """The request was written and no answer came (time-out, or the connection closed after):
-    what it asked for may have been done all the same."""
 
 
 class Connection(asyncio.Protocol):
     def __init__(self, addr: str, on_request=None):
         self.addr, self.on_request = addr, on_request
         self.decoder = Decoder()
-        self.pending: dict[int, asyncio.Future] = {}
+        self.calls = Pending(addr)
         self.transport: asyncio.Transport | None = None
         self.closed = asyncio.get_running_loop().create_future()
 
@@ -41,11 +32,7 @@ class Connection(asyncio.Protocol):
         self.transport = transport
 
     def connection_lost(self, exc) -> None:
-        err = ConnectionError(f"connection to {self.addr} closed" + (f": {exc}" if exc else ""))
-        for fut in self.pending.values():
-            if not fut.done():
-                fut.set_exception(err)
-        self.pending.clear()
+        self.calls.fail(ConnectionError(f"connection to {self.addr} closed" + (f": {exc}" if exc else "")))
         if not self.closed.done():
             self.closed.set_result(None)
 
@@ -58,9 +45,7 @@ class Connection(asyncio.Protocol):
             return
         for cmd in commands:
             if cmd.is_response:
-                fut = self.pending.pop(cmd.opaque, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(cmd)
+                self.calls.answer(cmd)
             elif self.on_request is not None:
                 self.on_request(cmd, self)
 
@@ -75,22 +60,10 @@ class Connection(asyncio.Protocol):
         self.transport.write(codec.encode(cmd))
 
     async def invoke(self, cmd: Command, timeout: float) -> Command:
-        cmd.opaque = next(_opaques) & 0x7FFFFFFF
-        fut = asyncio.get_running_loop().create_future()
-        self.pending[cmd.opaque] = fut
-        try:
-            self.send(cmd)                  # a ConnectionError here: nothing was sent
-            try:
-                return await asyncio.wait_for(fut, timeout)
-            except asyncio.TimeoutError:
-                raise Unanswered(f"no response from {self.addr} to code {cmd.code} within {timeout:.1f} s") from None
-            except ConnectionError as e:
-                raise Unanswered(str(e)) from None
-        finally:
-            self.pending.pop(cmd.opaque, None)
+        return await self.calls.call(self.send, cmd, timeout)
 
     def oneway(self, cmd: Command) -> None:
-        cmd.opaque = next(_opaques) & 0x7FFFFFFF
+        cmd.opaque = next_opaque()
         cmd.flag |= codec.RPC_ONEWAY
         self.send(cmd)
 

@@ -13,7 +13,8 @@ Rules, FACTS §1.7 and STYLE "errors at the edges":
 * ``HeaderError`` (a field missing, of the wrong type, or past what the broker holds): SYSTEM_ERROR
   with its text as remark;
 * any other exception in a handler: logged, SYSTEM_ERROR with the exception's text;
-* oneway requests are never answered; responses from clients (to requests we sent) are dropped;
+* oneway requests are never answered; a response from a client goes to the ``invoke`` that sent
+  its request (a reader asking a consumer for its running info), or is dropped if none waits;
 * a connection idle for ``idle_s`` (no read, no write) is closed, as Netty's 120 s;
 * open files: at its RLIMIT_NOFILE a process cannot accept, and the event loop says nothing, so
   the idle sweep (every <= 10 s) also counts the descriptors held (when the descriptor table's
@@ -35,6 +36,7 @@ import resource
 import time
 
 from net import proxy
+from net.pending import Pending
 from remoting import codec
 from remoting.codec import Command, Decoder, FrameError
 from remoting.codes import ResponseCode
@@ -63,6 +65,7 @@ class Connection(asyncio.Protocol):
         self.head = b""                   # the first bytes, until we know whether a PROXY header leads
         self.backlog: list[Command] | None = None     # requests read while the client reads no replies
         self.writing_paused = self.reading_paused = False
+        self.calls: Pending | None = None         # requests we sent the client (made on the first)
 
     def connection_made(self, transport) -> None:
         self.transport, self.loop = transport, asyncio.get_running_loop()   # (each lookup is a getpid())
@@ -74,6 +77,8 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc) -> None:
         self.backlog = None                       # a gone client's unread requests are not run
+        if self.calls is not None:
+            self.calls.fail(ConnectionError(f"connection from {self.peer} closed"))
         self.server.connections.discard(self)
         if self.server.on_close is not None:
             self.server.on_close(self)
@@ -107,6 +112,8 @@ class Connection(asyncio.Protocol):
                 return
             if not cmd.is_response:
                 self._dispatch(cmd)
+            elif self.calls is not None:
+                self.calls.answer(cmd)
 
     def pause_writing(self) -> None:
         """The transport holds ``OUT_HIGH`` bytes the client has not read: read nothing more."""
@@ -194,6 +201,16 @@ class Connection(asyncio.Protocol):
 
     def send(self, cmd: Command) -> None:
         self.write(codec.encode(cmd))
+
+    async def invoke(self, cmd: Command, timeout: float) -> Command:
+        """Ask the client something (a request of ours, with a fresh opaque) and await its
+        answer; ``net.pending.Unanswered`` on time-out or if the connection closes first,
+        ConnectionError if it was closed already."""
+        if self.transport is None or self.transport.is_closing():
+            raise ConnectionError(f"connection from {self.peer} is closed")
+        if self.calls is None:
+            self.calls = Pending(self.peer)
+        return await self.calls.call(self.send, cmd, timeout)
 
     def write(self, frame: bytes) -> None:
         """Queue an encoded frame; everything queued in this loop turn goes out in one write (one

@@ -13,7 +13,7 @@ import struct
 from readers.send import SYSTEM_TOPICS
 from remoting import headers, mqtable
 from remoting.headers import HeaderError
-from remoting.codes import SERVER_VERSION, RequestCode as R, ResponseCode as RC
+from remoting.codes import SERVER_VERSION, SERVER_VERSION_DESC, RequestCode as R, ResponseCode as RC
 from shm.layout import C, T
 from store import configfile, message
 from store.errors import StoreError
@@ -223,7 +223,7 @@ class AdminProcessor:
         earliest = self._record_ts(lo) if hi > lo else None
         fs = os.statvfs(self.cfg.commitlog_dir)
         table = {
-            "brokerVersion": str(SERVER_VERSION), "brokerVersionDesc": "V4_9_8",
+            "brokerVersion": str(SERVER_VERSION), "brokerVersionDesc": SERVER_VERSION_DESC,
             "commitLogMinOffset": str(lo), "commitLogMaxOffset": str(hi),
             "commitLogDiskRatio": repr((fs.f_blocks - fs.f_bfree) / fs.f_blocks if fs.f_blocks else 0.0),
             "earliestMessageTimeStamp": str(earliest if earliest is not None else -1),

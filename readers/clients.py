@@ -4,10 +4,15 @@ whose membership changed (on every reader at once: ``Members.bump`` wakes the ot
 orderly consumers' LOCK_BATCH_MQ / UNLOCK_BATCH_MQ (``readers.locks``); and what admin tools ask
 about clients, GET_CONSUMER_CONNECTION_LIST, GET_PRODUCER_CONNECTION_LIST and
 QUERY_TOPIC_CONSUME_BY_WHO, from every reader's published details (``readers.roster``).
+
+GET_CONSUMER_RUNNING_INFO (307, ``mqadmin consumerStatus``) is a question for the consumer
+itself, which a Java broker puts to it over the consumer's own connection (callConsumer).  Only
+the reader its heartbeats come to holds that connection: that reader asks it; any other forwards
+the request to that reader's port once (marked with ``HOP``, so that a consumer that has just
+moved is "not online" rather than chased) and relays the answer.
 """
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import os
@@ -15,6 +20,8 @@ import time
 
 import orjson
 
+from net import client as net
+from net.pending import RemotingError, TimedOut, next_opaque
 from readers import roster
 from readers.locks import QueueLocks, parse_lock_body
 from readers.members import Members, MembersFull, parse_heartbeat
@@ -22,13 +29,14 @@ from readers.producers import Producers
 from readers.roster import Roster
 from remoting import headers
 from remoting.codec import RPC_ONEWAY, Command
-from remoting.codes import RequestCode as R, ResponseCode as RC
+from remoting.codes import V3_1_8_SNAPSHOT, RequestCode as R, ResponseCode as RC
 from shm.layout import S
 from writer.groups import subscription_group
 from writer.topics import topic_config
 
 log = logging.getLogger("rocketbox.reader")
-_opaques = itertools.count(1)
+CALL_CLIENT_S = 10.0          # how long a client has to answer the broker (Broker2Client.callClient)
+HOP = "rocketboxForwardedBy"  # extField of a request forwarded by another reader (its slot)
 
 
 class ClientProcessor:
@@ -49,7 +57,8 @@ class ClientProcessor:
                 R.LOCK_BATCH_MQ: self.queue_locks, R.UNLOCK_BATCH_MQ: self.queue_locks,
                 R.GET_CONSUMER_CONNECTION_LIST: self.consumer_connection,
                 R.GET_PRODUCER_CONNECTION_LIST: self.producer_connection,
-                R.QUERY_TOPIC_CONSUME_BY_WHO: self.consumed_by}
+                R.QUERY_TOPIC_CONSUME_BY_WHO: self.consumed_by,
+                R.GET_CONSUMER_RUNNING_INFO: self.call_consumer}
 
     def close(self) -> None:
         self.members.close()
@@ -124,8 +133,12 @@ class ClientProcessor:
     # ------------------------------------------------------------ what admin tools read
     def _docs(self) -> list[dict]:
         """Every live reader's client details, this one's (from memory) first."""
+        return [self._details(), *self._others()]
+
+    def _others(self) -> list[dict]:
+        """What the other live readers published."""
         owners = self.b.sh.slots[:, S.OWNER_PID]
-        return [self._details(), *self.roster.others({i: int(owners[i]) for i in self.members.live_slots()})]
+        return self.roster.others({i: int(owners[i]) for i in self.members.live_slots()})
 
     def consumer_connection(self, cmd, _conn):
         """ConsumerConnection: the group's members (every reader's), each with its address,
@@ -149,9 +162,49 @@ class ClientProcessor:
         groups = roster.groups_subscribed(topic, self._docs()) | self.link.offsets.groups_of(topic)
         return cmd.response(body=orjson.dumps({"groupList": sorted(groups)}))
 
+    # ------------------------------------------------------------ what only the consumer knows
+    async def call_consumer(self, cmd, _conn):
+        """The consumer's own answer to ``cmd`` (its extFields and body passed on as they came),
+        or SYSTEM_ERROR / CONSUME_MSG_TIMEOUT with Java's remarks."""
+        h = headers.decode(cmd)
+        group, client_id = h["consumerGroup"], h["clientId"]
+        req = Command(cmd.code, {k: v for k, v in cmd.ext.items() if k != HOP}, cmd.body, language="JAVA")
+        conn = self.members.conns.get(group, {}).get(client_id)
+        if conn is not None:
+            version = self.members.who[(group, client_id)]["version"]
+            if version < V3_1_8_SNAPSHOT:
+                return cmd.response(RC.SYSTEM_ERROR, f"The Consumer <{client_id}> Version <{version}> too low to "
+                                                     f"finish, please upgrade it to V3_1_8_SNAPSHOT")
+            where, answer = None, conn.invoke(req, CALL_CLIENT_S)
+        else:
+            port = None if HOP in cmd.ext else roster.holder(group, client_id, self._others())
+            if port is None or client_id not in self.members.group_members(group):
+                return cmd.response(RC.SYSTEM_ERROR, f"The Consumer <{group}> <{client_id}> not online")
+            req.ext[HOP], where = str(self.link.slot), f"127.0.0.1:{port}"
+            answer = self._forward(where, req)
+        try:
+            got = await answer
+        except TimedOut as e:
+            return cmd.response(RC.CONSUME_MSG_TIMEOUT, f"consumer <{group}> <{client_id}> Timeout: {e}")
+        except (OSError, RemotingError) as e:
+            via = f" (through the reader at {where})" if where else ""
+            return cmd.response(RC.SYSTEM_ERROR, f"invoke consumer <{group}> <{client_id}> Exception{via}: {e}")
+        return cmd.response(got.code, got.remark, got.ext, got.body)
+
+    @staticmethod
+    async def _forward(addr: str, req: Command) -> Command:
+        """``req`` put to the reader at ``addr`` over a connection of its own, which then closes
+        (a question an operator asks now and then: no connection is kept)."""
+        peer = await net.connect(addr)
+        try:
+            return await peer.invoke(req, CALL_CLIENT_S + 2.0)
+        finally:
+            peer.close()
+
     # ------------------------------------------------------------ publishing this reader's clients
     def _details(self) -> dict:
-        return {"pid": os.getpid(), "consumers": self.members.details(), "producers": self.producers.details()}
+        return {"pid": os.getpid(), "port": self.cfg.reader_port(self.b.index),
+                "consumers": self.members.details(), "producers": self.producers.details()}
 
     def publish_soon(self) -> None:
         """Publish at the end of this loop turn if the details changed (once however many did)."""
@@ -176,7 +229,7 @@ class ClientProcessor:
         for group in self.members.changed_groups():
             for conn in set(self.members.conns.get(group, {}).values()):
                 conn.send(Command(R.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group},
-                                  opaque=next(_opaques) & 0x7FFFFFFF, flag=RPC_ONEWAY, language="JAVA"))
+                                  opaque=next_opaque(), flag=RPC_ONEWAY, language="JAVA"))
 
     def follow_members(self) -> None:
         """On a wake: another reader's members may have changed (``Members.bump`` posts us)."""

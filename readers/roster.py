@@ -1,7 +1,8 @@
 """What admin tools ask about the appliance's clients, whichever reader they ask
 (broker:processor/AdminBrokerProcessor.java): GET_CONSUMER_CONNECTION_LIST (203, ``mqadmin
 consumerConnection``), GET_PRODUCER_CONNECTION_LIST (204, ``mqadmin producerConnection``) and
-QUERY_TOPIC_CONSUME_BY_WHO (300).
+QUERY_TOPIC_CONSUME_BY_WHO (300); and where to ask a consumer itself (GET_CONSUMER_RUNNING_INFO, 307):
+the port of the reader its heartbeats come to.
 
 A client's details (its address, language and version; a consumer group's consume type, model
 and subscriptions) are known only to the reader its heartbeats come to, so each reader publishes
@@ -37,7 +38,7 @@ class Roster:
         return os.path.join(self.dir, f"slot{slot}.json")
 
     def publish(self, doc: dict) -> None:
-        """This reader's details now: ``{"pid", "consumers", "producers"}``."""
+        """This reader's details now: ``{"pid", "port", "consumers", "producers"}``."""
         tmp = self.path + ".tmp"
         try:
             with open(tmp, "wb") as f:
@@ -107,3 +108,12 @@ def groups_subscribed(topic: str, docs: list[dict]) -> set[str]:
     queryTopicConsumeByWho)."""
     return {group for doc in docs for group, got in (doc.get("consumers") or {}).items()
             if topic in (got.get("subscriptionTable") or {})}
+
+
+def holder(group: str, client_id: str, docs: list[dict]) -> int | None:
+    """The port of the reader whose ``docs`` list ``client_id`` as a member of ``group``."""
+    for doc in docs:
+        got = (doc.get("consumers") or {}).get(group) or {}
+        if any(c.get("clientId") == client_id for c in got.get("connectionSet") or ()):
+            return doc.get("port")
+    return None

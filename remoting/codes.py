@@ -126,5 +126,7 @@ class LanguageCode(IntEnum):
 
 
 # MQVersion ordinals (FACTS §11.5)
+V3_1_8_SNAPSHOT = 62          # a consumer older than this cannot answer the broker's requests to it
 V4_9_4 = 401
 SERVER_VERSION = 409          # what rocketbox says it is: 4.9.8
+SERVER_VERSION_DESC = "V4_9_8"  # its name (MQVersion.getVersionDesc)

@@ -20,6 +20,7 @@ from client.instance import MessageQueue
 from client.message import Message
 from client.producer import Producer
 from remoting import mqtable
+from remoting.codec import Command
 from remoting.codes import RequestCode as R, ResponseCode as RC
 from store import message
 from store.javahash import string_hash
@@ -316,3 +317,60 @@ def test_runtime_info_has_what_mqadmin_cluster_list_reads(appliance_factory):
         assert info["getTransferredTps"] == info["getTransferedTps"]
         assert int(info["bootTimestamp"]) <= int(time.time() * 1000) and info["runtime"].startswith("[ 0 days")
     assert infos[0]["msgPutTotalTodayNow"] == infos[1]["msgPutTotalTodayNow"]
+
+
+def _asked(w: Wire) -> Command:
+    """The next GET_CONSUMER_RUNNING_INFO the broker puts to the client on ``w`` (its
+    NOTIFY_CONSUMER_IDS_CHANGED pushes skipped)."""
+    while (req := w.read_request()).code != R.GET_CONSUMER_RUNNING_INFO:
+        pass
+    return req
+
+
+def test_a_consumer_is_asked_for_its_running_info_by_whichever_reader_is_asked(appliance_factory):
+    """GET_CONSUMER_RUNNING_INFO goes to the consumer itself over its own connection, as Java's
+    callConsumer: put by the reader holding that connection, or forwarded there by the other, and
+    its answer relayed as it came; a consumer not online, too old, silent or gone gets Java's codes."""
+    app = appliance_factory().start()
+    r0, r1, client, old = (Wire("127.0.0.1", app.cfg.reader_port(i)) for i in (0, 1, 1, 0))
+    group = [{"groupName": "g", "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+              "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "subscriptionDataSet": []}]
+    _heartbeat(client, "10.0.0.9@c", group, [], language="JAVA", version=399)
+    _heartbeat(old, "10.0.0.8@old", group, [], language="JAVA", version=61)     # V3_1_7
+    ext = {"consumerGroup": "g", "clientId": "10.0.0.9@c", "jstackEnable": "true"}
+    assert _wait_for(lambda: r0.call(R.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "g"}).code == RC.SUCCESS)
+    for w in (r0, r1, r0):                   # forwarded by reader 0; asked by reader 1 itself
+        opaque = w.send(R.GET_CONSUMER_RUNNING_INFO, ext)
+        req = _asked(client)
+        assert req.ext == ext and not req.is_oneway and not req.is_response and req.language == "JAVA"
+        client.answer(req, RC.SUCCESS, None, {"k": "v"}, b"info-%d" % opaque)
+        resp = w.read_response()
+        assert (resp.code, resp.opaque, resp.body, resp.ext.get("k")) == (RC.SUCCESS, opaque, b"info-%d" % opaque, "v")
+    opaque = r0.send(R.GET_CONSUMER_RUNNING_INFO, ext)        # the consumer's refusal comes back as it gave it
+    client.answer(_asked(client), RC.SYSTEM_ERROR, "The Consumer Group <g> not exist in this consumer")
+    resp = r0.read_response()
+    assert (resp.code, resp.remark, resp.opaque) == \
+        (RC.SYSTEM_ERROR, "The Consumer Group <g> not exist in this consumer", opaque)
+    for w in (r0, r1):
+        resp = w.call(R.GET_CONSUMER_RUNNING_INFO, {**ext, "clientId": "nobody"})
+        assert (resp.code, resp.remark) == (RC.SYSTEM_ERROR, "The Consumer <g> <nobody> not online")
+        resp = w.call(R.GET_CONSUMER_RUNNING_INFO, {**ext, "clientId": "10.0.0.8@old"})
+        assert (resp.code, resp.remark) == (RC.SYSTEM_ERROR, "The Consumer <10.0.0.8@old> Version <61> too low to "
+                                                             "finish, please upgrade it to V3_1_8_SNAPSHOT")
+    resp = r0.call(R.GET_CONSUMER_RUNNING_INFO, {"consumerGroup": "g"})
+    assert resp.code == RC.SYSTEM_ERROR and "clientId" in resp.remark
+    # a consumer that never answers: CONSUME_MSG_TIMEOUT after the broker's 10 s (relayed by reader 0)
+    r0.sock.settimeout(30)
+    began = time.monotonic()
+    r0.send(R.GET_CONSUMER_RUNNING_INFO, ext)
+    _asked(client)
+    resp = r0.read_response()
+    assert resp.code == RC.CONSUME_MSG_TIMEOUT and resp.remark.startswith("consumer <g> <10.0.0.9@c> Timeout: ")
+    assert 9.5 < time.monotonic() - began < 20
+    # one that goes away while asked: SYSTEM_ERROR at once, and it is not online after
+    r1.send(R.GET_CONSUMER_RUNNING_INFO, ext)
+    _asked(client)
+    client.close()
+    resp = r1.read_response()
+    assert resp.code == RC.SYSTEM_ERROR and resp.remark.startswith("invoke consumer <g> <10.0.0.9@c> Exception")
+    assert _wait_for(lambda: r0.call(R.GET_CONSUMER_RUNNING_INFO, ext).remark == "The Consumer <g> <10.0.0.9@c> not online")

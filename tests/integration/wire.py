@@ -1,5 +1,6 @@
 """A blocking remoting client for tests: send a command (or raw bytes), read the reply.  Requests
-the server pushes meanwhile (NOTIFY_CONSUMER_IDS_CHANGED) are kept in ``pushed``."""
+the server pushes meanwhile (NOTIFY_CONSUMER_IDS_CHANGED) are kept in ``pushed``; ``read_request``
+and ``answer`` play a client the broker asks something (GET_CONSUMER_RUNNING_INFO)."""
 from __future__ import annotations
 
 import socket
@@ -32,12 +33,26 @@ class Wire:
 
     def read_response(self) -> Command:
         while not self.responses:
-            data = self.sock.recv(1 << 16)
-            if not data:
-                raise ConnectionError("closed by the server")
-            for cmd in self.decoder.feed(data):
-                (self.responses if cmd.is_response else self.pushed).append(cmd)
+            self._read()
         return self.responses.pop(0)
+
+    def read_request(self) -> Command:
+        """The next request the server sent us (oldest first)."""
+        while not self.pushed:
+            self._read()
+        return self.pushed.pop(0)
+
+    def _read(self) -> None:
+        data = self.sock.recv(1 << 16)
+        if not data:
+            raise ConnectionError("closed by the server")
+        for cmd in self.decoder.feed(data):
+            (self.responses if cmd.is_response else self.pushed).append(cmd)
+
+    def answer(self, req: Command, code: int = 0, remark: str | None = None, ext: dict | None = None,
+               body: bytes = b"") -> None:
+        """Reply to a request the server sent us."""
+        self.sock.sendall(codec.encode(req.response(code, remark, ext, body)))
 
     def oneway(self, code: int, ext: dict | None = None, body: bytes = b"") -> None:
         self.opaque += 1
