@@ -374,3 +374,71 @@ def test_a_consumer_is_asked_for_its_running_info_by_whichever_reader_is_asked(a
     resp = r1.read_response()
     assert resp.code == RC.SYSTEM_ERROR and resp.remark.startswith("invoke consumer <g> <10.0.0.9@c> Exception")
     assert _wait_for(lambda: r0.call(R.GET_CONSUMER_RUNNING_INFO, ext).remark == "The Consumer <g> <10.0.0.9@c> not online")
+
+
+def test_real_consumers_report_their_running_info_and_the_cli_checks_them(appliance_factory):
+    """Two push consumers of our client answer GET_CONSUMER_RUNNING_INFO through the appliance:
+    their properties, subscription, the queues each owns with its offsets, and their rates; and
+    ``appliance consumer-status`` prints them and finds the group sound."""
+    app = appliance_factory(namesrv=True).start()
+    create_topic(app, TOPIC, 4)
+
+    async def run():
+        got: list = []
+        consumers = [PushConsumer(GROUP, app.namesrv, consume_from="CONSUME_FROM_FIRST_OFFSET") for _ in range(2)]
+        for c in consumers:
+            await c.subscribe(TOPIC, "TagA").register(lambda msgs: got.extend(msgs) or True).start()
+        try:
+            deadline = time.monotonic() + 30
+            while sorted(len(c.pullers) for c in consumers) != [2, 2]:       # each owns two queues
+                assert time.monotonic() < deadline, [list(c.pullers) for c in consumers]
+                await asyncio.sleep(0.1)
+            async with Producer("running_producer", app.namesrv) as p:
+                for i in range(20):
+                    await p.send(Message(TOPIC, b"m%d" % i, tags="TagA"), queue=MessageQueue(TOPIC, "b1", i % 4))
+            while len(got) < 20:
+                assert time.monotonic() < deadline + 30
+                await asyncio.sleep(0.05)
+            owned = {c.instance.client_id: set(c.pullers) for c in consumers}
+            async with Admin(app.namesrv) as admin:
+                infos = {c.instance.client_id: await admin.consumer_running_info(GROUP, c.instance.client_id, i == 0)
+                         for i, c in enumerate(consumers)}
+                try:
+                    await admin.consumer_running_info(GROUP, "10.9.9.9@nobody")
+                    missing = None
+                except MQBrokerError as e:
+                    missing = e
+            out = await asyncio.to_thread(app.cmd, "consumer-status", "-g", GROUP)
+            return owned, [c.started_ms for c in consumers], infos, missing, out
+        finally:
+            for c in consumers:
+                await c.shutdown()
+
+    owned, started, infos, missing, out = asyncio.run(run())
+    assert missing is not None and (missing.code, missing.remark) == \
+        (RC.SYSTEM_ERROR, f"The Consumer <{GROUP}> <10.9.9.9@nobody> not online")
+    assert set().union(*owned.values()) == {MessageQueue(TOPIC, "b1", q) for q in range(4)}
+    for (client_id, info), start_ms in zip(infos.items(), started):
+        assert set(info.queues) == owned[client_id]
+        for pq in info.queues.values():           # 5 messages each, all consumed
+            assert (pq["commitOffset"], pq["cachedMsgCount"], pq["locked"]) == (5, 0, False)
+            assert pq["lastConsumeTimestamp"] >= start_ms and pq["lastPullTimestamp"] >= start_ms
+        p = info.properties
+        assert (p["consumerGroup"], p["messageModel"], p["PROP_CONSUME_TYPE"], p["PROP_CONSUMEORDERLY"]) == \
+            (GROUP, "CLUSTERING", "CONSUME_PASSIVELY", "false")
+        assert (p["PROP_CLIENT_VERSION"], p["PROP_NAMESERVER_ADDR"], p["PROP_CONSUMER_START_TIMESTAMP"]) == \
+            ("V4_9_8", app.namesrv + ";", str(start_ms))
+        assert [(s["topic"], s["subString"], s["tagsSet"]) for s in info.subscriptions] == [(TOPIC, "TagA", ["TagA"])]
+        st = info.status[TOPIC]
+        assert st["pullTPS"] > 0 and st["consumeOKTPS"] > 0 and st["consumeFailedMsgs"] == 0
+        assert info.problems(client_id) == []
+    first, second = infos.values()
+    assert "_pull_loop" in first.jstack and second.jstack is None
+    assert out.returncode == 0, out.stderr
+    for client_id in infos:
+        assert f"#Consumer {client_id}" in out.stdout
+    assert re.search(rf"^001 Topic: {TOPIC}\s+ClassFilter: false\s+SubExpression: TagA$", out.stdout, re.M)
+    assert re.search(rf"^{TOPIC}\s+b1\s+0\s+5$", out.stdout, re.M), out.stdout      # queue 0's offset
+    assert out.stdout.rstrip().endswith("Same subscription in the same group of consumer\nRebalance OK")
+    out = app.cmd("consumer-status", "-g", GROUP, "-i", "10.9.9.9@nobody")
+    assert out.returncode == 1 and "not online" in out.stderr

@@ -107,8 +107,9 @@ def test_cpp_push_consumer_filters_by_tag_and_resumes_and_pull_consumer_reads_al
 
 def test_cpp_push_consumers_of_one_group_share_the_queues_and_get_each_message_once(appliance_factory, tmp_path):
     """Two C++ push consumers of one group, each its own process (so through either reader): once
-    both are members, each owns its own queues and every message goes to exactly one of them."""
-    from client.instance import ClientInstance
+    both are members, each owns its own queues (as each says itself when asked for its running
+    info) and every message goes to exactly one of them."""
+    from client.instance import ClientInstance, MessageQueue
     from remoting.codes import RequestCode as R
     app = appliance_factory(namesrv=True).start()
     asyncio.run(produce(app, "CppShare", ["init"]))
@@ -134,11 +135,18 @@ def test_cpp_push_consumers_of_one_group_share_the_queues_and_get_each_message_o
     async def connection():
         from client.admin import Admin
         async with Admin(app.namesrv) as admin:
-            return await admin.consumer_connection("cpp-share")
+            cc = await admin.consumer_connection("cpp-share")
+            return cc, [await admin.consumer_running_info("cpp-share", c.client_id) for c in cc.connections]
 
-    cc = asyncio.run(connection())                     # what mqadmin consumerConnection shows of them
+    cc, infos = asyncio.run(connection())              # what mqadmin consumerConnection and consumerStatus show
     assert [c.language for c in cc.connections] == ["CPP", "CPP"] and cc.subscriptions["CppShare"] == "*"
     assert (cc.consume_type, cc.message_model) == ("CONSUME_PASSIVELY", "CLUSTERING")   # sent as ordinals
+    # each member's own account (GET_CONSUMER_RUNNING_INFO, put to it by the reader holding its connection)
+    assert [i.properties["PROP_CONSUME_TYPE"] for i in infos] == ["CONSUME_PASSIVELY"] * 2
+    assert all(("CppShare", "*") in {(s["topic"], s["subString"]) for s in i.subscriptions} for i in infos)
+    qa, qb = (set(i.queues) for i in infos)
+    assert qa | qb == {MessageQueue("CppShare", "b1", q) for q in range(4)} and not qa & qb, (qa, qb)
+    assert sum(int(pq["commitOffset"]) for i in infos for pq in i.queues.values()) == 1     # "init", consumed
     sent = [f"s{i}" for i in range(120)]
     asyncio.run(produce(app, "CppShare", sent))
     a, b = (cpp_result(p)["seen"] for p in procs)
