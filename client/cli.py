@@ -117,7 +117,7 @@ def _print_running_info(client_id: str, info: running.RunningInfo) -> None:
         print(f"{mq.topic:<32}  {mq.broker_name:<32}  {mq.queue_id:<4}  {pq.get('commitOffset', -1)}")
     print(f"\n#Consumer MQ Detail#\n{'#Topic':<32}  {'#Broker Name':<32}  {'#QID':<4}  #ProcessQueueInfo")
     for mq, pq in info.queues.items():
-        detail = ", ".join(f"{k}={v}" for k, v in pq.items())
+        detail = ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in pq.items())
         print(f"{mq.topic:<32}  {mq.broker_name:<32}  {mq.queue_id:<4}  ProcessQueueInfo [{detail}]")
     print(f"\n#Consumer RT&TPS#\n{'#Topic':<32}  {'#Pull RT':>14} {'#Pull TPS':>14} {'#Consume RT':>14} "
           f"{'#ConsumeOK TPS':>14} {'#ConsumeFailed TPS':>18} {'#ConsumeFailedMsgsInHour':>25}")
