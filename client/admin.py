@@ -11,6 +11,7 @@ broker a consumer ever sent a heartbeat to has), as Java's ``examineConsumeStats
 """
 from __future__ import annotations
 
+import ipaddress
 import json
 from dataclasses import dataclass
 
@@ -20,6 +21,7 @@ from client.instance import ClientInstance, MessageQueue
 from remoting import mqtable
 from store.configfile import loads_tolerant
 from remoting.codes import RequestCode as R, ResponseCode as RC
+from store import message
 
 
 @dataclass(frozen=True)
@@ -183,6 +185,21 @@ class Admin:
             return running.decode(resp.body)
         except ValueError as e:
             raise MQClientError(f"consumer {client_id} of {group} answered with no ConsumerRunningInfo: {e}") from None
+
+    async def consume_message_directly(self, group: str, client_id: str, msg_id: str) -> dict:
+        """Have the member ``client_id`` of ``group`` consume the stored message ``msg_id`` (an
+        offsetMsgId) now, through the broker that stored it (CONSUME_MESSAGE_DIRECTLY, as Java's
+        admin sends it); -> its ConsumeMessageDirectlyResult (``consumeResult`` CR_SUCCESS,
+        CR_LATER, CR_THROW_EXCEPTION...)."""
+        try:
+            ip, port, _phys = message.parse_offset_msg_id(msg_id)
+        except ValueError as e:
+            raise MQClientError(f"msgId {msg_id!r} is not a message id: {e}") from None
+        addr = f"{ipaddress.ip_address(ip)}:{port}"
+        resp = await self.instance.call(addr, R.CONSUME_MESSAGE_DIRECTLY,
+                                        {"consumerGroup": group, "clientId": client_id, "msgId": msg_id},
+                                        timeout_s=3 * self.instance.timeout_s + 10)
+        return json.loads(resp.body)
 
     async def producer_connection(self, group: str, topic: str) -> list[ClientConnection]:
         """The producer group's clients on every master of ``topic`` (as mqadmin's, which finds

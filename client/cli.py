@@ -2,7 +2,8 @@
 ``appliance cluster``, ``topic-status``, ``progress``, ``connections`` and ``consumer-status``: the
 brokers and their traffic, a topic's queues and the groups that consume it, how far behind a
 consumer group is, who its members are and what each says of itself (``mqadmin clusterList``,
-``topicStatus``, ``consumerProgress``, ``consumerConnection`` and ``consumerStatus``)."""
+``topicStatus``, ``consumerProgress``, ``consumerConnection`` and ``consumerStatus``); ``resend``:
+one member consumes a stored message again (``mqadmin queryMsgById -d``)."""
 from __future__ import annotations
 
 import asyncio
@@ -57,6 +58,13 @@ def add_arguments(sub) -> None:
     p.add_argument("-g", "--group", required=True)
     p.add_argument("-i", "--client-id", help="only this member (default: every member)")
     p.add_argument("-s", "--jstack", action="store_true", help="also each member's threads and tasks")
+    p.add_argument("-n", "--namesrv")
+    p.add_argument("-c", "--config")
+    p = sub.add_parser("resend", help="have one member of a consumer group consume a stored message now "
+                                      "(its offsetMsgId), and print how that went")
+    p.add_argument("-m", "--msg-id", required=True, help="the message's offsetMsgId")
+    p.add_argument("-g", "--group", required=True)
+    p.add_argument("-i", "--client-id", required=True)
     p.add_argument("-n", "--namesrv")
     p.add_argument("-c", "--config")
 
@@ -148,6 +156,13 @@ async def _consumer_status(args, namesrv: str) -> int:
     return 0 if same and not problems else 1
 
 
+async def _resend(args, namesrv: str) -> int:
+    async with Admin(namesrv) as admin:
+        r = await admin.consume_message_directly(args.group, args.client_id, args.msg_id)
+    print(f"{r.get('consumeResult')} in {r.get('spentTimeMills')} ms" + (f": {r['remark']}" if r.get("remark") else ""))
+    return 0 if r.get("consumeResult") == "CR_SUCCESS" else 1
+
+
 async def _progress(args, namesrv: str) -> int:
     async with Admin(namesrv) as admin:
         p = await admin.consume_progress(args.group, args.topic)
@@ -165,7 +180,8 @@ async def _produce(args, namesrv: str) -> int:
     async with Producer("rocketbox_cli", namesrv) as p:
         for body in bodies:
             r = await p.send(Message(args.topic, body.encode(), tags=args.tags, keys=args.keys))
-            print(f"{r.status} msgId={r.msg_id} queue={r.queue.queue_id} offset={r.queue_offset}", flush=True)
+            print(f"{r.status} msgId={r.msg_id} queue={r.queue.queue_id} offset={r.queue_offset} "
+                  f"offsetMsgId={r.offset_msg_id}", flush=True)
     return 0
 
 
@@ -187,7 +203,8 @@ async def _consume(args, namesrv: str) -> int:
 
 
 COMMANDS = {"produce": _produce, "consume": _consume, "topic-status": _topic_status, "progress": _progress,
-            "connections": _connections, "cluster": _cluster, "consumer-status": _consumer_status}
+            "connections": _connections, "cluster": _cluster, "consumer-status": _consumer_status,
+            "resend": _resend}
 
 
 def main(args, cfg) -> int:

@@ -148,6 +148,27 @@ class PushConsumer:
                               {topic: self.stats.status(topic) for topic in self.subs},
                               running.stacks() if jstack else None)
 
+    async def consume_directly(self, body: bytes, broker_name: str) -> dict:
+        """ConsumeMessageDirectlyResult of handing the one stored message in ``body`` to the
+        listener now, outside its queue's turn and moving no offset (Java's consumeMessageDirectly:
+        a dashboard's "resend to this consumer"); ValueError if ``body`` is not one record."""
+        msgs = decode_messages(body, broker_name)
+        if len(msgs) != 1:
+            raise ValueError(f"{len(msgs)} messages in the body, not one")
+        began, remark = time.monotonic(), None
+        try:
+            ok = self.listener(msgs)
+            if inspect.isawaitable(ok):
+                ok = await ok
+            result = "CR_LATER" if ok is False else "CR_SUCCESS"
+        except Exception as e:
+            result, remark = "CR_THROW_EXCEPTION", f"{type(e).__name__}: {e}"
+        out = {"autoCommit": True, "consumeResult": result, "order": self.orderly}
+        if remark is not None:
+            out["remark"] = remark
+        out["spentTimeMills"] = int((time.monotonic() - began) * 1000)
+        return out
+
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> "PushConsumer":
         if self.listener is None or not self.subs:
@@ -416,6 +437,9 @@ class PullConsumer:
 
     def rebalance_soon(self) -> None:
         """(The group's members changed: a pull consumer chooses its queues itself.)"""
+
+    async def consume_directly(self, _body: bytes, _broker_name: str) -> None:
+        """(No listener to hand a message to: the broker is told the group is not here, as Java's.)"""
 
     def running_info(self, jstack: bool) -> bytes:
         """ConsumerRunningInfo: its properties, subscriptions, and each assigned queue's position."""

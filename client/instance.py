@@ -1,7 +1,8 @@
 """What producers and consumers of one process share (Java's MQClientInstance): the client id,
 one connection per broker or name server address, topic routes from the name servers, heartbeats
 to every broker every 30 s, and the broker's requests: NOTIFY_CONSUMER_IDS_CHANGED (-> rebalance)
-and GET_CONSUMER_RUNNING_INFO (answered with the consumer's ``running_info``; client/running.py).
+GET_CONSUMER_RUNNING_INFO (answered with the consumer's ``running_info``; client/running.py) and
+CONSUME_MESSAGE_DIRECTLY (the consumer's ``consume_directly``).
 """
 from __future__ import annotations
 
@@ -164,14 +165,34 @@ class ClientInstance:
             if consumer is not None:
                 consumer.rebalance_soon()
             return
-        if cmd.code == R.GET_CONSUMER_RUNNING_INFO:
-            resp = (cmd.response(RC.SYSTEM_ERROR, f"The Consumer Group <{group}> not exist in this consumer")
-                    if consumer is None else
-                    cmd.response(body=consumer.running_info(cmd.ext.get("jstackEnable", "").lower() == "true")))
+        if cmd.code == R.CONSUME_MESSAGE_DIRECTLY and consumer is not None:
+            asyncio.ensure_future(self._consume_directly(cmd, conn, consumer))
+            return
+        if consumer is None and cmd.code in (R.GET_CONSUMER_RUNNING_INFO, R.CONSUME_MESSAGE_DIRECTLY):
+            resp = cmd.response(RC.SYSTEM_ERROR, f"The Consumer Group <{group}> not exist in this consumer")
+        elif cmd.code == R.GET_CONSUMER_RUNNING_INFO:
+            resp = cmd.response(body=consumer.running_info(cmd.ext.get("jstackEnable", "").lower() == "true"))
         else:
             resp = cmd.response(RC.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
+        self._answer(cmd, conn, resp)
+
+    @staticmethod
+    def _answer(cmd: Command, conn: net.Connection, resp: Command) -> None:
         if not cmd.is_oneway and conn.is_open:
             conn.send(resp)
+
+    async def _consume_directly(self, cmd: Command, conn: net.Connection, consumer) -> None:
+        """ConsumeMessageDirectlyResult of the consumer given the message in ``cmd``'s body; a
+        pull consumer has no listener to give it to (Java's answer then: the group is not here)."""
+        group = cmd.ext.get("consumerGroup", "")
+        try:
+            result = await consumer.consume_directly(cmd.body, cmd.ext.get("brokerName", ""))
+        except ValueError as e:
+            resp = cmd.response(RC.SYSTEM_ERROR, f"the message to consume directly does not decode: {e}")
+        else:
+            resp = (cmd.response(RC.SYSTEM_ERROR, f"The Consumer Group <{group}> not exist in this consumer")
+                    if result is None else cmd.response(body=json.dumps(result, separators=(",", ":")).encode()))
+        self._answer(cmd, conn, resp)
 
     # ------------------------------------------------------------ routes
     async def route(self, topic: str, refresh: bool = False) -> TopicRoute:

@@ -42,7 +42,8 @@ class AdminProcessor:
                 R.GET_EARLIEST_MSG_STORETIME: self.earliest_time, R.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset,
                 R.VIEW_MESSAGE_BY_ID: self.view_message, R.UPDATE_AND_CREATE_TOPIC: self.create_topic,
                 R.GET_ALL_TOPIC_CONFIG: self.all_topics, R.GET_BROKER_RUNTIME_INFO: self.runtime_info,
-                R.GET_TOPIC_STATS_INFO: self.topic_stats, R.GET_CONSUME_STATS: self.consume_stats}
+                R.GET_TOPIC_STATS_INFO: self.topic_stats, R.GET_CONSUME_STATS: self.consume_stats,
+                R.CONSUME_MESSAGE_DIRECTLY: self.consume_directly}
 
     # ------------------------------------------------------------ consumer offsets
     def query_offset(self, cmd, _conn):
@@ -134,17 +135,34 @@ class AdminProcessor:
                 a -= 1
         return cmd.response(ext={"offset": str(a)})
 
-    def view_message(self, cmd, _conn):
-        h = headers.decode(cmd)
-        phys = h["offset"]
+    def _stored(self, phys: int) -> bytes:
+        """The whole record at CommitLog offset ``phys``; ValueError naming the offset if none is."""
         if not int(self.link.ctl[C.MIN_PHYS]) <= phys < int(self.link.ctl[C.WRITTEN]):
-            return cmd.response(RC.SYSTEM_ERROR, f"can not find message by the offset, {phys}")
+            raise ValueError(f"can not find message by the offset, {phys}")
         try:
-            rec = self.view.record(phys)
-            message.decode_record(rec.tobytes())
+            rec = self.view.record(phys).tobytes()
+            message.decode_record(rec)
         except (ValueError, StoreError) as e:
-            return cmd.response(RC.SYSTEM_ERROR, f"can not find message by the offset, {phys}: {e}")
-        return cmd.response(body=rec.tobytes())
+            raise ValueError(f"can not find message by the offset, {phys}: {e}") from None
+        return rec
+
+    def view_message(self, cmd, _conn):
+        try:
+            return cmd.response(body=self._stored(headers.decode(cmd)["offset"]))
+        except ValueError as e:
+            return cmd.response(RC.SYSTEM_ERROR, str(e))
+
+    def consume_directly(self, cmd, _conn):
+        """CONSUME_MESSAGE_DIRECTLY (309): the stored message ``msgId`` names, handed to one
+        consumer of the group to consume now (a dashboard's "resend to this consumer"), with this
+        broker's name; put to it as GET_CONSUMER_RUNNING_INFO is (``ClientProcessor.call_consumer``)."""
+        h = headers.decode(cmd)
+        try:
+            body = self._stored(message.parse_offset_msg_id(h["msgId"] or "")[2])
+        except ValueError as e:
+            return cmd.response(RC.SYSTEM_ERROR, f"msgId {h['msgId']!r}: {e}")
+        return self.b.clients.call_consumer(cmd, h["consumerGroup"], h["clientId"] or "", body,
+                                            brokerName=self.cfg.brokerName)
 
     # ------------------------------------------------------------ topics
     def create_topic(self, cmd, _conn):

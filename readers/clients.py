@@ -5,8 +5,9 @@ orderly consumers' LOCK_BATCH_MQ / UNLOCK_BATCH_MQ (``readers.locks``); and what
 about clients, GET_CONSUMER_CONNECTION_LIST, GET_PRODUCER_CONNECTION_LIST and
 QUERY_TOPIC_CONSUME_BY_WHO, from every reader's published details (``readers.roster``).
 
-GET_CONSUMER_RUNNING_INFO (307, ``mqadmin consumerStatus``) is a question for the consumer
-itself, which a Java broker puts to it over the consumer's own connection (callConsumer).  Only
+GET_CONSUMER_RUNNING_INFO (307, ``mqadmin consumerStatus``) and CONSUME_MESSAGE_DIRECTLY (309,
+readers/admin.py) are for the consumer itself, which a Java broker asks over the consumer's own
+connection (callConsumer).  Only
 the reader its heartbeats come to holds that connection: that reader asks it; any other forwards
 the request to that reader's port once (marked with ``HOP``, so that a consumer that has just
 moved is "not online" rather than chased) and relays the answer.
@@ -58,7 +59,7 @@ class ClientProcessor:
                 R.GET_CONSUMER_CONNECTION_LIST: self.consumer_connection,
                 R.GET_PRODUCER_CONNECTION_LIST: self.producer_connection,
                 R.QUERY_TOPIC_CONSUME_BY_WHO: self.consumed_by,
-                R.GET_CONSUMER_RUNNING_INFO: self.call_consumer}
+                R.GET_CONSUMER_RUNNING_INFO: self.running_info}
 
     def close(self) -> None:
         self.members.close()
@@ -163,12 +164,16 @@ class ClientProcessor:
         return cmd.response(body=orjson.dumps({"groupList": sorted(groups)}))
 
     # ------------------------------------------------------------ what only the consumer knows
-    async def call_consumer(self, cmd, _conn):
-        """The consumer's own answer to ``cmd`` (its extFields and body passed on as they came),
-        or SYSTEM_ERROR / CONSUME_MSG_TIMEOUT with Java's remarks."""
+    def running_info(self, cmd, _conn):
         h = headers.decode(cmd)
-        group, client_id = h["consumerGroup"], h["clientId"]
-        req = Command(cmd.code, {k: v for k, v in cmd.ext.items() if k != HOP}, cmd.body, language="JAVA")
+        return self.call_consumer(cmd, h["consumerGroup"], h["clientId"])
+
+    async def call_consumer(self, cmd, group: str, client_id: str, body: bytes | None = None, **ext):
+        """The answer of the consumer ``client_id`` of ``group`` to ``cmd`` (its extFields, and its
+        body unless ``body`` is given, passed on as they came, ``ext`` added), or SYSTEM_ERROR /
+        CONSUME_MSG_TIMEOUT with Java's remarks."""
+        req = Command(cmd.code, {**{k: v for k, v in cmd.ext.items() if k != HOP}, **ext},
+                      cmd.body if body is None else body, language="JAVA")
         conn = self.members.conns.get(group, {}).get(client_id)
         if conn is not None:
             version = self.members.who[(group, client_id)]["version"]

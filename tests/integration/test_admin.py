@@ -319,10 +319,10 @@ def test_runtime_info_has_what_mqadmin_cluster_list_reads(appliance_factory):
     assert infos[0]["msgPutTotalTodayNow"] == infos[1]["msgPutTotalTodayNow"]
 
 
-def _asked(w: Wire) -> Command:
-    """The next GET_CONSUMER_RUNNING_INFO the broker puts to the client on ``w`` (its
+def _asked(w: Wire, code: int = R.GET_CONSUMER_RUNNING_INFO) -> Command:
+    """The next request ``code`` the broker puts to the client on ``w`` (its
     NOTIFY_CONSUMER_IDS_CHANGED pushes skipped)."""
-    while (req := w.read_request()).code != R.GET_CONSUMER_RUNNING_INFO:
+    while (req := w.read_request()).code != code:
         pass
     return req
 
@@ -442,3 +442,58 @@ def test_real_consumers_report_their_running_info_and_the_cli_checks_them(applia
     assert out.stdout.rstrip().endswith("Same subscription in the same group of consumer\nRebalance OK")
     out = app.cmd("consumer-status", "-g", GROUP, "-i", "10.9.9.9@nobody")
     assert out.returncode == 1 and "not online" in out.stderr
+
+
+def test_a_stored_message_is_given_to_one_consumer_to_consume_directly(appliance_factory):
+    """CONSUME_MESSAGE_DIRECTLY (309): the broker puts the stored record the msgId names, with its
+    own name, to the consumer (whichever reader is asked), and relays the consumer's result; our
+    push consumer hands it to its listener and says how that went."""
+    app = appliance_factory(namesrv=True).start()
+    create_topic(app, TOPIC, 2)
+    r0, client = Wire("127.0.0.1", app.cfg.reader_port(0)), Wire("127.0.0.1", app.cfg.reader_port(1))
+    _heartbeat(client, "10.0.0.9@c", [{"groupName": "g", "subscriptionDataSet": []}], [], language="JAVA", version=399)
+    seen, verdicts = [], iter([True, False, RuntimeError("boom"), True])
+
+    def listener(msgs):
+        seen.extend(msgs)
+        verdict = next(verdicts)
+        if isinstance(verdict, Exception):
+            raise verdict
+        return verdict
+
+    async def run():
+        async with Producer("direct_producer", app.namesrv) as p:
+            sent = await p.send(Message(TOPIC, b"direct", tags="TagD", keys="k1"))
+        await dispatched(app)
+        ext = {"consumerGroup": "g", "clientId": "10.0.0.9@c", "msgId": sent.offset_msg_id}
+        opaque = await asyncio.to_thread(r0.send, R.CONSUME_MESSAGE_DIRECTLY, ext)
+        req = await asyncio.to_thread(_asked, client, R.CONSUME_MESSAGE_DIRECTLY)
+        _ip, _port, phys = message.parse_offset_msg_id(sent.offset_msg_id)
+        stored = r0.call(R.VIEW_MESSAGE_BY_ID, {"offset": str(phys)}).body     # (r0 waits: a reply is queued)
+        client.answer(req, RC.SUCCESS, body=b'{"consumeResult":"CR_SUCCESS"}')
+        relayed = await asyncio.to_thread(r0.read_response)
+        bad = r0.call(R.CONSUME_MESSAGE_DIRECTLY, {**ext, "msgId": "ZZ"})
+        c = PushConsumer("direct_group", app.namesrv)
+        await c.subscribe(TOPIC, "TagX").register(listener).start()
+        try:
+            async with Admin(app.namesrv) as admin:
+                results = [await admin.consume_message_directly("direct_group", c.instance.client_id,
+                                                                sent.offset_msg_id) for _ in range(3)]
+            out = await asyncio.to_thread(app.cmd, "resend", "-m", sent.offset_msg_id, "-g", "direct_group",
+                                          "-i", c.instance.client_id)
+        finally:
+            await c.shutdown()
+        return sent, opaque, req, stored, relayed, bad, results, out
+
+    sent, opaque, req, stored, relayed, bad, results, out = asyncio.run(run())
+    assert req.body == stored and len(stored) > 0
+    assert req.ext == {"consumerGroup": "g", "clientId": "10.0.0.9@c", "msgId": sent.offset_msg_id, "brokerName": "b1"}
+    assert (relayed.code, relayed.opaque, relayed.body) == (RC.SUCCESS, opaque, b'{"consumeResult":"CR_SUCCESS"}')
+    assert bad.code == RC.SYSTEM_ERROR and bad.remark.startswith("msgId 'ZZ': ")
+    # the real consumer: its listener had the message (whatever its subscription), three times
+    assert [(m.body, m.tags, m.keys, m.msg_id, m.broker_name) for m in seen] == \
+        [(b"direct", "TagD", ["k1"], sent.msg_id, "b1")] * 4
+    assert [r["consumeResult"] for r in results] == ["CR_SUCCESS", "CR_LATER", "CR_THROW_EXCEPTION"]
+    assert results[2]["remark"] == "RuntimeError: boom" and "remark" not in results[0]
+    assert all(r["autoCommit"] is True and r["order"] is False and r["spentTimeMills"] >= 0 for r in results)
+    assert out.returncode == 0 and re.fullmatch(r"CR_SUCCESS in \d+ ms\n", out.stdout), (out.stdout, out.stderr)
