@@ -1,6 +1,6 @@
 """What producers and consumers of one process share (Java's MQClientInstance): the client id,
 one connection per broker or name server address, topic routes from the name servers, heartbeats
-to every broker every 30 s, and the broker's requests: NOTIFY_CONSUMER_IDS_CHANGED (-> rebalance)
+to every broker every 30 s, and the broker's requests: NOTIFY_CONSUMER_IDS_CHANGED (-> rebalance),
 GET_CONSUMER_RUNNING_INFO (answered with the consumer's ``running_info``; client/running.py) and
 CONSUME_MESSAGE_DIRECTLY (the consumer's ``consume_directly``).
 """
