@@ -6,12 +6,15 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 
 import psutil
+
+from appliance import config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -45,6 +48,16 @@ class BenchAppliance:
             self.stop()
             raise
         return self
+
+    def wait_serving(self) -> None:
+        """Until every reader and HAProxy accept connections, and HAProxy has had time to mark the
+        readers up (it checks each every 1 s): what clients need before their first request
+        (``appliance status`` says only that every role's process runs)."""
+        cfg = config.load(self.conf)
+        for i in range(cfg.readerProcessNums):
+            wait_port(cfg.reader_port(i), self.proc, f"reader {i}")
+        wait_port(cfg.listenPort, self.proc, "HAProxy")
+        time.sleep(2.5)
 
     def _by_role(self, measure) -> dict[str, float]:
         """``measure(process)`` summed by role name, the supervisor's own too; a role's own
@@ -81,3 +94,18 @@ class BenchAppliance:
 def _anon_kib(p: psutil.Process) -> int:
     with open(f"/proc/{p.pid}/smaps_rollup") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("Anonymous:"))
+
+
+def wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 30) -> None:
+    """Until something accepts connections on 127.0.0.1:``port``; RuntimeError if ``proc`` (what
+    should be listening there) exits first, TimeoutError after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise TimeoutError(f"{what} is not listening on {port} after {timeout} s")

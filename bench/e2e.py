@@ -53,9 +53,8 @@ import time
 import numpy as np
 import psutil
 
-from appliance import config
 from bench import hiccups
-from bench.appliance import BenchAppliance
+from bench.appliance import BenchAppliance, wait_port
 from remoting import codec
 from remoting.codec import Command
 from remoting.codes import RequestCode as R
@@ -409,19 +408,6 @@ def with_cpu(server, run, *args, **kwargs) -> dict:
 
 
 # ---------------------------------------------------------------- the servers
-def wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with {proc.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.2)
-    raise TimeoutError(f"{what} is not listening on {port} after {timeout} s")
-
-
 class RocketboxServer:
     name = "rocketbox"
 
@@ -438,11 +424,7 @@ class RocketboxServer:
         return self
 
     def _ready(self) -> None:
-        cfg = config.load(self.conf)
-        for i in range(cfg.readerProcessNums):
-            wait_port(cfg.reader_port(i), self.app.proc, f"reader {i}")
-        wait_port(self.port, self.app.proc, "HAProxy")
-        time.sleep(2.5)     # HAProxy checks each reader every 1 s: let every reader be marked up first
+        self.app.wait_serving()
         create_topic(self.port, TOPIC, QUEUES)
 
     def prepare_consume(self) -> None:

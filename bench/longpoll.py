@@ -21,9 +21,8 @@ import time
 
 import psutil
 
-from appliance import config
 from bench.appliance import BenchAppliance
-from bench.e2e import _call, create_topic, wait_port
+from bench.e2e import _call, create_topic
 from remoting import codec
 from remoting.codec import Command, Decoder
 from remoting.codes import RequestCode as R, ResponseCode as RC
@@ -135,11 +134,7 @@ def main() -> None:
     print(f"# longpoll benchmark: queues={args.queues} groups={args.groups} rate={args.rate}/s seconds={args.seconds} "
           f"readers=1 cpus={os.cpu_count()}")
     try:
-        def ready():
-            wait_port(config.load(app.conf).reader_port(0), app.proc, "reader 0")
-            wait_port(args.port, app.proc, "HAProxy")
-            time.sleep(2.5)                     # HAProxy marks the reader up
-        app.start(ready=ready)
+        app.start(ready=app.wait_serving)
         create_topic(args.port, "Idle", args.queues)
         create_topic(args.port, "Busy", 1)
         with socket.create_connection(("127.0.0.1", args.port)) as s:

@@ -139,7 +139,7 @@ def main() -> None:
     print(f"# rebalance benchmark: groups={args.groups} members={args.members} queues={args.queues} "
           f"messages={args.messages} readers={args.readers} orderly={args.orderly}", flush=True)
     try:
-        app.start()
+        app.start(ready=app.wait_serving)
         create_topic(args.port, TOPIC, args.queues)
         code = asyncio.run(run(args))
     finally:

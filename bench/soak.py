@@ -134,7 +134,7 @@ def main() -> None:
           f"messages={args.messages} topics={args.topics}x{QUEUES} groups={args.groups} readers={args.readers}",
           flush=True)
     try:
-        app.start()
+        app.start(ready=app.wait_serving)
         code = asyncio.run(run(app, args))
     finally:
         app.stop()

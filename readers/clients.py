@@ -94,20 +94,21 @@ class ClientProcessor:
                     self.full_warned_at = time.monotonic()
                     log.warning("%s (from %s)", e, conn.peer)
                 return cmd.response(RC.SYSTEM_ERROR, str(e))
+            self.publish_soon()        # (before the notices: see publish_soon)
             if joined:
                 log.info("consumer %s joined group %s from %s", client_id, group, conn.peer)
                 self.notify_changes()
-            self.publish_soon()
         return cmd.response()
 
     def unregister(self, cmd, _conn):
         h = headers.decode(cmd)
-        if h["consumerGroup"] and self.members.remove(h["consumerGroup"], h["clientID"]):
-            log.info("consumer %s left group %s", h["clientID"], h["consumerGroup"])
-            self.notify_changes()
+        left = bool(h["consumerGroup"]) and self.members.remove(h["consumerGroup"], h["clientID"])
         if h["producerGroup"]:
             self.producers.remove(h["producerGroup"], h["clientID"])
         self.publish_soon()
+        if left:
+            log.info("consumer %s left group %s", h["clientID"], h["consumerGroup"])
+            self.notify_changes()
         return cmd.response()
 
     def consumer_list(self, cmd, _conn):
@@ -212,7 +213,11 @@ class ClientProcessor:
                 "consumers": self.members.details(), "producers": self.producers.details()}
 
     def publish_soon(self) -> None:
-        """Publish at the end of this loop turn if the details changed (once however many did)."""
+        """Publish at the end of this loop turn if the details changed (once however many did).
+        Called before any notice to a client is written, so that the callback runs before the
+        connection's write of this turn (both are ``call_soon``s, run in order): a client that has
+        its answer can ask any reader and find itself published.  (A notice queued first would
+        take the answer out with it, ahead of the publish.)"""
         if not self.publish_due and (self.members.details_changed or self.producers.details_changed):
             self.publish_due = True
             self.link.loop.call_soon(self.publish)
@@ -224,10 +229,11 @@ class ClientProcessor:
 
     # ------------------------------------------------------------ membership changes
     def connection_closed(self, conn) -> None:
-        if self.members.drop_connection(conn):
-            self.notify_changes()
+        left = self.members.drop_connection(conn)
         self.producers.drop_connection(conn)
         self.publish_soon()
+        if left:
+            self.notify_changes()
 
     def notify_changes(self) -> None:
         """Tell this reader's connections of every group whose member set changed."""
