@@ -357,6 +357,7 @@ class PushConsumer:
                     self.offsets.update(mq, offset)
                 committed = self.offsets.table.get(mq) if self.model == "CLUSTERING" else None
                 began = time.monotonic()
+                pq.pulling()
                 res = await pull_queue(self.instance, addr, self.group, mq, offset, self.pull_batch, expr, tags, ver,
                                        self.suspend_ms, committed if committed else None)
             except (MQClientError, KeyError) as e:

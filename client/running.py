@@ -93,15 +93,18 @@ class ConsumeStats:
 @dataclass
 class ProcessQueue:
     """One owned queue's state as ProcessQueueInfo reports it: the batch pulled and not yet
-    consumed (this client holds one batch per queue), and when it last pulled and consumed."""
+    consumed (this client holds one batch per queue), and when it last sent a pull and consumed."""
     offsets: list[int] = field(default_factory=list)
     size: int = 0                   # bytes of the held batch's bodies
     last_pull_ms: int = 0
     last_consume_ms: int = 0
 
+    def pulling(self) -> None:
+        """A pull goes out (Java stamps lastPullTimestamp then, a long poll's wait included)."""
+        self.last_pull_ms = int(time.time() * 1000)
+
     def hold(self, msgs) -> None:
         self.offsets, self.size = [m.queue_offset for m in msgs], sum(len(m.body) for m in msgs)
-        self.last_pull_ms = int(time.time() * 1000)
 
     def done(self) -> None:
         self.offsets, self.size = [], 0
