@@ -178,9 +178,8 @@ class Admin:
         group's retry topic as Java's admin asks it; MQBrokerError SYSTEM_ERROR when the consumer is
         not online there, CONSUME_MSG_TIMEOUT when it does not answer."""
         addr = min((await self._group_masters(group)).values())
-        resp = await self.instance.call(addr, R.GET_CONSUMER_RUNNING_INFO,
-                                        {"consumerGroup": group, "clientId": client_id, "jstackEnable": str(jstack).lower()},
-                                        timeout_s=3 * self.instance.timeout_s + 10)
+        resp = await self._ask_consumer(addr, R.GET_CONSUMER_RUNNING_INFO, {
+            "consumerGroup": group, "clientId": client_id, "jstackEnable": str(jstack).lower()})
         try:
             return running.decode(resp.body)
         except ValueError as e:
@@ -196,10 +195,14 @@ class Admin:
         except ValueError as e:
             raise MQClientError(f"msgId {msg_id!r} is not a message id: {e}") from None
         addr = f"{ipaddress.ip_address(ip)}:{port}"
-        resp = await self.instance.call(addr, R.CONSUME_MESSAGE_DIRECTLY,
-                                        {"consumerGroup": group, "clientId": client_id, "msgId": msg_id},
-                                        timeout_s=3 * self.instance.timeout_s + 10)
+        resp = await self._ask_consumer(addr, R.CONSUME_MESSAGE_DIRECTLY,
+                                        {"consumerGroup": group, "clientId": client_id, "msgId": msg_id})
         return json.loads(resp.body)
+
+    async def _ask_consumer(self, addr: str, code: int, ext: dict):
+        """A request the broker at ``addr`` puts to a consumer: given Java admin's three times the
+        usual time, and the broker's own 10 s for the consumer's answer on top."""
+        return await self.instance.call(addr, code, ext, timeout_s=3 * self.instance.timeout_s + 10)
 
     async def producer_connection(self, group: str, topic: str) -> list[ClientConnection]:
         """The producer group's clients on every master of ``topic`` (as mqadmin's, which finds

@@ -65,6 +65,12 @@ async def stop_tasks(tasks) -> None:
         await asyncio.wait(tasks, timeout=1.0)
 
 
+def _no_group(cmd: Command) -> Command:
+    """The answer to a broker that asks a consumer group this client does not run (Java's words)."""
+    return cmd.response(RC.SYSTEM_ERROR, f"The Consumer Group <{cmd.ext.get('consumerGroup', '')}> not exist "
+                                         f"in this consumer")
+
+
 def _local_ip() -> str:
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
@@ -159,21 +165,20 @@ class ClientInstance:
     def _on_request(self, cmd: Command, conn: net.Connection) -> None:
         """A broker's request (ClientRemotingProcessor); one we do not serve is answered
         REQUEST_CODE_NOT_SUPPORTED, as a Java client answers it."""
-        group = cmd.ext.get("consumerGroup", "")
-        consumer = self.consumers.get(group)
+        consumer = self.consumers.get(cmd.ext.get("consumerGroup", ""))
         if cmd.code == R.NOTIFY_CONSUMER_IDS_CHANGED:
             if consumer is not None:
                 consumer.rebalance_soon()
             return
-        if cmd.code == R.CONSUME_MESSAGE_DIRECTLY and consumer is not None:
+        if cmd.code == R.CONSUME_MESSAGE_DIRECTLY:
             asyncio.ensure_future(self._consume_directly(cmd, conn, consumer))
             return
-        if consumer is None and cmd.code in (R.GET_CONSUMER_RUNNING_INFO, R.CONSUME_MESSAGE_DIRECTLY):
-            resp = cmd.response(RC.SYSTEM_ERROR, f"The Consumer Group <{group}> not exist in this consumer")
-        elif cmd.code == R.GET_CONSUMER_RUNNING_INFO:
-            resp = cmd.response(body=consumer.running_info(cmd.ext.get("jstackEnable", "").lower() == "true"))
-        else:
+        if cmd.code != R.GET_CONSUMER_RUNNING_INFO:
             resp = cmd.response(RC.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
+        elif consumer is None:
+            resp = _no_group(cmd)
+        else:
+            resp = cmd.response(body=consumer.running_info(cmd.ext.get("jstackEnable", "").lower() == "true"))
         self._answer(cmd, conn, resp)
 
     @staticmethod
@@ -184,14 +189,14 @@ class ClientInstance:
     async def _consume_directly(self, cmd: Command, conn: net.Connection, consumer) -> None:
         """ConsumeMessageDirectlyResult of the consumer given the message in ``cmd``'s body; a
         pull consumer has no listener to give it to (Java's answer then: the group is not here)."""
-        group = cmd.ext.get("consumerGroup", "")
         try:
-            result = await consumer.consume_directly(cmd.body, cmd.ext.get("brokerName", ""))
+            result = None if consumer is None else \
+                await consumer.consume_directly(cmd.body, cmd.ext.get("brokerName", ""))
         except ValueError as e:
             resp = cmd.response(RC.SYSTEM_ERROR, f"the message to consume directly does not decode: {e}")
         else:
-            resp = (cmd.response(RC.SYSTEM_ERROR, f"The Consumer Group <{group}> not exist in this consumer")
-                    if result is None else cmd.response(body=json.dumps(result, separators=(",", ":")).encode()))
+            resp = _no_group(cmd) if result is None else \
+                cmd.response(body=json.dumps(result, separators=(",", ":")).encode())
         self._answer(cmd, conn, resp)
 
     # ------------------------------------------------------------ routes

@@ -7,10 +7,9 @@ QUERY_TOPIC_CONSUME_BY_WHO, from every reader's published details (``readers.ros
 
 GET_CONSUMER_RUNNING_INFO (307, ``mqadmin consumerStatus``) and CONSUME_MESSAGE_DIRECTLY (309,
 readers/admin.py) are for the consumer itself, which a Java broker asks over the consumer's own
-connection (callConsumer).  Only
-the reader its heartbeats come to holds that connection: that reader asks it; any other forwards
-the request to that reader's port once (marked with ``HOP``, so that a consumer that has just
-moved is "not online" rather than chased) and relays the answer.
+connection (callConsumer).  Only the reader its heartbeats come to holds that connection: that
+reader asks it; any other forwards the request to that reader's port once (marked with ``HOP``,
+so that a consumer that has just moved is "not online" rather than chased) and relays the answer.
 """
 from __future__ import annotations
 
