@@ -1,8 +1,8 @@
 """What an operator asks of a cluster, as ``mqadmin`` asks it (tools:admin/DefaultMQAdminExtImpl.java):
 the brokers and their traffic (``clusterList``), a topic's queues (``topicStatus``), how far behind
 a group is (``consumerProgress``), a group's members (``consumerConnection``) and what each says of
-itself (``consumerStatus``), a producer group's clients (``producerConnection``), and which groups
-consume a topic.
+itself (``consumerStatus``), a producer group's clients (``producerConnection``), which groups
+consume a topic, and a group's offsets moved to a time (``resetOffsetByTime``).
 
 They go to every master broker of a route from the name servers: the topic's own route, or for
 what is asked of a consumer group, the route of its retry topic (``%RETRY%<group>``, which every
@@ -203,6 +203,53 @@ class Admin:
         """A request the broker at ``addr`` puts to a consumer: given Java admin's three times the
         usual time, and the broker's own 10 s for the consumer's answer on top."""
         return await self.instance.call(addr, code, ext, timeout_s=3 * self.instance.timeout_s + 10)
+
+    async def reset_offsets(self, group: str, topic: str, timestamp: int, force: bool = True) -> dict[MessageQueue, int]:
+        """Move ``group``'s offsets on ``topic`` back (or on, with ``force``) to the messages
+        stored at ``timestamp`` (ms; -1: each queue's end), as ``mqadmin resetOffsetByTime`` does,
+        on every master of the topic: the broker has the group's members start over from there
+        (INVOKE_BROKER_TO_RESET_OFFSET); a broker with none of them online answers
+        CONSUMER_NOT_ONLINE, and the offsets are then committed here, queue by queue (Java's
+        resetOffsetByTimestampOld).  Without ``force`` a queue only moves back.  -> each queue's
+        offset now."""
+        out = {}
+        for addr in sorted((await self._masters(topic)).values()):
+            resp = await self.instance.call(addr, R.INVOKE_BROKER_TO_RESET_OFFSET, {
+                "topic": topic, "group": group, "timestamp": str(timestamp), "isForce": str(force).lower()},
+                ok=(RC.SUCCESS, RC.CONSUMER_NOT_ONLINE))
+            if resp.code == RC.SUCCESS:
+                out.update((MessageQueue(*k), int(v)) for k, v in mqtable.decode(resp.body, "offsetTable")[1].items())
+            else:
+                out.update(await self._commit_offsets_at(addr, group, topic, timestamp, force))
+        return dict(sorted(out.items(), key=lambda kv: kv[0].sort_key()))
+
+    async def _commit_offsets_at(self, addr: str, group: str, topic: str, timestamp: int,
+                                 force: bool) -> dict[MessageQueue, int]:
+        """The broker at ``addr`` has no member of ``group`` online: each queue of ``topic`` it
+        has the group's offset on (else each of its queues, from its min offset) is committed at
+        the message stored at ``timestamp`` (its max offset for -1) when ``force`` or when that is
+        not after the committed offset."""
+        resp = await self.instance.call(addr, R.GET_CONSUME_STATS, {"consumerGroup": group, "topic": ""})
+        committed = {MessageQueue(*k): int(v.get("consumerOffset", 0))
+                     for k, v in mqtable.decode(resp.body, "offsetTable")[1].items() if k[0] == topic}
+        if not committed:
+            resp = await self.instance.call(addr, R.GET_TOPIC_STATS_INFO, {"topic": topic})
+            committed = {MessageQueue(*k): int(v.get("minOffset", 0))
+                         for k, v in mqtable.decode(resp.body, "offsetTable")[1].items()}
+        out = {}
+        for mq, offset in committed.items():
+            ext = {"topic": topic, "queueId": str(mq.queue_id)}
+            if timestamp == -1:
+                at = int((await self.instance.call(addr, R.GET_MAX_OFFSET, ext)).ext["offset"])
+            else:
+                at = int((await self.instance.call(addr, R.SEARCH_OFFSET_BY_TIMESTAMP,
+                                                   {**ext, "timestamp": str(timestamp)})).ext["offset"])
+            out[mq] = offset
+            if force or at <= offset:
+                await self.instance.call(addr, R.UPDATE_CONSUMER_OFFSET, {
+                    "consumerGroup": group, **ext, "commitOffset": str(at)})
+                out[mq] = at
+        return out
 
     async def producer_connection(self, group: str, topic: str) -> list[ClientConnection]:
         """The producer group's clients on every master of ``topic`` (as mqadmin's, which finds

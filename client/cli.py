@@ -3,9 +3,11 @@
 brokers and their traffic, a topic's queues and the groups that consume it, how far behind a
 consumer group is, who its members are and what each says of itself (``mqadmin clusterList``,
 ``topicStatus``, ``consumerProgress``, ``consumerConnection`` and ``consumerStatus``); ``resend``:
-one member consumes a stored message again (``mqadmin queryMsgById -d``)."""
+one member consumes a stored message again (``mqadmin queryMsgById -d``); ``reset-offset``: a group
+starts over from a time (``mqadmin resetOffsetByTime``)."""
 from __future__ import annotations
 
+import argparse
 import asyncio
 import datetime
 import sys
@@ -67,6 +69,31 @@ def add_arguments(sub) -> None:
     p.add_argument("-i", "--client-id", required=True)
     p.add_argument("-n", "--namesrv")
     p.add_argument("-c", "--config")
+    p = sub.add_parser("reset-offset", help="move a consumer group's offsets on a topic to a time; its members "
+                                            "start over from there")
+    p.add_argument("-g", "--group", required=True)
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-s", "--timestamp", required=True, type=_timestamp,
+                   help="now (each queue's end), ms since the epoch, or yyyy-MM-dd#HH:mm:ss:SSS (local time)")
+    p.add_argument("-f", "--force", default="true", choices=("true", "false"),
+                   help="false: only move offsets back (default true)")
+    p.add_argument("-n", "--namesrv")
+    p.add_argument("-c", "--config")
+
+
+def _timestamp(text: str) -> int:
+    """``mqadmin resetOffsetByTime -s``: "now" (-1), ms, or a local yyyy-MM-dd#HH:mm:ss:SSS."""
+    text = text.strip()
+    if text == "now":
+        return -1
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return int(datetime.datetime.strptime(text, "%Y-%m-%d#%H:%M:%S:%f").timestamp() * 1000)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not now, ms, or yyyy-MM-dd#HH:mm:ss:SSS") from None
 
 
 def _when(ms: int) -> str:
@@ -163,6 +190,17 @@ async def _resend(args, namesrv: str) -> int:
     return 0 if r.get("consumeResult") == "CR_SUCCESS" else 1
 
 
+async def _reset_offset(args, namesrv: str) -> int:
+    async with Admin(namesrv) as admin:
+        table = await admin.reset_offsets(args.group, args.topic, args.timestamp, args.force == "true")
+    print(f"rollback consumer offset by specified group[{args.group}], topic[{args.topic}], force[{args.force}], "
+          f"timestamp[{args.timestamp}]")
+    print(f"{'#brokerName':<40}  {'#queueId':<40}  #offset")
+    for mq, offset in table.items():
+        print(f"{mq.broker_name:<40}  {mq.queue_id:<40}  {offset}")
+    return 0
+
+
 async def _progress(args, namesrv: str) -> int:
     async with Admin(namesrv) as admin:
         p = await admin.consume_progress(args.group, args.topic)
@@ -204,7 +242,7 @@ async def _consume(args, namesrv: str) -> int:
 
 COMMANDS = {"produce": _produce, "consume": _consume, "topic-status": _topic_status, "progress": _progress,
             "connections": _connections, "cluster": _cluster, "consumer-status": _consumer_status,
-            "resend": _resend}
+            "resend": _resend, "reset-offset": _reset_offset}
 
 
 def main(args, cfg) -> int:

@@ -169,6 +169,24 @@ class PushConsumer:
         out["spentTimeMills"] = int((time.monotonic() - began) * 1000)
         return out
 
+    async def reset_offsets(self, topic: str, table: dict[MessageQueue, int]) -> list[MessageQueue]:
+        """Start each queue of ``topic`` this member owns that ``table`` has over from its offset
+        there, and commit that offset (a broker asks on an operator's behalf: ``mqadmin
+        resetOffsetByTime``, RESET_CONSUMER_CLIENT_OFFSET).  As Java's MQClientInstance.resetOffset:
+        the queue's pull loop stops (an orderly batch in the listener has ``DRAIN_S`` to end), the
+        offset is set and committed, and the queue is pulled again from it at once, its lock (if
+        orderly) kept.  -> the queues reset."""
+        async with self.rebalancing:
+            loops = {mq: self.pullers.pop(mq) for mq in list(self.pullers) if mq.topic == topic and mq in table}
+            await self._stop_loops(loops, cancel_busy=True)
+            for mq in loops:
+                self.offsets.update(mq, table[mq])
+                await self._commit(mq)
+                self.process.pop(mq, None)
+                self.pullers[mq] = asyncio.get_running_loop().create_task(self._pull_loop(mq, table[mq]))
+                log.info("%s reset %s to offset %d", self.instance.client_id, mq, table[mq])
+        return sorted(loops, key=MessageQueue.sort_key)
+
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> "PushConsumer":
         if self.listener is None or not self.subs:
@@ -340,15 +358,16 @@ class PushConsumer:
         return int(resp.ext["offset"])
 
     # ------------------------------------------------------------ consuming
-    async def _pull_loop(self, mq: MessageQueue) -> None:
-        """Pull, consume, move on, while this loop owns ``mq`` (``pullers[mq]`` is its task).  A
+    async def _pull_loop(self, mq: MessageQueue, offset: int | None = None) -> None:
+        """Pull, consume, move on, while this loop owns ``mq`` (``pullers[mq]`` is its task), from
+        ``offset`` or else where the group's offset store says to start.  A
         rebalance that gives the queue up also cancels the loop, but a cancellation can be lost
         (Python 3.11's ``wait_for`` drops one that lands as its reply arrives, which a busy loop
         makes likely; a listener may swallow one), and the loop would go on consuming a queue
         another member now owns: so it checks, as Java's ``ProcessQueue.isDropped``."""
         me = asyncio.current_task()
         expr, tags, ver = self.subs[mq.topic]
-        offset, pq = None, self.process.setdefault(mq, running.ProcessQueue())
+        pq = self.process.setdefault(mq, running.ProcessQueue())
         while await self._hold(mq, me):             # (the offset is read once the queue is locked)
             try:
                 addr = (await self.instance.route(mq.topic)).masters[mq.broker_name]

@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 from client.errors import MQBrokerError, MQClientError
 from net import client as net
+from remoting import mqtable
 from remoting.codec import Command
 from remoting.codes import RequestCode as R, ResponseCode as RC
 from store.configfile import loads_tolerant
@@ -69,6 +70,21 @@ def _no_group(cmd: Command) -> Command:
     """The answer to a broker that asks a consumer group this client does not run (Java's words)."""
     return cmd.response(RC.SYSTEM_ERROR, f"The Consumer Group <{cmd.ext.get('consumerGroup', '')}> not exist "
                                          f"in this consumer")
+
+
+def reset_offset_table(body: bytes) -> dict[MessageQueue, int]:
+    """A ResetOffsetBody's offsetTable, keyed by MessageQueue object literals (``remoting.mqtable``),
+    or in ResetOffsetBodyForC's list form; ValueError for anything else."""
+    try:
+        rows = json.loads(body).get("offsetTable")
+    except (ValueError, AttributeError):
+        rows = None
+    try:
+        if isinstance(rows, list):
+            return {MessageQueue(r["topic"], r["brokerName"], int(r["queueId"])): int(r["offset"]) for r in rows}
+        return {MessageQueue(*key): int(offset) for key, offset in mqtable.decode(body, "offsetTable")[1].items()}
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"not an offset table: {e!r}") from None
 
 
 def _local_ip() -> str:
@@ -166,6 +182,9 @@ class ClientInstance:
         """A broker's request (ClientRemotingProcessor); one we do not serve is answered
         REQUEST_CODE_NOT_SUPPORTED, as a Java client answers it."""
         consumer = self.consumers.get(cmd.ext.get("consumerGroup", ""))
+        if cmd.code == R.RESET_CONSUMER_CLIENT_OFFSET:
+            self._reset_offsets(cmd, self.consumers.get(cmd.ext.get("group", "")))
+            return
         if cmd.code == R.NOTIFY_CONSUMER_IDS_CHANGED:
             if consumer is not None:
                 consumer.rebalance_soon()
@@ -185,6 +204,22 @@ class ClientInstance:
     def _answer(cmd: Command, conn: net.Connection, resp: Command) -> None:
         if not cmd.is_oneway and conn.is_open:
             conn.send(resp)
+
+    @staticmethod
+    def _reset_offsets(cmd: Command, consumer) -> None:
+        """RESET_CONSUMER_CLIENT_OFFSET (oneway: no answer): a push consumer of the group starts the
+        topic's queues it owns over from the offsets in the body (ResetOffsetBody, or the C++
+        clients' list form); anyone else has nothing to reset (Java's too)."""
+        reset = getattr(consumer, "reset_offsets", None)
+        if reset is None:
+            log.info("offsets of group %s reset, which no push consumer here runs", cmd.ext.get("group"))
+            return
+        try:
+            table = reset_offset_table(cmd.body)
+        except ValueError as e:
+            log.warning("a reset of group %s's offsets does not decode: %s", cmd.ext.get("group"), e)
+            return
+        asyncio.ensure_future(reset(cmd.ext.get("topic", ""), table))
 
     async def _consume_directly(self, cmd: Command, conn: net.Connection, consumer) -> None:
         """ConsumeMessageDirectlyResult of the consumer given the message in ``cmd``'s body; a

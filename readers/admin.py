@@ -10,10 +10,12 @@ import json
 import os
 import struct
 
+from readers.clients import NOT_ONLINE
 from readers.send import SYSTEM_TOPICS
 from remoting import headers, mqtable
 from remoting.headers import HeaderError
-from remoting.codes import SERVER_VERSION, SERVER_VERSION_DESC, RequestCode as R, ResponseCode as RC
+from remoting.codec import Command
+from remoting.codes import SERVER_VERSION, SERVER_VERSION_DESC, V3_0_7_SNAPSHOT, RequestCode as R, ResponseCode as RC
 from shm.layout import C, T
 from store import configfile, message
 from store.errors import StoreError
@@ -43,7 +45,7 @@ class AdminProcessor:
                 R.VIEW_MESSAGE_BY_ID: self.view_message, R.UPDATE_AND_CREATE_TOPIC: self.create_topic,
                 R.GET_ALL_TOPIC_CONFIG: self.all_topics, R.GET_BROKER_RUNTIME_INFO: self.runtime_info,
                 R.GET_TOPIC_STATS_INFO: self.topic_stats, R.GET_CONSUME_STATS: self.consume_stats,
-                R.CONSUME_MESSAGE_DIRECTLY: self.consume_directly}
+                R.CONSUME_MESSAGE_DIRECTLY: self.consume_directly, R.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset}
 
     # ------------------------------------------------------------ consumer offsets
     def query_offset(self, cmd, _conn):
@@ -81,6 +83,49 @@ class AdminProcessor:
             return cmd.response(RC.SYSTEM_ERROR, "consumer offset not applied within 3 s")
         return cmd.response()
 
+    def reset_offset(self, cmd, _conn):
+        """INVOKE_BROKER_TO_RESET_OFFSET (222, ``mqadmin resetOffsetByTime``), as Java's
+        Broker2Client.resetOffset: for each write queue, the offset of the message stored at
+        ``timestamp`` (the queue's max offset for -1, "now"), taken if ``isForce`` or if it is
+        before the group's committed offset (else the committed one stays).  The table goes to
+        every member of the group (RESET_CONSUMER_CLIENT_OFFSET, oneway, on whichever reader it
+        is: ``ClientProcessor.tell_group``), and each member starts its queues over from it and
+        commits it; the broker moves no committed offset itself.  A group with no member online:
+        CONSUMER_NOT_ONLINE (``mqadmin`` then commits the offsets itself, ``Admin.reset_offsets``).
+        An admin that speaks CPP (``mqadmin -c``) has the members sent the C++ client's form."""
+        h = headers.decode(cmd)
+        topic, group, when = h["topic"], h["group"], h["timestamp"]
+        _tidx, meta = self.link.topics.live(topic)
+        if meta is None:
+            return cmd.response(RC.SYSTEM_ERROR, f"[reset-offset] reset offset failed, no topic in this broker. "
+                                                 f"topic={topic}")
+        key, table = offset_key(topic, group), {}
+        for qid in range(meta[T.WRITE_QUEUE_NUMS]):
+            committed = self.link.committed_offset(key, qid)
+            if committed is None or committed < 0:
+                return cmd.response(RC.SYSTEM_ERROR, f"THe consumer group <{group}> not exist")
+            bounds = self.view.offsets(topic, qid) or (0, 0)
+            at = max(bounds[1] if when == -1 else self._offset_at(topic, qid, when, bounds), 0)
+            table[(topic, self.cfg.brokerName, qid)] = at if h["isForce"] or at < committed else committed
+        if cmd.language == "CPP":             # ResetOffsetBodyForC
+            body = json.dumps({"offsetTable": [{"brokerName": b, "offset": o, "queueId": q, "topic": t}
+                                               for (t, b, q), o in sorted(table.items())]},
+                              separators=(",", ":")).encode()
+        else:
+            body = mqtable.encode({}, "offsetTable", table)
+        req = Command(R.RESET_CONSUMER_CLIENT_OFFSET, {"topic": topic, "group": group, "timestamp": str(when),
+                                                       "isForce": "false"}, body, language="JAVA")
+        return self._reset(cmd, group, topic, req, mqtable.encode({}, "offsetTable", table))
+
+    async def _reset(self, cmd, group: str, topic: str, req: Command, answer: bytes):
+        failed = await self.b.clients.tell_group(group, req, V3_0_7_SNAPSHOT)
+        if failed is NOT_ONLINE:
+            return cmd.response(RC.CONSUMER_NOT_ONLINE, f"Consumer not online, so can not reset offset, Group: {group} "
+                                                        f"Topic: {topic} Timestamp: {req.ext['timestamp']}")
+        if failed:
+            return cmd.response(RC.SYSTEM_ERROR, failed)
+        return cmd.response(body=answer)
+
     # ------------------------------------------------------------ queue offsets and times
     def _bounds(self, cmd):
         h = headers.decode(cmd)
@@ -113,13 +158,16 @@ class AdminProcessor:
         return cmd.response(ext={"timestamp": str(ts if ts is not None else -1)})
 
     def search_offset(self, cmd, _conn):
-        """The queue offset of the message stored nearest to ``timestamp``, as RocketMQ 4.x's
+        h, bounds = self._bounds(cmd)
+        return cmd.response(ext={"offset": str(self._offset_at(h["topic"], h["queueId"], h["timestamp"], bounds))})
+
+    def _offset_at(self, topic: str, qid: int, want: int, bounds: tuple[int, int]) -> int:
+        """The queue offset of the message stored nearest to ``want`` (ms), as RocketMQ 4.x's
         ``ConsumeQueue.getOffsetInQueueByTime``: one stored at that very ms if any, else the
         closer of its two neighbours in time (the earlier on a tie), the first message before
         them all and the last after them all; 0 for an empty queue.  Found by bisection over the
-        records' store times."""
-        h, (lo, hi) = self._bounds(cmd)
-        topic, qid, want = h["topic"], h["queueId"], h["timestamp"]
+        records' store times between the queue's ``bounds`` (min, max)."""
+        lo, hi = bounds
         a, b = lo, hi
         while a < b:                                  # a: the first offset stored at or after want
             mid = (a + b) // 2
@@ -133,7 +181,7 @@ class AdminProcessor:
             after = self._store_ts(topic, qid, a) if a < hi else None
             if before is not None and (after is None or (after != want and want - before <= after - want)):
                 a -= 1
-        return cmd.response(ext={"offset": str(a)})
+        return a
 
     def _stored(self, phys: int) -> bytes:
         """The whole record at CommitLog offset ``phys``; ValueError naming the offset if none is."""

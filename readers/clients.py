@@ -37,6 +37,7 @@ from writer.topics import topic_config
 log = logging.getLogger("rocketbox.reader")
 CALL_CLIENT_S = 10.0          # how long a client has to answer the broker (Broker2Client.callClient)
 HOP = "rocketboxForwardedBy"  # extField of a request forwarded by another reader (its slot)
+NOT_ONLINE = "not online"     # tell_group's answer for a group with no member
 
 
 class ClientProcessor:
@@ -58,7 +59,8 @@ class ClientProcessor:
                 R.GET_CONSUMER_CONNECTION_LIST: self.consumer_connection,
                 R.GET_PRODUCER_CONNECTION_LIST: self.producer_connection,
                 R.QUERY_TOPIC_CONSUME_BY_WHO: self.consumed_by,
-                R.GET_CONSUMER_RUNNING_INFO: self.running_info}
+                R.GET_CONSUMER_RUNNING_INFO: self.running_info,
+                R.RESET_CONSUMER_CLIENT_OFFSET: self.relay_to_group}
 
     def close(self) -> None:
         self.members.close()
@@ -196,6 +198,50 @@ class ClientProcessor:
             return cmd.response(RC.SYSTEM_ERROR, f"invoke consumer <{group}> <{client_id}> Exception{via}: {e}")
         return cmd.response(got.code, got.remark, got.ext, got.body)
 
+    async def tell_group(self, group: str, req: Command, min_version: int) -> str | None:
+        """Send ``req`` (a request of the broker's, oneway) to every member of ``group``: this
+        reader's own over their connections, another reader's through that reader (forwarded
+        once, marked ``HOP``: ``relay_to_group``).  -> None once all were sent it; ``NOT_ONLINE``
+        when the group has no member; else why it was sent to none (a member older than
+        ``min_version``, Java's words) or not to all (a reader that did not pass it on)."""
+        members = set(self.members.group_members(group))
+        if not members:
+            return NOT_ONLINE
+        ports, versions = set(), {cid: self.members.who[(group, cid)]["version"]
+                                  for cid in self.members.conns.get(group, {}) if (group, cid) in self.members.who}
+        for doc in self._others():
+            for c in ((doc.get("consumers") or {}).get(group) or {}).get("connectionSet") or ():
+                if c.get("clientId") in members and c.get("clientId") not in versions:
+                    versions[c["clientId"]] = int(c.get("version", 0))
+                    ports.add(doc.get("port"))
+        old = sorted(v for v in versions.values() if v < min_version)
+        if old:
+            return f"the client does not support this feature. version={old[0]}"
+        self._send_to_group(group, req)
+        for port in sorted(p for p in ports if p is not None):
+            fwd = Command(req.code, {**req.ext, HOP: str(self.link.slot)}, req.body, language="JAVA")
+            try:
+                got = await self._forward(f"127.0.0.1:{port}", fwd)
+            except (OSError, RemotingError) as e:
+                return f"the members of {group} on the reader at 127.0.0.1:{port} were not told: {e}"
+            if got.code != RC.SUCCESS:
+                return f"the members of {group} on the reader at 127.0.0.1:{port} were not told: {got.remark}"
+        return None
+
+    def relay_to_group(self, cmd, _conn):
+        """A request of the broker's to a group's members that another reader passes on to this
+        reader's (``tell_group``); from anyone else, a code a broker does not serve."""
+        if HOP not in cmd.ext:
+            return cmd.response(RC.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
+        self._send_to_group(cmd.ext.get("group", ""), Command(
+            cmd.code, {k: v for k, v in cmd.ext.items() if k != HOP}, cmd.body, language="JAVA"))
+        return cmd.response()
+
+    def _send_to_group(self, group: str, req: Command) -> None:
+        """``req``, oneway, to each of this reader's connections of ``group``'s members."""
+        for conn in set(self.members.conns.get(group, {}).values()):
+            conn.send(Command(req.code, req.ext, req.body, opaque=next_opaque(), flag=RPC_ONEWAY, language="JAVA"))
+
     @staticmethod
     async def _forward(addr: str, req: Command) -> Command:
         """``req`` put to the reader at ``addr`` over a connection of its own, which then closes
@@ -237,9 +283,7 @@ class ClientProcessor:
     def notify_changes(self) -> None:
         """Tell this reader's connections of every group whose member set changed."""
         for group in self.members.changed_groups():
-            for conn in set(self.members.conns.get(group, {}).values()):
-                conn.send(Command(R.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group},
-                                  opaque=next_opaque(), flag=RPC_ONEWAY, language="JAVA"))
+            self._send_to_group(group, Command(R.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group}))
 
     def follow_members(self) -> None:
         """On a wake: another reader's members may have changed (``Members.bump`` posts us)."""

@@ -59,6 +59,8 @@ class RequestCode(IntEnum):
     DELETE_TOPIC_IN_BROKER = 215
     DELETE_TOPIC_IN_NAMESRV = 216
     GET_KVLIST_BY_NAMESPACE = 219
+    RESET_CONSUMER_CLIENT_OFFSET = 220
+    INVOKE_BROKER_TO_RESET_OFFSET = 222
     GET_TOPICS_BY_CLUSTER = 224
     QUERY_TOPIC_CONSUME_BY_WHO = 300
     GET_SYSTEM_TOPIC_LIST_FROM_NS = 304
@@ -126,6 +128,7 @@ class LanguageCode(IntEnum):
 
 
 # MQVersion ordinals (FACTS §11.5)
+V3_0_7_SNAPSHOT = 28          # a consumer older than this cannot reset its offsets when the broker asks
 V3_1_8_SNAPSHOT = 62          # a consumer older than this cannot answer the broker's requests to it
 V4_9_4 = 401
 SERVER_VERSION = 409          # what rocketbox says it is: 4.9.8

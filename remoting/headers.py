@@ -66,6 +66,8 @@ SCHEMAS: dict[int, tuple[Field, ...]] = {
     R.QUERY_TOPIC_CONSUME_BY_WHO: _f("topic:S!"),
     R.GET_CONSUMER_RUNNING_INFO: _f("consumerGroup:S! clientId:S! jstackEnable:B"),
     R.CONSUME_MESSAGE_DIRECTLY: _f("consumerGroup:S! clientId:S msgId:S brokerName:S"),
+    R.INVOKE_BROKER_TO_RESET_OFFSET: _f("topic:S! group:S! timestamp:L! isForce:B!"),
+    R.RESET_CONSUMER_CLIENT_OFFSET: _f("topic:S! group:S! timestamp:L! isForce:B!"),
     R.UNREGISTER_CLIENT: _f("clientID:S! producerGroup:S consumerGroup:S"),
     R.NOTIFY_CONSUMER_IDS_CHANGED: _f("consumerGroup:S!"),
     R.UPDATE_AND_CREATE_TOPIC: _f("topic:S! defaultTopic:S! readQueueNums:I! writeQueueNums:I! perm:I! "
