@@ -157,7 +157,7 @@ class Admin:
         conns, fields, subs = {}, {}, {}
         for addr in sorted((await self._group_masters(group)).values()):
             resp = await self.instance.call(addr, R.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group},
-                                            ok=(RC.SUCCESS, RC.CONSUMER_NOT_ONLINE))
+                                            ok=(RC.SUCCESS, RC.CONSUMER_NOT_ONLINE), language="CPP" if cpp else "PYTHON")
             if resp.code != RC.SUCCESS:
                 continue
             body = json.loads(resp.body)
@@ -204,19 +204,21 @@ class Admin:
         usual time, and the broker's own 10 s for the consumer's answer on top."""
         return await self.instance.call(addr, code, ext, timeout_s=3 * self.instance.timeout_s + 10)
 
-    async def reset_offsets(self, group: str, topic: str, timestamp: int, force: bool = True) -> dict[MessageQueue, int]:
+    async def reset_offsets(self, group: str, topic: str, timestamp: int, force: bool = True,
+                            cpp: bool = False) -> dict[MessageQueue, int]:
         """Move ``group``'s offsets on ``topic`` back (or on, with ``force``) to the messages
         stored at ``timestamp`` (ms; -1: each queue's end), as ``mqadmin resetOffsetByTime`` does,
         on every master of the topic: the broker has the group's members start over from there
         (INVOKE_BROKER_TO_RESET_OFFSET); a broker with none of them online answers
         CONSUMER_NOT_ONLINE, and the offsets are then committed here, queue by queue (Java's
-        resetOffsetByTimestampOld).  Without ``force`` a queue only moves back.  -> each queue's
-        offset now."""
+        resetOffsetByTimestampOld).  Without ``force`` a queue only moves back.  ``cpp``: the
+        members are C++ clients, sent the table in their form (``mqadmin -c``: the request goes in
+        the CPP language).  -> each queue's offset now."""
         out = {}
         for addr in sorted((await self._masters(topic)).values()):
             resp = await self.instance.call(addr, R.INVOKE_BROKER_TO_RESET_OFFSET, {
                 "topic": topic, "group": group, "timestamp": str(timestamp), "isForce": str(force).lower()},
-                ok=(RC.SUCCESS, RC.CONSUMER_NOT_ONLINE))
+                ok=(RC.SUCCESS, RC.CONSUMER_NOT_ONLINE), language="CPP" if cpp else "PYTHON")
             if resp.code == RC.SUCCESS:
                 out.update((MessageQueue(*k), int(v)) for k, v in mqtable.decode(resp.body, "offsetTable")[1].items())
             else:

@@ -77,6 +77,7 @@ def add_arguments(sub) -> None:
                    help="now (each queue's end), ms since the epoch, or yyyy-MM-dd#HH:mm:ss:SSS (local time)")
     p.add_argument("-f", "--force", default="true", choices=("true", "false"),
                    help="false: only move offsets back (default true)")
+    p.add_argument("--cpp", action="store_true", help="the members are C++ clients (mqadmin -c)")
     p.add_argument("-n", "--namesrv")
     p.add_argument("-c", "--config")
 
@@ -192,7 +193,7 @@ async def _resend(args, namesrv: str) -> int:
 
 async def _reset_offset(args, namesrv: str) -> int:
     async with Admin(namesrv) as admin:
-        table = await admin.reset_offsets(args.group, args.topic, args.timestamp, args.force == "true")
+        table = await admin.reset_offsets(args.group, args.topic, args.timestamp, args.force == "true", args.cpp)
     print(f"rollback consumer offset by specified group[{args.group}], topic[{args.topic}], force[{args.force}], "
           f"timestamp[{args.timestamp}]")
     print(f"{'#brokerName':<40}  {'#queueId':<40}  #offset")

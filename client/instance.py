@@ -155,18 +155,18 @@ class ClientInstance:
         return conn
 
     async def invoke(self, addr: str, code: int, ext: dict | None = None, body: bytes = b"",
-                     timeout_s: float | None = None) -> Command:
+                     timeout_s: float | None = None, language: str = "PYTHON") -> Command:
         conn = await self.connection(addr)
         try:
-            return await conn.invoke(Command(code, ext, body), timeout_s or self.timeout_s)
+            return await conn.invoke(Command(code, ext, body, language=language), timeout_s or self.timeout_s)
         except (OSError, net.RemotingError) as e:
             raise MQClientError(f"request {code} to {addr} failed: {e}",
                                 may_be_stored=isinstance(e, net.Unanswered)) from None
 
     async def call(self, addr: str, code: int, ext: dict | None = None, body: bytes = b"",
-                   timeout_s: float | None = None, ok=(RC.SUCCESS,)) -> Command:
+                   timeout_s: float | None = None, ok=(RC.SUCCESS,), language: str = "PYTHON") -> Command:
         """``invoke`` that raises MQBrokerError unless the response code is in ``ok``."""
-        resp = await self.invoke(addr, code, ext, body, timeout_s)
+        resp = await self.invoke(addr, code, ext, body, timeout_s, language)
         if resp.code not in ok:
             raise MQBrokerError(resp.code, resp.remark, addr)
         return resp

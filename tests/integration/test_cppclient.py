@@ -170,3 +170,49 @@ def test_cpp_orderly_push_consumer_locks_its_queues_and_gets_each_queue_in_order
     for q in {m["queue"] for m in seen}:
         offsets = [m["offset"] for m in seen if m["queue"] == q]
         assert offsets == list(range(offsets[0], offsets[0] + len(offsets))), (q, offsets)
+
+
+def test_cpp_push_consumer_starts_over_when_its_groups_offsets_are_reset(appliance_factory, tmp_path):
+    """``appliance reset-offset --cpp`` (``mqadmin resetOffsetByTime -c``): the broker sends the C++
+    consumer the offsets at a time in its own list form, and it consumes the messages stored since
+    then once more."""
+    from client.admin import Admin
+    app = appliance_factory(namesrv=True).start()
+    asyncio.run(produce(app, "CppReset", ["init"]))
+    proc = cpp_start(tmp_path, do="push", namesrv=app.namesrv, topic="CppReset", group="cpp-reset",
+                     expect=21, seconds=60)
+
+    async def progress() -> int:
+        async with Admin(app.namesrv) as admin:
+            try:
+                return sum(q.consumer_offset for q in (await admin.consume_progress("cpp-reset", "CppReset")).queues.values())
+            except Exception:
+                return 0
+
+    deadline = time.monotonic() + 20
+    while asyncio.run(progress()) < 1:                 # joined, and "init" consumed and committed
+        assert time.monotonic() < deadline, "the C++ consumer did not consume and commit 'init'"
+        time.sleep(0.2)
+    sent = [f"x{i}" for i in range(10)]
+
+    async def produce_after_a_pause() -> int:
+        """-> a time (ms) nearer the first of ``sent``'s store times than "init"'s (a reset to a
+        time goes to the message stored nearest to it, as RocketMQ 4.x's)."""
+        p = await Producer("py-producers", app.namesrv).start()
+        await p.send(Message("CppResetWarmUp", b"route and connection"))
+        await asyncio.sleep(1.5)
+        before = int(time.time() * 1000)
+        for b in sent:
+            assert (await p.send(Message("CppReset", b.encode()))).status == "SEND_OK"
+        await p.shutdown()
+        return before
+
+    before = asyncio.run(produce_after_a_pause())
+    while asyncio.run(progress()) < 11:                # consumed and committed (every 5 s)
+        assert time.monotonic() < deadline + 20, "the C++ consumer did not commit what it consumed"
+        time.sleep(0.2)
+    out = app.cmd("reset-offset", "-g", "cpp-reset", "-t", "CppReset", "-s", str(before), "--cpp")
+    assert out.returncode == 0, out.stderr
+    assert "#brokerName" in out.stdout and len(out.stdout.strip().splitlines()) == 6     # a line per queue
+    got = collections.Counter(m["body"] for m in cpp_result(proc)["seen"])
+    assert got == {"init": 1, **{x: 2 for x in sent}}, (got, out.stdout)
