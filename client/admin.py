@@ -157,7 +157,7 @@ class Admin:
         conns, fields, subs = {}, {}, {}
         for addr in sorted((await self._group_masters(group)).values()):
             resp = await self.instance.call(addr, R.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group},
-                                            ok=(RC.SUCCESS, RC.CONSUMER_NOT_ONLINE), language="CPP" if cpp else "PYTHON")
+                                            ok=(RC.SUCCESS, RC.CONSUMER_NOT_ONLINE))
             if resp.code != RC.SUCCESS:
                 continue
             body = json.loads(resp.body)
