@@ -260,24 +260,26 @@ class AdminProcessor:
     def consume_stats(self, cmd, _conn):
         """ConsumeStats of a group on one topic, or on every topic it has committed offsets on:
         each read queue's max offset (brokerOffset), the group's committed offset (0 if none) and
-        the store time of the last message it consumed.  consumeTps is 0: the broker keeps no
-        per-group pull rates (ARCHITECTURE, Known limits)."""
+        the store time of the last message it consumed; and consumeTps, the messages per second
+        its pulls found on those queues over the last minute (``shm.stats``)."""
         h = headers.decode(cmd)
         group = h["consumerGroup"]
         topics = [h["topic"]] if h["topic"] else sorted(self.link.offsets.topics_of(group))
-        table = {}
+        table, counters = {}, []
         for topic in topics:
             _tidx, meta = self.link.topics.live(topic)
             if meta is None:
                 continue
             key = offset_key(topic, group)
+            counters += [s for qid in range(meta[T.READ_QUEUE_NUMS])
+                         if (s := self.link.offsets.slot(key, qid)) is not None]
             for qid in range(meta[T.READ_QUEUE_NUMS]):
                 _lo, hi = self.view.offsets(topic, qid) or (0, 0)
                 consumed = max(self.link.committed_offset(key, qid) or 0, 0)
                 table[(topic, self.cfg.brokerName, qid)] = {
                     "brokerOffset": max(hi, 0), "consumerOffset": consumed,
                     "lastTimestamp": (self._store_ts(topic, qid, consumed - 1) or 0) if consumed > 0 else 0}
-        return cmd.response(body=mqtable.encode({"consumeTps": 0.0}, "offsetTable", table))
+        return cmd.response(body=mqtable.encode({"consumeTps": self.b.rates.group_tps(counters)}, "offsetTable", table))
 
     def runtime_info(self, cmd, _conn):
         """KVTable of BrokerController.prepareRuntimeInfo's keys that this broker has, among them

@@ -43,6 +43,7 @@ class PullProcessor:
     def __init__(self, broker):
         self.b, self.cfg, self.link, self.view = broker, broker.cfg, broker.link, broker.link.view
         self.disk_limits = (self.cfg.maxTransferCountOnMessageInDisk, self.cfg.maxTransferBytesOnMessageInDisk)
+        self.group_pulls = broker.sh.views["offset_pulls"][self.link.slot]    # (shm/stats.py: consumeTps)
 
     def handlers(self) -> dict:
         return {R.PULL_MESSAGE: self.pull}
@@ -71,33 +72,39 @@ class PullProcessor:
             if sub is not None and sub.sub_version < h["subVersion"]:
                 return cmd.response(RC.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
             codes = sub.tag_codes if sub is not None else None
+        key = offset_key(topic, group)
         if h["sysFlag"] & COMMIT_OFFSET and self.cfg.brokerRole != "SLAVE":
-            self.link.commit_offset(offset_key(topic, group), qid, h["commitOffset"])
-        code, pieces = self._run(cmd, topic, qid, h["queueOffset"], h["maxMsgNums"], codes)
+            self.link.commit_offset(key, qid, h["commitOffset"])
+        counter = self.link.offsets.slot(key, qid)
+        code, pieces = self._run(cmd, topic, qid, h["queueOffset"], h["maxMsgNums"], codes, counter)
         if code == RC.PULL_NOT_FOUND and h["sysFlag"] & SUSPEND and h["suspendTimeoutMillis"] > 0:
             self.link.when_grown(topic, qid, h["queueOffset"], codes, h["suspendTimeoutMillis"] / 1000, functools.partial(
-                self._held, cmd, conn, topic, qid, h["queueOffset"], h["maxMsgNums"], codes))
+                self._held, cmd, conn, topic, qid, h["queueOffset"], h["maxMsgNums"], codes, key))
         else:
             conn.reply_pieces(cmd, pieces)
         return DEFERRED
 
-    def _held(self, cmd, conn, topic, qid, offset, max_nums, codes, _grew: bool) -> None:
+    def _held(self, cmd, conn, topic, qid, offset, max_nums, codes, key, _grew: bool) -> None:
         """A held pull's end (the queue grew, or the time-out): run it once more and answer."""
         try:
-            _code, pieces = self._run(cmd, topic, qid, offset, max_nums, codes)
+            _code, pieces = self._run(cmd, topic, qid, offset, max_nums, codes, self.link.offsets.slot(key, qid))
         except Exception as e:
             pieces = [codec.encode(conn.failure(cmd, e))]
         conn.reply_pieces(cmd, pieces)
 
-    def _run(self, cmd, topic: str, qid: int, offset: int, max_nums: int, codes) -> tuple[int, list]:
+    def _run(self, cmd, topic: str, qid: int, offset: int, max_nums: int, codes,
+             counter: int | None) -> tuple[int, list]:
         """The pull's answer now: (response code, the response in pieces: its head, then the
-        records as views of the CommitLog)."""
+        records as views of the CommitLog); the messages found counted for the group's consumer
+        offset slot ``counter`` too, if it has one on the queue."""
         count = max(1, min(max_nums, self.cfg.maxTransferCountOnMessageInMemory))
         p = self.view.pull(topic, qid, offset, count, codes, self.cfg.maxTransferBytesOnMessageInMemory,
                            self.disk_limits)
         if p.status == SV.FOUND:
             code, status = RC.SUCCESS, "FOUND"
             self.link.row[S.PULLED_MSGS] += p.count          # (shm/stats.py: getTransferedTps)
+            if counter is not None:
+                self.group_pulls[counter] += p.count
         elif p.status == SV.NO_MATCHED:
             code, status = RC.PULL_RETRY_IMMEDIATELY, "NO_MATCHED_MESSAGE"
         elif p.status == SV.NO_NEW:

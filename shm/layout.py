@@ -15,6 +15,8 @@ Segment ``/<prefix>.state`` (in this order):
     offset keys  offset_slots x 384 bytes  (writer)   "topic@group" of each consumer offset slot
     offset qids  offset_slots x int32      (writer)
     offset vals  offset_slots x int64      (writer)   committed consumer offset
+    offset pulls max_slots x offset_slots x int64     messages the pulls of each slot's owner found,
+                                                      per consumer offset slot (shm/stats.py)
     client rows  max_slots x client_rows x CLIENT     consumer-group members; slot i's rows are
                                                       written only by slot i's owner (a reader)
 
@@ -63,7 +65,8 @@ CONTROL_FIELDS = (
 C = type("C", (), {name.upper(): i for i, (name, _w, _m) in enumerate(CONTROL_FIELDS)})
 CONTROL_LEN = 32      # int64 words reserved; room to grow without moving what follows
 assert len(CONTROL_FIELDS) <= CONTROL_LEN
-LAYOUT_MAGIC = 0x52424F5804       # "RBOX" v4 (v3: group names of 255 bytes, client ids of 248; v4: epoch_read_pos)
+LAYOUT_MAGIC = 0x52424F5805       # "RBOX" v5 (v3: group names of 255 bytes, client ids of 248; v4: epoch_read_pos;
+                                  # v5: offset pulls)
 
 SLOT_FIELDS = (
     ("owner_pid", "slot owner", "pid holding the slot (flock'ed), 0 = free"),
@@ -90,7 +93,7 @@ CLIENT = np.dtype([("group", "S256"), ("client_id", "S248"), ("heartbeat_ms", "<
 
 def state_size(max_slots: int, queue_slots: int, topic_slots: int, offset_slots: int, client_rows: int) -> int:
     return (CONTROL_LEN * 8 + max_slots * SLOT_LEN * 8 + queue_slots * (NAME_BYTES + 4 + 8 + 8)
-            + topic_slots * (NAME_BYTES + TOPIC_LEN * 4) + offset_slots * (OFFSET_KEY_BYTES + 4 + 8)
+            + topic_slots * (NAME_BYTES + TOPIC_LEN * 4) + offset_slots * (OFFSET_KEY_BYTES + 4 + 8 + max_slots * 8)
             + max_slots * client_rows * CLIENT.itemsize)
 
 
@@ -115,6 +118,7 @@ def state_views(buf: np.ndarray, max_slots: int, queue_slots: int, topic_slots: 
     take("topic_names", topic_slots, f"S{NAME_BYTES}")
     take("topic_meta", topic_slots * TOPIC_LEN, "<i4", (topic_slots, TOPIC_LEN))
     take("offset_values", offset_slots, "<i8")
+    take("offset_pulls", max_slots * offset_slots, "<i8", (max_slots, offset_slots))
     take("clients", max_slots * client_rows, CLIENT, (max_slots, client_rows))
     take("offset_keys", offset_slots, f"S{OFFSET_KEY_BYTES}")
     take("offset_qids", offset_slots, "<i4")

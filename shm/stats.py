@@ -10,15 +10,26 @@ boot: the supervisor takes the puts then (``boot_puts``), and at start and at ea
 it marks both counts (yesterday's morning marks become today's old ones), as BrokerStats does, so
 every reader gives the same figures.  Rates (TPS over the last 10, 60 and 600 s) come from samples
 each reader takes on its 1 s tick: the same counts, so the same rates whichever reader answers.
+
+A consumer group's rate on a topic (GET_CONSUME_STATS' consumeTps, BrokerStatsManager's
+GROUP_GET_NUMS over its last minute) counts the messages its pulls found: each reader adds them to
+its row of ``offset_pulls``, in the column of the group's consumer offset slot on the queue (so a
+queue counts from the group's first committed offset on it, as a broadcasting group, whose offsets
+stay with its members, does not count).  Each reader samples the columns' sums over the rows every
+10 s, as StatsItem samples a minute, and answers with the messages counted since its oldest sample
+(up to a minute old) per second.
 """
 from __future__ import annotations
 
 import collections
 import time
 
+import numpy as np
+
 from shm.layout import C, S
 
 WINDOWS_S = (10, 60, 600)          # StoreStatsService's three windows
+GROUP_SAMPLE_TICKS, GROUP_SAMPLES = 10, 7     # StatsItem's minute: a sample every 10 s, the last 7
 
 
 def _queued(sh) -> int:
@@ -60,10 +71,31 @@ class Rates:
     def __init__(self, sh):
         self.sh = sh
         self.samples: collections.deque = collections.deque(maxlen=WINDOWS_S[-1] + 1)
+        self.group_samples: collections.deque = collections.deque(maxlen=GROUP_SAMPLES)
+        self.ticks = 0
         self.sample()
 
     def sample(self) -> None:
         self.samples.append((time.monotonic(), *totals(self.sh)))
+        if self.ticks % GROUP_SAMPLE_TICKS == 0:
+            self.group_samples.append((time.monotonic(), self._group_pulls()))
+        self.ticks += 1
+
+    def _group_pulls(self) -> np.ndarray:
+        """Messages found for each consumer offset slot in use, over every reader slot's row."""
+        return self.sh.views["offset_pulls"][:, :int(self.sh.control[C.OFFSET_COUNT])].sum(axis=0)
+
+    def group_tps(self, offset_slots: list[int]) -> float:
+        """Messages per second the pulls of the offset slots ``offset_slots`` (a group's queues of a
+        topic) found since the oldest sample: 0.0 until one is a second old."""
+        since, then = self.group_samples[0]
+        span = time.monotonic() - since
+        if span < 1.0 or not offset_slots:
+            return 0.0
+        now = self._group_pulls()              # (read after the slots were looked up: it covers them)
+        before = np.zeros_like(now)
+        before[:len(then)] = then               # (slots taken since the sample counted from 0)
+        return round(float((now[offset_slots] - before[offset_slots]).sum()) / span, 2)
 
     def tps(self, which: int) -> str:
         """StoreStatsService's putTps (``which`` 1) or getTransferedTps (2): the rates over the

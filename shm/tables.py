@@ -126,11 +126,16 @@ class OffsetIndex:
         self.seen = 0
 
     def get(self, key: bytes, queue_id: int) -> int | None:
+        s = self.slot(key, queue_id)
+        return None if s is None else int(self.values[s])
+
+    def slot(self, key: bytes, queue_id: int) -> int | None:
+        """The table slot of the offset of ``key`` (topic@group) on a queue; None before any."""
         s = self.by_key.get((key, queue_id))
         if s is None:
             self._catch_up()
             s = self.by_key.get((key, queue_id))
-        return None if s is None else int(self.values[s])
+        return s
 
     def _catch_up(self) -> None:
         """Index the slots the writer took since the last look (slots are never given back)."""

@@ -158,6 +158,45 @@ def test_the_cli_prints_topic_status_and_progress(appliance_factory):
     assert out.returncode == 1 and "TOPIC_NOT_EXIST" in out.stderr
 
 
+def test_consume_tps_is_the_messages_a_groups_pulls_found_per_second_on_every_reader(appliance_factory):
+    """GET_CONSUME_STATS' consumeTps counts what the group's pulls found, through either reader,
+    on the queues it has committed offsets on, per second since the oldest sample (here the
+    readers' start): each reader gives the same count, and other groups' pulls are not in it."""
+    began = time.monotonic()
+    app = appliance_factory().start()
+    ready = time.monotonic()
+    create_topic(app, TOPIC, 2)
+    r0, r1 = (Wire("127.0.0.1", app.cfg.reader_port(i)) for i in (0, 1))
+    for group, qid in (("g", 0), ("g", 1), ("other", 0)):
+        assert r0.call(R.UPDATE_CONSUMER_OFFSET, {"consumerGroup": group, "topic": TOPIC, "queueId": str(qid),
+                                                  "commitOffset": "0"}).code == RC.SUCCESS
+    for qid, n in ((0, 10), (1, 6)):
+        for i in range(n):
+            assert r0.call(R.SEND_MESSAGE, {"producerGroup": "p", "topic": TOPIC, "defaultTopic": "TBW102",
+                                            "defaultTopicQueueNums": "4", "queueId": str(qid), "sysFlag": "0",
+                                            "bornTimestamp": "0", "flag": "0"}, b"x").code == RC.SUCCESS
+    asyncio.run(dispatched(app))
+
+    def pull(w: Wire, group: str, qid: int, offset: int = 0) -> int:
+        resp = w.call(R.PULL_MESSAGE, {"consumerGroup": group, "topic": TOPIC, "queueId": str(qid),
+                                       "queueOffset": str(offset), "maxMsgNums": "32", "sysFlag": "0",
+                                       "commitOffset": "0", "suspendTimeoutMillis": "0", "subVersion": "0"})
+        return int(resp.ext["nextBeginOffset"]) - offset if resp.code == RC.SUCCESS else 0
+
+    assert (pull(r0, "g", 0), pull(r1, "g", 1), pull(r1, "g", 0, 7)) == (10, 6, 3)     # 19 found for g
+    assert (pull(r1, "other", 1), pull(r0, "no_offsets", 0)) == (6, 10)      # neither counted for g
+    time.sleep(max(0.0, 1.2 - (time.monotonic() - ready)))
+    for w in (r0, r1, r0):
+        asked = time.monotonic()
+        fields, _table = mqtable.decode(w.call(R.GET_CONSUME_STATS, {"consumerGroup": "g"}).body, "offsetTable")
+        answered = time.monotonic()      # the oldest sample was taken between began and ready
+        assert 19 / (answered - began) - 0.01 <= fields["consumeTps"] <= 19 / (asked - ready) + 0.01, \
+            (fields, asked - began, asked - ready)
+        fields, _table = mqtable.decode(w.call(R.GET_CONSUME_STATS, {"consumerGroup": "other",
+                                                                    "topic": TOPIC}).body, "offsetTable")
+        assert fields["consumeTps"] == 0.0        # its pull was of queue 1, where it has no offset
+
+
 def _heartbeat(w: Wire, client_id: str, consumers: list[dict], producers: list[str], **kw) -> None:
     body = json.dumps({"clientID": client_id, "consumerDataSet": consumers,
                        "producerDataSet": [{"groupName": g} for g in producers]}).encode()
