@@ -100,9 +100,11 @@ class PullProcessor:
         count = max(1, min(max_nums, self.cfg.maxTransferCountOnMessageInMemory))
         p = self.view.pull(topic, qid, offset, count, codes, self.cfg.maxTransferBytesOnMessageInMemory,
                            self.disk_limits)
+        row = self.link.row              # (shm/stats.py: getTransferedTps, getFoundTps, getMissTps)
         if p.status == SV.FOUND:
             code, status = RC.SUCCESS, "FOUND"
-            self.link.row[S.PULLED_MSGS] += p.count          # (shm/stats.py: getTransferedTps)
+            row[S.PULLED_MSGS] += p.count
+            row[S.PULLS_FOUND] += 1
             if counter is not None:
                 self.group_pulls[counter] += p.count
         elif p.status == SV.NO_MATCHED:
@@ -116,5 +118,7 @@ class PullProcessor:
         else:
             code = RC.PULL_OFFSET_MOVED
             status = "OFFSET_TOO_SMALL" if offset < p.min_offset else "OFFSET_OVERFLOW_BADLY"
+        if p.status != SV.FOUND:
+            row[S.PULLS_MISSED] += 1
         values = ("0", str(p.next_offset), str(p.min_offset), str(p.max_offset))
         return code, _ANSWER.encode_pieces(cmd, code, status, values, p.parts)

@@ -5,7 +5,7 @@ published after the data they cover is in place.
 Segment ``/<prefix>.state`` (in this order):
 
     control      CONTROL_FIELDS x int64               see the table below
-    slots        max_slots x SLOT_FIELDS x int64      one per producer ring pair (readers, tools)
+    slots        max_slots x SLOT_LEN x int64         one per producer ring pair (readers, tools)
     queue names  queue_slots x 128 bytes  (writer)    topic of each queue slot, NUL-padded
     queue ids    queue_slots x int32      (writer)    queueId of each queue slot
     queue max    queue_slots x int64      (dispatcher) entries in the consume queue (max offset)
@@ -65,8 +65,8 @@ CONTROL_FIELDS = (
 C = type("C", (), {name.upper(): i for i, (name, _w, _m) in enumerate(CONTROL_FIELDS)})
 CONTROL_LEN = 32      # int64 words reserved; room to grow without moving what follows
 assert len(CONTROL_FIELDS) <= CONTROL_LEN
-LAYOUT_MAGIC = 0x52424F5805       # "RBOX" v5 (v3: group names of 255 bytes, client ids of 248; v4: epoch_read_pos;
-                                  # v5: offset pulls)
+LAYOUT_MAGIC = 0x52424F5806       # "RBOX" v6 (v3: group names of 255 bytes, client ids of 248; v4: epoch_read_pos;
+                                  # v5: offset pulls; v6: slots of 16 words, pulls found and missed)
 
 SLOT_FIELDS = (
     ("owner_pid", "slot owner", "pid holding the slot (flock'ed), 0 = free"),
@@ -78,9 +78,11 @@ SLOT_FIELDS = (
     ("epoch_read_pos", "writer", "request-ring read position when the current writer started: an entry "
                                  "before it that has no reply was taken by an earlier writer, and is lost"),
     ("pulled_msgs", "slot owner", "messages its pulls transferred, kept across owners (shm/stats.py)"),
+    ("pulls_found", "slot owner", "its pulls (each try of a held one) that found messages, kept across owners"),
+    ("pulls_missed", "slot owner", "its pulls (each try of a held one) that found none, kept across owners"),
 )
 S = type("S", (), {name.upper(): i for i, (name, _w, _m) in enumerate(SLOT_FIELDS)})
-SLOT_LEN = 8
+SLOT_LEN = 16
 assert len(SLOT_FIELDS) <= SLOT_LEN
 
 NAME_BYTES = 128      # topic names are at most 127 bytes

@@ -8,8 +8,11 @@ transferred (each reader adds its pulls' messages to its slot's ``pulled_msgs``,
 of the slot keeps counting on).  Both count from the appliance's start, as a broker's from its
 boot: the supervisor takes the puts then (``boot_puts``), and at start and at each local midnight
 it marks both counts (yesterday's morning marks become today's old ones), as BrokerStats does, so
-every reader gives the same figures.  Rates (TPS over the last 10, 60 and 600 s) come from samples
-each reader takes on its 1 s tick: the same counts, so the same rates whichever reader answers.
+every reader gives the same figures.  Pulls are counted too, as StoreStatsService counts its
+getMessage calls: those that found messages and those that found none (each try of a held pull
+counts), in each reader's slot (``pulls_found``, ``pulls_missed``).  Rates (TPS over the last 10, 60
+and 600 s) come from samples each reader takes on its 1 s tick: the same counts, so the same rates
+whichever reader answers.
 
 A consumer group's rate on a topic (GET_CONSUME_STATS' consumeTps, BrokerStatsManager's
 GROUP_GET_NUMS over its last minute) counts the messages its pulls found: each reader adds them to
@@ -29,6 +32,7 @@ import numpy as np
 from shm.layout import C, S
 
 WINDOWS_S = (10, 60, 600)          # StoreStatsService's three windows
+PUT, GOT, FOUND, MISSED, PULLS = 1, 2, 3, 4, 5     # what a sample holds after its time (Rates.tps)
 GROUP_SAMPLE_TICKS, GROUP_SAMPLES = 10, 7     # StatsItem's minute: a sample every 10 s, the last 7
 
 
@@ -40,6 +44,11 @@ def _queued(sh) -> int:
 def totals(sh) -> tuple[int, int]:
     """(messages put, messages pulled) since the appliance started."""
     return _queued(sh) - int(sh.control[C.BOOT_PUTS]), int(sh.slots[:, S.PULLED_MSGS].sum())
+
+
+def pulls(sh) -> tuple[int, int]:
+    """(pulls that found messages, pulls that found none) since the appliance started."""
+    return int(sh.slots[:, S.PULLS_FOUND].sum()), int(sh.slots[:, S.PULLS_MISSED].sum())
 
 
 def start(sh, now_ms: int, day: int) -> None:
@@ -76,7 +85,8 @@ class Rates:
         self.sample()
 
     def sample(self) -> None:
-        self.samples.append((time.monotonic(), *totals(self.sh)))
+        found, missed = pulls(self.sh)
+        self.samples.append((time.monotonic(), *totals(self.sh), found, missed, found + missed))
         if self.ticks % GROUP_SAMPLE_TICKS == 0:
             self.group_samples.append((time.monotonic(), self._group_pulls()))
         self.ticks += 1
@@ -98,8 +108,9 @@ class Rates:
         return round(float((now[offset_slots] - before[offset_slots]).sum()) / span, 2)
 
     def tps(self, which: int) -> str:
-        """StoreStatsService's putTps (``which`` 1) or getTransferedTps (2): the rates over the
-        three windows, space-separated (over the samples there are, before a window is full)."""
+        """StoreStatsService's putTps (``which`` PUT), getTransferedTps (GOT), getFoundTps (FOUND),
+        getMissTps (MISSED) or getTotalTps (PULLS): the rates over the three windows,
+        space-separated (over the samples there are, before a window is full)."""
         out, last = [], self.samples[-1]
         for window in WINDOWS_S:
             first = self.samples[max(0, len(self.samples) - 1 - window)]
@@ -113,11 +124,12 @@ class Rates:
         puts, gets = totals(self.sh)
         boot_ms = int(ctl[C.BOOT_MS])
         up = max(0, int(time.time() * 1000) - boot_ms) // 1000
-        put_tps, get_tps = self.tps(1), self.tps(2)
+        put_tps, get_tps = self.tps(PUT), self.tps(GOT)
         return {
             "bootTimestamp": str(boot_ms),
             "runtime": f"[ {up // 86400} days, {up % 86400 // 3600} hours, {up % 3600 // 60} minutes, {up % 60} seconds ]",
             "putTps": put_tps, "getTransferedTps": get_tps, "getTransferredTps": get_tps,
+            "getFoundTps": self.tps(FOUND), "getMissTps": self.tps(MISSED), "getTotalTps": self.tps(PULLS),
             "msgPutTotalYesterdayMorning": str(int(ctl[C.PUT_YESTERDAY_MORNING])),
             "msgPutTotalTodayMorning": str(int(ctl[C.PUT_TODAY_MORNING])),
             "msgPutTotalTodayNow": str(puts),

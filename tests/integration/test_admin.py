@@ -341,6 +341,10 @@ def test_runtime_info_has_what_mqadmin_cluster_list_reads(appliance_factory):
                                        "suspendTimeoutMillis": "0", "subVersion": "0"})
         pulled += len(message.decode_records(resp.body))
     assert pulled == 11
+    resp = w.call(R.PULL_MESSAGE, {"consumerGroup": "g", "topic": TOPIC, "queueId": "1", "queueOffset": "6",
+                                   "maxMsgNums": "32", "sysFlag": "0", "commitOffset": "0",
+                                   "suspendTimeoutMillis": "0", "subVersion": "0"})
+    assert resp.code == RC.PULL_NOT_FOUND                # a pull that found nothing: a miss
     time.sleep(2.5)                                  # each reader samples the counts on its 1 s tick
     infos = [json.loads(Wire("127.0.0.1", app.cfg.reader_port(i)).call(R.GET_BROKER_RUNTIME_INFO).body)["table"]
              for i in (0, 1)]
@@ -354,6 +358,11 @@ def test_runtime_info_has_what_mqadmin_cluster_list_reads(appliance_factory):
         put_tps, get_tps = ([float(x) for x in info[k].split(" ")] for k in ("putTps", "getTransferedTps"))
         assert len(put_tps) == len(get_tps) == 3 and 0 < put_tps[0] <= 12 and 0 < get_tps[0] <= 11
         assert info["getTransferredTps"] == info["getTransferedTps"]
+        # pulls, as StoreStatsService counts getMessage calls: 2 found messages, 1 found none
+        found, miss, total = ([float(x) for x in info[k].split(" ")] for k in ("getFoundTps", "getMissTps",
+                                                                                 "getTotalTps"))
+        assert 0 < found[0] <= 2 and 0 < miss[0] <= 1 and abs(found[0] - 2 * miss[0]) <= 0.011, info
+        assert all(abs(t - (f + m)) <= 0.011 for t, f, m in zip(total, found, miss)), info
         assert int(info["bootTimestamp"]) <= int(time.time() * 1000) and info["runtime"].startswith("[ 0 days")
     assert infos[0]["msgPutTotalTodayNow"] == infos[1]["msgPutTotalTodayNow"]
 

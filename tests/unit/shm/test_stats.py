@@ -25,12 +25,17 @@ def test_counts_start_at_zero_and_roll_at_midnight(tmp_path):
         qmax[0] += 5
         assert stats.mark_day(sh, 102)
         assert [int(sh.control[f]) for f in (C.PUT_YESTERDAY_MORNING, C.PUT_TODAY_MORNING)] == [7, 12]
+        sh.slots[1, S.PULLS_FOUND], sh.slots[2, S.PULLS_FOUND], sh.slots[2, S.PULLS_MISSED] = 2, 5, 4
+        assert stats.pulls(sh) == (7, 4)
         rates = stats.Rates(sh)
+        assert rates.samples[-1][1:] == (12, 7, 7, 4, 11)
         rates.samples.clear()
-        rates.samples.extend([(0.0, 0, 0), (5.0, 50, 10), (10.0, 120, 20)])
-        assert rates.tps(1) == "12.0 12.0 12.0" and rates.tps(2) == "2.0 2.0 2.0"
-        rates.samples.extend((10.0 + i, 120 + 3 * i, 20) for i in range(1, 20))   # 3/s for the last 19 s
-        assert rates.tps(1).split(" ")[0] == "3.0" and rates.tps(2).split(" ")[0] == "0.0"
+        rates.samples.extend([(0.0, 0, 0, 0, 0, 0), (5.0, 50, 10, 3, 7, 10), (10.0, 120, 20, 5, 10, 15)])
+        assert [rates.tps(w) for w in (stats.PUT, stats.GOT, stats.FOUND, stats.MISSED, stats.PULLS)] == \
+            ["12.0 12.0 12.0", "2.0 2.0 2.0", "0.5 0.5 0.5", "1.0 1.0 1.0", "1.5 1.5 1.5"]
+        rates.samples.extend((10.0 + i, 120 + 3 * i, 20, 5, 10 + i, 15 + i) for i in range(1, 20))  # the last 19 s
+        assert [rates.tps(w).split(" ")[0] for w in (stats.PUT, stats.GOT, stats.FOUND, stats.MISSED, stats.PULLS)] \
+            == ["3.0", "0.0", "0.0", "1.0", "1.0"]
     finally:
         sh.close()
         sh.unlink()
