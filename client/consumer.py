@@ -4,7 +4,8 @@ file; concurrently or in order) and ``PullConsumer`` (assign, seek, pull).
 
 A push consumer rebalances every 20 s and whenever a broker says the group changed
 (NOTIFY_CONSUMER_IDS_CHANGED).  Each owned queue has one pull loop: pull (held by the broker up to
-15 s), re-check tags on strings, hand the batch to the listener, move the offset.  A batch the
+15 s), re-check tags on strings, hand the batch to the listener, move the offset; a concurrent
+consumer's next pull is already out while the listener has the batch.  A batch the
 listener fails is offered again after 1 s (sending it back to a retry topic arrives with retry and
 dead-letter queues).  Offsets are committed every 5 s, when a queue is given up and at shutdown.
 
@@ -360,41 +361,77 @@ class PushConsumer:
     # ------------------------------------------------------------ consuming
     async def _pull_loop(self, mq: MessageQueue, offset: int | None = None) -> None:
         """Pull, consume, move on, while this loop owns ``mq`` (``pullers[mq]`` is its task), from
-        ``offset`` or else where the group's offset store says to start.  A
-        rebalance that gives the queue up also cancels the loop, but a cancellation can be lost
-        (Python 3.11's ``wait_for`` drops one that lands as its reply arrives, which a busy loop
-        makes likely; a listener may swallow one), and the loop would go on consuming a queue
-        another member now owns: so it checks, as Java's ``ProcessQueue.isDropped``."""
+        ``offset`` or else where the group's offset store says to start.  A concurrent consumer
+        sends its next pull as soon as a batch arrives, so the pull's round trip (or its long
+        poll) runs while the listener has the batch, as Java's pulls go on while its consume
+        threads work; an orderly one pulls only once its batch is consumed.  The offset moves
+        only past consumed batches, so a queue given up with a pull ahead is read again from the
+        last consumed one by its next owner.  A rebalance that gives the queue up also cancels
+        the loop, but a cancellation can be lost (Python 3.11's ``wait_for`` drops one that
+        lands as its reply arrives, which a busy loop makes likely; a listener may swallow one),
+        and the loop would go on consuming a queue another member now owns: so it checks, as
+        Java's ``ProcessQueue.isDropped``."""
         me = asyncio.current_task()
-        expr, tags, ver = self.subs[mq.topic]
         pq = self.process.setdefault(mq, running.ProcessQueue())
-        while await self._hold(mq, me):             # (the offset is read once the queue is locked)
-            try:
-                addr = (await self.instance.route(mq.topic)).masters[mq.broker_name]
-                if offset is None:
-                    offset = await self._start_offset(mq, addr)
-                    self.offsets.update(mq, offset)
-                committed = self.offsets.table.get(mq) if self.model == "CLUSTERING" else None
-                began = time.monotonic()
-                pq.pulling()
-                res = await pull_queue(self.instance, addr, self.group, mq, offset, self.pull_batch, expr, tags, ver,
-                                       self.suspend_ms, committed if committed else None)
-            except (MQClientError, KeyError) as e:
-                log.warning("pull from %s failed: %s", mq, e)
-                await asyncio.sleep(PULL_ERROR_DELAY_S)
-                continue
-            self.stats.pulled(mq.topic, len(res.messages), (time.monotonic() - began) * 1000)
-            if self.pullers.get(mq) is not me:       # given up while the pull was out: not ours to consume
-                return
-            if res.messages:
-                pq.hold(res.messages)
-                if not await self._consume(mq, res.messages, me):
+        ahead: asyncio.Task | None = None            # the next pull, out while the listener has a batch
+        try:
+            while await self._hold(mq, me):          # (the offset is read once the queue is locked)
+                if ahead is not None:
+                    res, ahead = await ahead, None
+                elif offset is None:
+                    offset = await self._first_offset(mq)
+                    continue                         # (pulled from once the loop still holds the queue)
+                else:
+                    res = await self._pull(mq, offset, pq)
+                if res is None:                      # it failed, and was logged; try again
+                    continue
+                if self.pullers.get(mq) is not me:   # given up while the pull was out: not ours to consume
                     return
-                pq.done()
-            if res.status == "OFFSET_ILLEGAL":
-                log.warning("offset %d of %s is illegal; moving to %d", offset, mq, res.next_offset)
-            offset = res.next_offset
-            self.offsets.update(mq, offset)
+                if res.messages:
+                    if not self.orderly:
+                        ahead = asyncio.ensure_future(self._pull(mq, res.next_offset, pq))
+                    pq.hold(res.messages)
+                    if not await self._consume(mq, res.messages, me):
+                        return
+                    pq.done()
+                if res.status == "OFFSET_ILLEGAL":
+                    log.warning("offset %d of %s is illegal; moving to %d", offset, mq, res.next_offset)
+                offset = res.next_offset
+                self.offsets.update(mq, offset)
+        finally:
+            if ahead is not None:
+                ahead.cancel()
+
+    async def _first_offset(self, mq: MessageQueue) -> int | None:
+        """Where a loop starts on ``mq``: the group's stored offset, or where ``consume_from``
+        says; None (logged, after a pause) when it cannot be asked now."""
+        try:
+            addr = (await self.instance.route(mq.topic)).masters[mq.broker_name]
+            offset = await self._start_offset(mq, addr)
+        except (MQClientError, KeyError) as e:
+            log.warning("reading the offset of %s failed: %s", mq, e)
+            await asyncio.sleep(PULL_ERROR_DELAY_S)
+            return None
+        self.offsets.update(mq, offset)
+        return offset
+
+    async def _pull(self, mq: MessageQueue, offset: int, pq: running.ProcessQueue) -> PullResult | None:
+        """One pull of ``mq`` from ``offset`` (the committed offset riding along in CLUSTERING);
+        None (logged, after a pause) when it failed."""
+        expr, tags, ver = self.subs[mq.topic]
+        try:
+            addr = (await self.instance.route(mq.topic)).masters[mq.broker_name]
+            committed = self.offsets.table.get(mq) if self.model == "CLUSTERING" else None
+            began = time.monotonic()
+            pq.pulling()
+            res = await pull_queue(self.instance, addr, self.group, mq, offset, self.pull_batch, expr, tags, ver,
+                                   self.suspend_ms, committed if committed else None)
+        except (MQClientError, KeyError) as e:
+            log.warning("pull from %s failed: %s", mq, e)
+            await asyncio.sleep(PULL_ERROR_DELAY_S)
+            return None
+        self.stats.pulled(mq.topic, len(res.messages), (time.monotonic() - began) * 1000)
+        return res
 
     async def _consume(self, mq: MessageQueue, msgs: list[MessageExt], me: asyncio.Task) -> bool:
         """Hand ``msgs`` to the listener until it takes them (True), or until the queue is given

@@ -18,7 +18,7 @@ from client.instance import ClientInstance
 from client.message import Message
 from client.producer import Producer
 from remoting.codes import RequestCode as R, ResponseCode as RC
-from tests.integration.harness import dispatched, read_topic
+from tests.integration.harness import create_topic, dispatched, read_topic, wait_route
 
 
 async def wait_for(cond, timeout: float = 15.0, step: float = 0.1) -> bool:
@@ -334,6 +334,61 @@ def test_a_batch_the_listener_refuses_or_fails_on_is_offered_again_and_then_comm
     assert (seen[b"x3"], seen[b"x5"]) == (2, 2) and committed == 8, (tally(seen), committed)
     assert [r.getMessage() for r in caplog.records if r.name == "rocketbox.client" and r.exc_info] == [
         f"listener failed on 2 messages of {q}"]
+
+
+def test_a_concurrent_consumer_pulls_ahead_while_its_listener_has_a_batch(appliance_factory):
+    """A concurrent push consumer sends its next pull as soon as a batch arrives (Java's pulls go on
+    while its consume threads work), so the broker has transferred the next batch while the
+    listener still holds the first; an orderly one pulls only once its batch is consumed.  Seen on
+    the broker's own count of messages out (GET_BROKER_RUNTIME_INFO); each consumes all 64 in
+    order once, and commits 64."""
+    from tests.integration.wire import Wire
+    app = appliance_factory(namesrv=True).start()
+    w = Wire("127.0.0.1", app.cfg.listenPort)
+
+    def sent_out() -> int:
+        return int(json.loads(w.call(R.GET_BROKER_RUNTIME_INFO).body)["table"]["msgGetTotalTodayNow"])
+
+    async def one(p, q, group: str, orderly: bool) -> tuple[int, list, int]:
+        got, entered, release = [], asyncio.Event(), asyncio.Event()
+
+        async def listener(msgs):
+            if not entered.is_set():
+                entered.set()
+                await release.wait()
+            got.extend(m.body for m in msgs)
+            return True
+
+        before = sent_out()
+        c = PushConsumer(group, app.namesrv, consume_from="CONSUME_FROM_FIRST_OFFSET", pull_batch=32, orderly=orderly)
+        await c.subscribe("Ahead", "*").register(listener).start()
+        await asyncio.wait_for(entered.wait(), 15)
+        await wait_for(lambda: sent_out() - before >= 64, timeout=3)
+        out_while_held = sent_out() - before
+        release.set()
+        assert await wait_for(lambda: len(got) >= 64), len(got)
+        await c.shutdown()                                    # commits what was consumed
+        pc = await PullConsumer(group, app.namesrv).start()
+        await pc.assign([q])
+        committed = pc.positions[q]
+        await pc.shutdown()
+        return out_while_held, got, committed
+
+    async def run():
+        create_topic(app, "Ahead", 1)
+        wait_route(app, "Ahead")
+        p = await Producer("pg", app.namesrv).start()
+        q = (await p.send_batch([Message("Ahead", b"m%02d" % i) for i in range(32)])).queue
+        await p.send_batch([Message("Ahead", b"m%02d" % i) for i in range(32, 64)], queue=q)
+        orderly = await one(p, q, "in-order", True)
+        concurrent = await one(p, q, "ahead", False)
+        await p.shutdown()
+        return orderly, concurrent
+
+    (o_out, o_got, o_committed), (c_out, c_got, c_committed) = asyncio.run(run())
+    every = [b"m%02d" % i for i in range(64)]
+    assert (o_out, o_got, o_committed) == (32, every, 64)
+    assert (c_out, c_got, c_committed) == (64, every, 64)
 
 
 def test_a_reader_killed_with_kill9_loses_nothing_acknowledged(appliance_factory):
