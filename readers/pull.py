@@ -43,7 +43,7 @@ class PullProcessor:
     def __init__(self, broker):
         self.b, self.cfg, self.link, self.view = broker, broker.cfg, broker.link, broker.link.view
         self.disk_limits = (self.cfg.maxTransferCountOnMessageInDisk, self.cfg.maxTransferBytesOnMessageInDisk)
-        self.group_pulls = broker.sh.views["offset_pulls"][self.link.slot]    # (shm/stats.py: consumeTps)
+        self.group_pulls = self.link.sh.views["offset_pulls"][self.link.slot]    # (shm/stats.py: consumeTps)
 
     def handlers(self) -> dict:
         return {R.PULL_MESSAGE: self.pull}
