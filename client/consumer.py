@@ -390,10 +390,9 @@ class PushConsumer:
                 if res.messages:
                     if not self.orderly:
                         ahead = asyncio.ensure_future(self._pull(mq, res.next_offset, pq))
-                    pq.hold(res.messages)
                     if not await self._consume(mq, res.messages, me):
                         return
-                    pq.done()
+                    pq.done(res.messages)
                 if res.status == "OFFSET_ILLEGAL":
                     log.warning("offset %d of %s is illegal; moving to %d", offset, mq, res.next_offset)
                 offset = res.next_offset
@@ -431,6 +430,7 @@ class PushConsumer:
             await asyncio.sleep(PULL_ERROR_DELAY_S)
             return None
         self.stats.pulled(mq.topic, len(res.messages), (time.monotonic() - began) * 1000)
+        pq.hold(res.messages)
         return res
 
     async def _consume(self, mq: MessageQueue, msgs: list[MessageExt], me: asyncio.Task) -> bool:

@@ -92,8 +92,9 @@ class ConsumeStats:
 
 @dataclass
 class ProcessQueue:
-    """One owned queue's state as ProcessQueueInfo reports it: the batch pulled and not yet
-    consumed (this client holds one batch per queue), and when it last sent a pull and consumed."""
+    """One owned queue's state as ProcessQueueInfo reports it: the messages pulled and not yet
+    consumed (the batch in the listener and, for a concurrent consumer, the one pulled ahead),
+    and when it last sent a pull and consumed."""
     offsets: list[int] = field(default_factory=list)
     size: int = 0                   # bytes of the held batch's bodies
     last_pull_ms: int = 0
@@ -104,10 +105,14 @@ class ProcessQueue:
         self.last_pull_ms = int(time.time() * 1000)
 
     def hold(self, msgs) -> None:
-        self.offsets, self.size = [m.queue_offset for m in msgs], sum(len(m.body) for m in msgs)
+        """A pull brought ``msgs``: held until consumed."""
+        self.offsets += [m.queue_offset for m in msgs]
+        self.size += sum(len(m.body) for m in msgs)
 
-    def done(self) -> None:
-        self.offsets, self.size = [], 0
+    def done(self, msgs) -> None:
+        """``msgs``, the oldest batch held, are consumed."""
+        del self.offsets[:len(msgs)]
+        self.size -= sum(len(m.body) for m in msgs)
         self.last_consume_ms = int(time.time() * 1000)
 
     def info(self, commit_offset: int, locked: bool, lock_ms: int) -> dict:

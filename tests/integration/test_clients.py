@@ -340,8 +340,10 @@ def test_a_concurrent_consumer_pulls_ahead_while_its_listener_has_a_batch(applia
     """A concurrent push consumer sends its next pull as soon as a batch arrives (Java's pulls go on
     while its consume threads work), so the broker has transferred the next batch while the
     listener still holds the first; an orderly one pulls only once its batch is consumed.  Seen on
-    the broker's own count of messages out (GET_BROKER_RUNTIME_INFO); each consumes all 64 in
-    order once, and commits 64."""
+    the broker's own count of messages out (GET_BROKER_RUNTIME_INFO) and in the consumer's running
+    info (cachedMsgCount: pulled, not yet consumed); each consumes all 64 in order once, and
+    commits 64."""
+    from client import running
     from tests.integration.wire import Wire
     app = appliance_factory(namesrv=True).start()
     w = Wire("127.0.0.1", app.cfg.listenPort)
@@ -349,7 +351,10 @@ def test_a_concurrent_consumer_pulls_ahead_while_its_listener_has_a_batch(applia
     def sent_out() -> int:
         return int(json.loads(w.call(R.GET_BROKER_RUNTIME_INFO).body)["table"]["msgGetTotalTodayNow"])
 
-    async def one(p, q, group: str, orderly: bool) -> tuple[int, list, int]:
+    def cached(c: PushConsumer, q) -> int:
+        return running.decode(c.running_info(False)).queues[q]["cachedMsgCount"]
+
+    async def one(p, q, group: str, orderly: bool) -> tuple[int, int, list, int]:
         got, entered, release = [], asyncio.Event(), asyncio.Event()
 
         async def listener(msgs):
@@ -363,8 +368,8 @@ def test_a_concurrent_consumer_pulls_ahead_while_its_listener_has_a_batch(applia
         c = PushConsumer(group, app.namesrv, consume_from="CONSUME_FROM_FIRST_OFFSET", pull_batch=32, orderly=orderly)
         await c.subscribe("Ahead", "*").register(listener).start()
         await asyncio.wait_for(entered.wait(), 15)
-        await wait_for(lambda: sent_out() - before >= 64, timeout=3)
-        out_while_held = sent_out() - before
+        await wait_for(lambda: sent_out() - before >= 64 and cached(c, q) >= 64, timeout=3)
+        out_while_held, cached_while_held = sent_out() - before, cached(c, q)
         release.set()
         assert await wait_for(lambda: len(got) >= 64), len(got)
         await c.shutdown()                                    # commits what was consumed
@@ -372,7 +377,7 @@ def test_a_concurrent_consumer_pulls_ahead_while_its_listener_has_a_batch(applia
         await pc.assign([q])
         committed = pc.positions[q]
         await pc.shutdown()
-        return out_while_held, got, committed
+        return out_while_held, cached_while_held, got, committed
 
     async def run():
         create_topic(app, "Ahead", 1)
@@ -385,10 +390,10 @@ def test_a_concurrent_consumer_pulls_ahead_while_its_listener_has_a_batch(applia
         await p.shutdown()
         return orderly, concurrent
 
-    (o_out, o_got, o_committed), (c_out, c_got, c_committed) = asyncio.run(run())
+    orderly, concurrent = asyncio.run(run())
     every = [b"m%02d" % i for i in range(64)]
-    assert (o_out, o_got, o_committed) == (32, every, 64)
-    assert (c_out, c_got, c_committed) == (64, every, 64)
+    assert orderly == (32, 32, every, 64)
+    assert concurrent == (64, 64, every, 64)
 
 
 def test_a_reader_killed_with_kill9_loses_nothing_acknowledged(appliance_factory):
