@@ -416,7 +416,10 @@ class PushConsumer:
 
     async def _pull(self, mq: MessageQueue, offset: int, pq: running.ProcessQueue) -> PullResult | None:
         """One pull of ``mq`` from ``offset`` (the committed offset riding along in CLUSTERING);
-        None (logged, after a pause) when it failed."""
+        None (logged, after a pause) when it failed.  Whatever the failure, as Java's pull
+        callback's ``onException``: a reply that does not decode (a record corrupted in the
+        broker's store) is logged with where it broke and asked for again, not left to end the
+        loop, which would leave its queue unconsumed and nothing said."""
         expr, tags, ver = self.subs[mq.topic]
         try:
             addr = (await self.instance.route(mq.topic)).masters[mq.broker_name]
@@ -427,6 +430,10 @@ class PushConsumer:
                                    self.suspend_ms, committed if committed else None)
         except (MQClientError, KeyError) as e:
             log.warning("pull from %s failed: %s", mq, e)
+            await asyncio.sleep(PULL_ERROR_DELAY_S)
+            return None
+        except Exception:
+            log.exception("pull from %s at offset %d failed; asking again in %.0f s", mq, offset, PULL_ERROR_DELAY_S)
             await asyncio.sleep(PULL_ERROR_DELAY_S)
             return None
         self.stats.pulled(mq.topic, len(res.messages), (time.monotonic() - began) * 1000)

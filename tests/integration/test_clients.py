@@ -396,6 +396,52 @@ def test_a_concurrent_consumer_pulls_ahead_while_its_listener_has_a_batch(applia
     assert concurrent == (64, 64, every, 64)
 
 
+def test_a_record_corrupted_in_the_store_is_reported_and_pulled_again_not_the_end_of_its_queue(
+        appliance_factory, caplog):
+    """A pull whose records do not decode (here a stored record's magic code overwritten in the
+    CommitLog file, as a bad disk would) is logged with where it broke and asked for again: the
+    queue's loop lives on, and once the record is whole again every message arrives, none lost.
+    Before, the error ended the loop quietly and the queue was never consumed again."""
+    from client.consumer import PULL_ERROR_DELAY_S
+    from store.message import parse_offset_msg_id
+    app = appliance_factory(namesrv=True).start()
+    seen = []
+
+    async def run():
+        create_topic(app, "Torn", 1)
+        wait_route(app, "Torn")
+        p = await Producer("pg", app.namesrv).start()
+        sent = [await p.send(Message("Torn", b"t%d" % i)) for i in range(3)]
+        await p.shutdown()
+        await dispatched(app)
+        phys = parse_offset_msg_id(sent[1].offset_msg_id)[2]
+        size = app.cfg.mappedFileSizeCommitLog
+        path = os.path.join(app.cfg.commitlog_dir, "%020d" % (phys // size * size))
+        fd = os.open(path, os.O_RDWR)
+        try:
+            whole = os.pread(fd, 4, phys % size + 4)             # the second record's magic code
+            os.pwrite(fd, b"\xde\xad\xbe\xef", phys % size + 4)
+            c = PushConsumer("torn", app.namesrv, consume_from="CONSUME_FROM_FIRST_OFFSET", pull_batch=1)
+            await c.subscribe("Torn", "*").register(lambda msgs: seen.extend(m.body for m in msgs) or True).start()
+            assert await wait_for(lambda: seen == [b"t0"]), seen
+            await asyncio.sleep(2 * PULL_ERROR_DELAY_S + 0.5)    # the pull of t1 fails, and again
+            stuck = list(seen)
+            loop_alive = not next(iter(c.pullers.values())).done()
+        finally:
+            os.pwrite(fd, whole, phys % size + 4)
+            os.close(fd)
+        assert await wait_for(lambda: len(seen) >= 3), seen
+        await c.shutdown()
+        return stuck, loop_alive
+
+    stuck, loop_alive = asyncio.run(run())
+    assert (stuck, loop_alive, seen) == ([b"t0"], True, [b"t0", b"t1", b"t2"])
+    errors = [r.getMessage() for r in caplog.records if r.name == "rocketbox.client" and r.exc_info]
+    assert len(errors) >= 2 and all(e.startswith("pull from MessageQueue(topic='Torn'") and "at offset 1 failed" in e
+                                    for e in errors), errors
+    assert "bad magic code 0xdeadbeef" in caplog.text
+
+
 def test_a_reader_killed_with_kill9_loses_nothing_acknowledged(appliance_factory):
     """Every acknowledged send is stored.  A body stored twice is allowed only as RocketMQ allows it:
     one send that the client retried (its first try landed but the reply was lost or late), which
