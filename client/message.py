@@ -78,11 +78,20 @@ class MessageExt:
 
 
 def decode_messages(body: bytes, broker_name: str = "") -> list[MessageExt]:
-    out = []
-    for r in codec.decode_records(body, "pull body"):
-        payload = zlib.decompress(r.body) if r.sys_flag & codec.COMPRESSED else r.body
-        out.append(MessageExt(r.topic, payload, r.properties, r.queue_id, r.queue_offset, r.phys_offset, r.msg_id,
-                              r.born_ts, r.store_ts, r.reconsume_times, r.flag, broker_name))
+    """A pull body's records as messages: fields straight into each MessageExt, and each store
+    host's msgId prefix made once (a pull's records share one)."""
+    out, ids = [], {}
+    for h, payload, topic, props in codec.record_fields(body, "pull body"):
+        (_total, _magic, _crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, _born_ip, _born_port,
+         store_ts, store_ip, store_port, reconsume_times, _prepared, _body_len) = h
+        msg_ids = ids.get((store_ip, store_port))
+        if msg_ids is None:
+            msg_ids = ids[(store_ip, store_port)] = codec.MsgIds(store_ip, store_port)
+        if sys_flag & codec.COMPRESSED:
+            payload = zlib.decompress(payload)
+        out.append(MessageExt(topic.decode("utf-8", "replace"), payload,
+                              codec.parse_properties(props.decode("utf-8", "replace")), queue_id, queue_offset, phys,
+                              msg_ids(phys), born_ts, store_ts, reconsume_times, flag, broker_name))
     return out
 
 

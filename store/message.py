@@ -399,11 +399,18 @@ def decode_record(buf, pos: int = 0, where: str = "record") -> Record:
 
 def decode_records(buf, where: str = "records") -> list[Record]:
     """Every record of ``buf``, whole records back to back (a pull body)."""
-    out, at = [], 0
-    while at < len(buf):
-        out.append(decode_record(buf, at, where))
-        at += out[-1].total_size
-    return out
+    return [Record(*h[:16], body, topic.decode("utf-8", "replace"), parse_properties(props.decode("utf-8", "replace")))
+            for h, body, topic, props in record_fields(buf, where)]
+
+
+def record_fields(buf, where: str = "records"):
+    """(header tuple, body, topic, properties) of every record of ``buf``, whole records back to
+    back, each checked as ``decode_record`` checks it (CorruptData naming ``where``)."""
+    at, n = 0, len(buf)
+    while at < n:
+        fields = _fields(buf, at, where)
+        yield fields
+        at += fields[0][0]
 
 
 def check_record(buf, pos: int, check_crc: bool = True, where: str = "commitlog"):
