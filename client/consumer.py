@@ -83,6 +83,11 @@ def consumer_data(group: str, consume_type: str, model: str, consume_from: str,
                                      "topic": topic} for topic, expr, tags, ver in subs]}
 
 
+async def _master(instance: ClientInstance, mq: MessageQueue) -> str:
+    """The address of ``mq``'s broker's master (KeyError when its route has none)."""
+    return (await instance.route(mq.topic)).masters[mq.broker_name]
+
+
 def _by_broker(mqs: list[MessageQueue]) -> dict[str, list[MessageQueue]]:
     out: dict[str, list[MessageQueue]] = {}
     for mq in mqs:
@@ -300,7 +305,7 @@ class PushConsumer:
 
     async def _lock_call(self, code: int, qs: list[MessageQueue]):
         """LOCK_BATCH_MQ or UNLOCK_BATCH_MQ for ``qs`` (queues of one broker) to that broker's master."""
-        addr = (await self.instance.route(qs[0].topic)).masters[qs[0].broker_name]
+        addr = await _master(self.instance, qs[0])
         body = json.dumps({"consumerGroup": self.group, "clientId": self.instance.client_id,
                            "mqSet": [{"brokerName": q.broker_name, "queueId": q.queue_id, "topic": q.topic}
                                      for q in qs]}).encode()
@@ -405,7 +410,7 @@ class PushConsumer:
         """Where a loop starts on ``mq``: the group's stored offset, or where ``consume_from``
         says; None (logged, after a pause) when it cannot be asked now."""
         try:
-            addr = (await self.instance.route(mq.topic)).masters[mq.broker_name]
+            addr = await _master(self.instance, mq)
             offset = await self._start_offset(mq, addr)
         except (MQClientError, KeyError) as e:
             log.warning("reading the offset of %s failed: %s", mq, e)
@@ -422,7 +427,7 @@ class PushConsumer:
         loop, which would leave its queue unconsumed and nothing said."""
         expr, tags, ver = self.subs[mq.topic]
         try:
-            addr = (await self.instance.route(mq.topic)).masters[mq.broker_name]
+            addr = await _master(self.instance, mq)
             committed = self.offsets.table.get(mq) if self.model == "CLUSTERING" else None
             began = time.monotonic()
             pq.pulling()
@@ -533,14 +538,11 @@ class PullConsumer:
             await self.instance.heartbeat_all()
         return sorted(route.read_queues, key=MessageQueue.sort_key)
 
-    async def _addr(self, mq: MessageQueue) -> str:
-        return (await self.instance.route(mq.topic)).masters[mq.broker_name]
-
     async def assign(self, mqs: list[MessageQueue]) -> None:
         """Own these queues, starting from the group's committed offsets (0 where there are none)."""
         offsets = RemoteOffsets(self.instance, self.group)
         for mq in mqs:
-            self.positions[mq] = await offsets.read(mq, await self._addr(mq)) or 0
+            self.positions[mq] = await offsets.read(mq, await _master(self.instance, mq)) or 0
 
     def seek(self, mq: MessageQueue, offset: int) -> None:
         self.positions[mq] = offset
@@ -548,8 +550,9 @@ class PullConsumer:
     async def pull(self, mq: MessageQueue, max_nums: int = 32, expression: str = "*", block_ms: int = 0) -> PullResult:
         """The next batch of an assigned queue; ``block_ms`` > 0 waits for messages (long polling)."""
         expr, tags = parse_expression(expression)
-        res = await pull_queue(self.instance, await self._addr(mq), self.group, mq, self.positions[mq], max_nums,
-                               expr, tags, 0, block_ms, None)
+        addr = await _master(self.instance, mq)
+        res = await pull_queue(self.instance, addr, self.group, mq, self.positions[mq], max_nums, expr, tags, 0,
+                               block_ms, None)
         self.positions[mq] = res.next_offset
         return res
 
@@ -558,10 +561,10 @@ class PullConsumer:
         offsets = RemoteOffsets(self.instance, self.group)
         for q in [mq] if mq is not None else list(self.positions):
             offsets.update(q, self.positions[q])
-            await offsets.commit(q, await self._addr(q))
+            await offsets.commit(q, await _master(self.instance, q))
 
     async def offset_bounds(self, mq: MessageQueue) -> tuple[int, int]:
-        addr, ext = await self._addr(mq), {"topic": mq.topic, "queueId": str(mq.queue_id)}
+        addr, ext = await _master(self.instance, mq), {"topic": mq.topic, "queueId": str(mq.queue_id)}
         lo = await self.instance.call(addr, R.GET_MIN_OFFSET, ext)
         hi = await self.instance.call(addr, R.GET_MAX_OFFSET, ext)
         return int(lo.ext["offset"]), int(hi.ext["offset"])

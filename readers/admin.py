@@ -271,9 +271,9 @@ class AdminProcessor:
             if meta is None:
                 continue
             key = offset_key(topic, group)
-            counters += [s for qid in range(meta[T.READ_QUEUE_NUMS])
-                         if (s := self.link.offsets.slot(key, qid)) is not None]
             for qid in range(meta[T.READ_QUEUE_NUMS]):
+                if (counter := self.link.offsets.slot(key, qid)) is not None:
+                    counters.append(counter)
                 _lo, hi = self.view.offsets(topic, qid) or (0, 0)
                 consumed = max(self.link.committed_offset(key, qid) or 0, 0)
                 table[(topic, self.cfg.brokerName, qid)] = {
