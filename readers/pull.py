@@ -43,7 +43,10 @@ class PullProcessor:
     def __init__(self, broker):
         self.b, self.cfg, self.link, self.view = broker, broker.cfg, broker.link, broker.link.view
         self.disk_limits = (self.cfg.maxTransferCountOnMessageInDisk, self.cfg.maxTransferBytesOnMessageInDisk)
-        self.group_pulls = self.link.sh.views["offset_pulls"][self.link.slot]    # (shm/stats.py: consumeTps)
+        # what a pull counts (shm/stats.py): its slot's row, and its row of the groups' counts, as
+        # memoryviews (an int read and written per count, ~3x cheaper than a numpy scalar's)
+        self.counts = memoryview(self.link.row)
+        self.group_pulls = memoryview(self.link.sh.views["offset_pulls"][self.link.slot])
 
     def handlers(self) -> dict:
         return {R.PULL_MESSAGE: self.pull}
@@ -100,7 +103,7 @@ class PullProcessor:
         count = max(1, min(max_nums, self.cfg.maxTransferCountOnMessageInMemory))
         p = self.view.pull(topic, qid, offset, count, codes, self.cfg.maxTransferBytesOnMessageInMemory,
                            self.disk_limits)
-        row = self.link.row              # (shm/stats.py: getTransferedTps, getFoundTps, getMissTps)
+        row = self.counts                # (getTransferedTps, getFoundTps, getMissTps, consumeTps)
         if p.status == SV.FOUND:
             code, status = RC.SUCCESS, "FOUND"
             row[S.PULLED_MSGS] += p.count
