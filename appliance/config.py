@@ -34,6 +34,13 @@ def _bool(v: str) -> bool:
     return low == "true"
 
 
+def _reject_transactions(v: str) -> bool:
+    if not _bool(v):
+        raise ValueError("transactions are not served yet, so transactional half messages are always refused "
+                         "(NO_PERMISSION); only true is accepted")
+    return True
+
+
 def _choice(*names):
     def parse(v: str) -> str:
         if v not in names:
@@ -103,6 +110,8 @@ TABLE = (
     ("maxIndexNum", _int_in(2, 200_000_000), "20000000", "IndexFile entries"),
     ("messageIndexEnable", _bool, "true", ""),
     ("checkCRCOnRecover", _bool, "true", ""),
+    ("rejectTransactionMessage", _reject_transactions, "true",
+     "refuse transactional half messages (TRAN_MSG=true) with NO_PERMISSION; true only until transactions are served"),
     ("maxTransferCountOnMessageInMemory", _int_in(1, 65536), "32", "most messages one pull returns"),
     ("maxTransferBytesOnMessageInMemory", _int_in(1024, 2**30), "262144", "most bytes one pull returns"),
     ("maxTransferCountOnMessageInDisk", _int_in(1, 65536), "8", "most messages one pull returns from disk"),
@@ -169,6 +178,7 @@ class BrokerConfig:
     maxIndexNum: int
     messageIndexEnable: bool
     checkCRCOnRecover: bool
+    rejectTransactionMessage: bool
     maxTransferCountOnMessageInMemory: int
     maxTransferBytesOnMessageInMemory: int
     maxTransferCountOnMessageInDisk: int

@@ -3,6 +3,8 @@
 
 The checks RocketMQ makes before a store sees the message (topic name, system topics, unknown
 topic and auto-create from ``defaultTopic``, queue id, batch rules) answer here with Java's codes.
+Transactional half messages (``TRAN_MSG=true``, alone or in a batch) are refused NO_PERMISSION, as
+Java's ``rejectTransactionMessage=true`` refuses them, until transactions are served.
 The handler checks what needs no writer and returns ``DEFERRED``; a loop turn's sends (from every
 connection) are then taken together: their stored records built and appended to the turn's slab
 in one ``WriterLink.append``, with one waiter for all.  Each reply goes out when the writer's
@@ -40,12 +42,20 @@ _SUCCESS, _BATCH = int(RC.SUCCESS), int(R.SEND_BATCH_MESSAGE)    # per send: an 
 log = logging.getLogger("rocketbox.reader")
 
 
+def _half(props: bytes) -> bool:
+    """A transactional half message: its TRAN_MSG property is true (Java's Boolean.parseBoolean;
+    the broker goes by the property, not the sysflag)."""
+    v = message.property_value(props, b"TRAN_MSG")
+    return v is not None and v.lower() == b"true"
+
+
 class SendProcessor:
     def __init__(self, broker):
         self.b, self.cfg, self.link = broker, broker.cfg, broker.link
         self.ring = self.link.ring
         self.cluster_prop = f"{_SEP}CLUSTER{message.NAME_VALUE_SEP}{self.cfg.brokerClusterName}"
         self.region = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+        self.no_transactions = f"the broker[{self.cfg.brokerIP1}] sending transaction message is forbidden"
         self.stored_reply = codec.ResponseTemplate(("msgId", "queueId", "queueOffset"), self.region)
         self.msg_id = message.MsgIds(self.ring.store_ip, self.ring.store_port)
         self.sync_flush, self.flush_timeout_s = self.cfg.sync_flush, self.cfg.syncFlushTimeout / 1000
@@ -196,9 +206,13 @@ class SendProcessor:
         # the producer waits for the flush (SYNC_FLUSH) unless its WAIT is not "true" (Java's
         # Message.isWaitStoreMsgOK: absent is true, else Boolean.parseBoolean)
         wait = self.sync_flush and (message.property_value(pbytes, b"WAIT") or b"true").lower() == b"true"
+        batch = h["batch"] or cmd.code == _BATCH
+        if _half(pbytes) or batch and b"TRAN_MSG\x01" in cmd.body and any(
+                map(_half, message.batch_properties(cmd.body))):      # a half message inside a batch
+            raise MessageRejected(RC.NO_PERMISSION, self.no_transactions)
         sys_flag, tb = h["sysFlag"], self.topic_bytes.get(topic) or topic.encode()
         born_host, born_ts = conn.peer_addr, h["bornTimestamp"] or int(time.time() * 1000)
-        if h["batch"] or cmd.code == _BATCH:
+        if batch:
             if message.property_value(pbytes, b"DELAY") is not None:
                 raise MessageRejected(RC.MESSAGE_ILLEGAL, "batch message does not support delay message")
             if sys_flag & message.TX_MASK:

@@ -151,6 +151,22 @@ def property_value(props: bytes, key: bytes) -> bytes | None:
 _BATCH_HEAD = struct.Struct(">iiiii")        # totalSize, magic (0), bodyCRC (0), flag, bodyLen
 
 
+def batch_properties(batch: bytes):
+    """Each message's properties (bytes) in a SEND_BATCH_MESSAGE body, for checks off the hot
+    path; it stops where the body stops parsing (``encode_batch_records`` names what is wrong)."""
+    at, n, hsize = 0, len(batch), _BATCH_HEAD.size
+    while at + hsize + 2 <= n:
+        blen = _BATCH_HEAD.unpack_from(batch, at)[4]
+        end_body = at + hsize + blen
+        if blen < 0 or end_body + 2 > n:
+            return
+        (plen,) = _I16.unpack_from(batch, end_body)
+        end = end_body + 2 + plen
+        if plen < 0 or end > n:
+            return
+        yield batch[end_body + 2:end]
+        at = end
+
 def encode_client_batch(messages: list[tuple[int, bytes, str]]) -> bytes:
     """A SEND_BATCH_MESSAGE body (FACTS §4.2), the client side of ``encode_batch_records``:
     [(flag, body, properties string)] -> batch body."""

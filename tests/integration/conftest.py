@@ -20,6 +20,16 @@ def appliance_factory(tmp_path, request):
         app.cleanup()
 
 
+@pytest.fixture(scope="session")
+def java_classes(tmp_path_factory):
+    """The programs of ``tests/integration/java/``, compiled against the real 4.9.8 client."""
+    from tests.integration import javaclient
+    why = javaclient.missing()
+    if why:
+        pytest.skip(why)
+    return javaclient.compile_all(str(tmp_path_factory.mktemp("java-classes")))
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     """A failed test's report carries the tail of each of its appliances' logs: on a CI machine that

@@ -175,3 +175,11 @@ def test_batch_records_are_the_messages_with_the_batch_properties_appended():
         with pytest.raises(MessageRejected, match=why) as e:
             m.encode_batch_records(bad, extra, 4096, t, 17)
         assert e.value.code == m.MESSAGE_ILLEGAL
+
+
+def test_batch_properties_are_each_messages_own_until_the_body_stops_parsing():
+    inner = [(7, b"two", "UNIQ_KEY\x01U2"), (8, b"TRAN_MSG\x01true", ""), (9, b"x", "TRAN_MSG\x01true\x02")]
+    batch = m.encode_client_batch(inner)
+    assert list(m.batch_properties(batch)) == [b"UNIQ_KEY\x01U2", b"", b"TRAN_MSG\x01true\x02"]
+    assert list(m.batch_properties(batch[:-3])) == [b"UNIQ_KEY\x01U2", b""]      # the last one is cut short
+    assert list(m.batch_properties(b"\x00\x00\x00\x50garbage")) == []
