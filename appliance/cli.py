@@ -1,4 +1,4 @@
-"""``appliance`` command line: start | status | check | run ROLE | produce | consume."""
+"""``appliance`` command line: start | status | check | quarantine | run ROLE | produce | consume."""
 from __future__ import annotations
 
 import argparse
@@ -30,6 +30,23 @@ def _status(cfg) -> int:
     return 0 if all_up else 1
 
 
+def _quarantine(cfg) -> int:
+    """What the store lost to damage (``store/quarantine.py``), one line a span."""
+    from store import quarantine
+    try:
+        entries = quarantine.load(cfg.root)
+    except ValueError as e:
+        print(f"appliance quarantine: {e}", file=sys.stderr)
+        return 2
+    for e in entries:
+        whose = (f"{e['topic']} queue {e['queueId']} offset {e['queueOffset']}" if e.get("queueOffset") is not None
+                 else "queue unknown")
+        print(f"offset {e['offset']} ({e['file']} @ {e['fileOffset']}), {e['length']} bytes, {whose} "
+              f"[{e['identity']}]: {e['reason']}; found by {e['foundBy']}; original bytes: {e['bytes'] or 'not saved'}")
+    print(f"{len(entries)} damaged spans quarantined" if entries else "nothing quarantined")
+    return 0
+
+
 def main(argv=None) -> int:
     try:
         return _main(argv)
@@ -43,7 +60,8 @@ def _main(argv) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name, text in (("start", "run every role in the foreground until SIGTERM/SIGINT"),
                        ("status", "print each role with its pid; exit 0 only when all are up"),
-                       ("check", "verify a stopped store: records, consume queues, index")):
+                       ("check", "verify a stopped store: records, consume queues, index"),
+                       ("quarantine", "list what the store lost to damage, and where the original bytes are")):
         p = sub.add_parser(name, help=text)
         p.add_argument("-c", "--config", help="broker.conf (default: built-in defaults)")
     from client import cli as client_cli
@@ -59,6 +77,8 @@ def _main(argv) -> int:
         return 2
     if args.cmd == "status":
         return _status(cfg)
+    if args.cmd == "quarantine":
+        return _quarantine(cfg)
     if args.cmd == "check":
         from appliance import check
         return check.main(cfg)

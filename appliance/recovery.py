@@ -4,9 +4,14 @@ before any role starts (FACTS §6).  Runs in the supervisor (or ``appliance run 
 1. ``abort`` present => the last exit was abnormal.
 2. Load topics.json into the shared topic table, the CommitLog files, every consume queue
    (each finds the end of its valid entries) and the checkpoint.
-3. Scan the CommitLog (magic, lengths, CRC): a normal restart from the 3rd-from-last file, an
-   abnormal one from the newest file whose first record is older than the checkpoint's
-   min timestamp.  The first bad record ends the log: everything past it is cut.
+3. Scan the CommitLog (magic, lengths, CRC, PHYSICALOFFSET): a normal restart from the
+   3rd-from-last file, an abnormal one from the newest file whose first record is older than the
+   checkpoint's min timestamp.  A bad record with nothing verified after it is the torn tail:
+   everything past it is cut.  A bad record with verified records after it (in its file or a
+   later one) is damage inside the log: it costs that span only.  A tombstone record of the same
+   length is written over it, the consume-queue entries into it point at the tombstone, and the
+   span goes to the quarantine with its original bytes (``store/salvage.py``,
+   ``store/quarantine.py``); everything after it is kept and dispatched.
 4. Consume queues and index files that point past the cut are truncated / deleted.
 5. Re-dispatch from the earliest point the derived files may lack: the largest CQ end (as
    RocketMQ), the abnormal scan start, the start of a deleted index file, or the whole log when a
@@ -17,12 +22,14 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
+import time
 from dataclasses import dataclass
 
 from dispatcher.service import DispatcherService
 from shm.layout import C
 from shm.tables import append_queue
-from store import indexfile, message
+from store import indexfile, message, quarantine, salvage
 from store.checkpoint import Checkpoint
 from store.consumequeue import ConsumeQueue, file_size_for, queue_dir
 from store.errors import CorruptData
@@ -41,27 +48,56 @@ class RecoveryReport:
     cut_bytes: int           # bytes of torn/corrupt tail removed (within the last file)
     redispatch_from: int
     queues: int
+    damaged: int = 0         # damaged spans replaced by tombstones (store/salvage.py)
 
 
-def _scan(commitlog: MappedFileQueue, start_index: int, check_crc: bool) -> int:
-    """Walk records from file ``start_index`` until the first bad one; returns the end offset."""
-    files = commitlog.files
+@dataclass
+class Damage:
+    """A span of the CommitLog that failed its checks, with verified records (or the file's end)
+    after it: ``at`` and ``length`` within ``mf``."""
+    mf: object
+    at: int
+    length: int
+    why: str
+
+    @property
+    def phys(self) -> int:
+        return self.mf.start + self.at
+
+
+def _scan(commitlog: MappedFileQueue, start_index: int, check_crc: bool) -> tuple[int, list[Damage]]:
+    """Walk records from file ``start_index``.  A record that fails its checks (magic, sizes,
+    CRC, PHYSICALOFFSET) with a verified record after it, in its file or a later one, is damage:
+    noted and stepped over.  One with nothing verified after it is the torn tail, where the log
+    ends.  -> (the end offset, the damage)."""
+    files, damages = commitlog.files, []
     pos = files[start_index].start
-    for mf in files[start_index:]:
+    for i in range(start_index, len(files)):
+        mf = files[i]
         if mf.start != pos:
             break
         at = 0
         while at < mf.size:
             try:
                 size = message.check_record(mf.mm, at, check_crc, mf.path)
-            except CorruptData:
-                return mf.start + at
+                if size and salvage.phys_field(mf.mm, at) != mf.start + at:
+                    raise CorruptData(mf.path, at, f"PHYSICALOFFSET {salvage.phys_field(mf.mm, at)} is not "
+                                                   f"where the record lies ({mf.start + at})")
+            except CorruptData as e:
+                resume = salvage.resume_after(mf.mm, at, mf.start, mf.size)
+                if resume is None:
+                    if not any(salvage.holds_verified(later) for later in files[i + 1:]):
+                        return mf.start + at, damages          # the torn tail
+                    resume = mf.size                           # damaged through the file's end
+                damages.append(Damage(mf, at, resume - at, e.why))
+                at = resume
+                continue
             if size == 0:            # BLANK: the rest of the file is filler
                 at = mf.size
                 break
             at += size
         pos = mf.start + at
-    return pos
+    return pos, damages
 
 
 def _abnormal_start(commitlog: MappedFileQueue, min_ts: int) -> int:
@@ -94,6 +130,7 @@ def _load_queues(cfg) -> dict:
 def recover(cfg, shared) -> RecoveryReport:
     ctl, views = shared.control, shared.views
     abnormal = os.path.exists(os.path.join(cfg.root, "abort"))
+    damages, tombstones = [], []
     os.makedirs(cfg.root, exist_ok=True)
     topics = TopicTable(cfg, views, ctl)
     topics.load()
@@ -109,7 +146,7 @@ def recover(cfg, shared) -> RecoveryReport:
                 cq.truncate_phys(0)
         else:
             start_i = _abnormal_start(commitlog, checkpoint.min_timestamp) if abnormal else max(0, len(files) - 3)
-            end = _scan(commitlog, start_i, cfg.checkCRCOnRecover)
+            end, damages = _scan(commitlog, start_i, cfg.checkCRCOnRecover)
         scan_from = files[start_i].start if files else 0
         last_end = files[-1].end if files else 0
         cut = 0
@@ -122,6 +159,8 @@ def recover(cfg, shared) -> RecoveryReport:
         for cq in cqs.values():
             if cq.max_phys > end:
                 cq.truncate_phys(end)
+        if files and damages:
+            tombstones = _bury(cfg, damages, cqs, topics)
         redispatch = max((cq.max_phys for cq in cqs.values()), default=0)
         if abnormal and files:
             redispatch = min(redispatch, files[start_i].start)
@@ -142,10 +181,64 @@ def recover(cfg, shared) -> RecoveryReport:
         for cq in cqs.values():
             cq.close()
         commitlog.close()
-    _redispatch(cfg, shared)
+    _redispatch(cfg, shared, tombstones)
     topics.ensure_queue_dirs()      # so that a deleted directory is noticed next time
     ctl[C.RECOVERED] = 1
-    return RecoveryReport(abnormal, scan_from, end, cut, redispatch, shared.queue_count())
+    return RecoveryReport(abnormal, scan_from, end, cut, redispatch, shared.queue_count(), len(damages))
+
+
+def _bury(cfg, damages: list[Damage], cqs: dict, topics: TopicTable) -> list[tuple[int, int]]:
+    """Write a tombstone over each damaged span (``store/salvage.py``), point every consume-queue
+    entry into it at the tombstone, and put the span in the quarantine with its original bytes.
+    -> (offset, length) of every tombstone, sorted, for re-dispatch to fill queue gaps with."""
+    store_ip, store_port, _v6 = message.pack_host((cfg.brokerIP1, cfg.listenPort))
+    entries, originals, buried = [], [], []
+    for d in damages:
+        phys, mm = d.phys, d.mf.mm
+        who = None
+        for (topic, qid), cq in sorted(cqs.items()):
+            for q in cq.entries_within(phys, phys + d.length):
+                if who is None:
+                    who = salvage.Identity(topic.encode(), qid, q, source="consume queue")
+                cq.rewrite(q, phys, d.length, salvage.TOMBSTONE_TAGS)
+        if who is None:
+            who = salvage.header_identity(mm, d.at, d.length)
+            if who is not None and who.topic.decode() not in topics.configs:
+                who = None
+        who = who or salvage.UNKNOWN
+        if not who.store_ts:
+            who.store_ts = _store_ts_after(d)
+        try:
+            stone = salvage.tombstone(d.length, phys, who, d.why, store_ip, store_port)
+        except ValueError as e:
+            log.error("CommitLog: damaged record at offset %d (%s, %d bytes) left as it is: %s",
+                      phys, d.why, d.length, e)
+            continue
+        originals.append(bytes(mm[d.at:d.at + d.length]))
+        mm[d.at:d.at + d.length] = stone
+        d.mf.flush()
+        buried.append((phys, d.length))
+        entries.append({"offset": phys, "length": d.length, "file": d.mf.path, "fileOffset": d.at,
+                        "reason": d.why, "topic": who.topic.decode(), "queueId": who.queue_id,
+                        "queueOffset": who.queue_offset if who.source != "unknown" else None,
+                        "identity": who.source, "foundBy": "recovery", "time": int(time.time() * 1000)})
+        log.error("CommitLog: damaged record at offset %d (%s @ %d, %d bytes: %s) of %s queue %d offset %s "
+                  "replaced by a tombstone; every record after it is kept; original bytes in %s",
+                  phys, d.mf.path, d.at, d.length, d.why, who.topic.decode(), who.queue_id,
+                  entries[-1]["queueOffset"], quarantine.directory(cfg.root))
+    if entries:
+        quarantine.add(cfg.root, entries, originals)
+    return sorted(buried)
+
+
+def _store_ts_after(d: Damage) -> int:
+    """The store time of the record after a damaged span (a tombstone's, so searches by time
+    still find the queue's records in order), or 0."""
+    at = d.at + d.length
+    if salvage.verified(d.mf.mm, at, d.mf.start + at, d.mf.size):
+        sys_flag = struct.unpack_from(">i", d.mf.mm, at + message.SYSFLAG_AT)[0]
+        return struct.unpack_from(">q", d.mf.mm, at + message.store_ts_at(sys_flag))[0]
+    return 0
 
 
 def _nonzero_tail(mf, at: int) -> int:
@@ -189,8 +282,9 @@ def _register_queue(shared, topic: str, qid: int, cq=None) -> int:
     return append_queue(v, shared.control, topic.encode(), qid)
 
 
-def _redispatch(cfg, shared) -> None:
-    d = DispatcherService(cfg, shared, allocate_queue=lambda t, q: _register_queue(shared, t, q)).open()
+def _redispatch(cfg, shared, tombstones: list[tuple[int, int]]) -> None:
+    d = DispatcherService(cfg, shared, allocate_queue=lambda t, q: _register_queue(shared, t, q),
+                          tombstones=tombstones).open()
     try:
         while d.step():
             pass

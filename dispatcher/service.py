@@ -22,7 +22,7 @@ import numpy as np
 
 from shm.layout import C, S
 from shm.tables import QueueIndex
-from store import indexfile, message, propscan
+from store import indexfile, message, propscan, salvage
 from store.consumequeue import ConsumeQueue, file_size_for
 from store.errors import CorruptData
 from store.javahash import BufferHashes, index_abs, index_abs_one, string_hash, string_hashes
@@ -30,7 +30,7 @@ from store.mappedfile import MappedFileQueue
 
 log = logging.getLogger("rocketbox.dispatcher")
 SCHEDULE_TOPIC = b"SCHEDULE_TOPIC_XXXX"
-_NAMES = (b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY")     # the properties the dispatcher reads
+_NAMES = (b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY", salvage.TOMBSTONE_PROPERTY.encode())   # the properties it reads
 FEW_RECORDS = 48        # a pass of at most this many records goes record by record (_dispatch_few): the
                         # crossover, fitted from bench.paths (vector ~2.0M a pass + ~20k a record; few ~0.37M + ~55k)
 _I16, _I32, _I64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
@@ -65,11 +65,14 @@ class Batch:
 
 
 class DispatcherService:
-    def __init__(self, cfg, shared, allocate_queue=None):
+    def __init__(self, cfg, shared, allocate_queue=None, tombstones: list[tuple[int, int]] = ()):
         """``allocate_queue(topic, queue_id) -> slot`` is given only during boot recovery, when no
-        writer runs; in the role a record for an unknown queue is corruption."""
+        writer runs; in the role a record for an unknown queue is corruption.  ``tombstones``:
+        (offset, length) of the damaged spans recovery replaced, sorted: a queue's records lost in
+        one leave a gap in its offsets, filled with entries pointing at the tombstone."""
         self.cfg, self.sh, self.ctl = cfg, shared, shared.control
         self.allocate_queue = allocate_queue
+        self.tombstones = list(tombstones)
         self.cqs: dict[tuple[str, int], ConsumeQueue] = {}
         self.cq_file_size = file_size_for(cfg.mappedFileSizeConsumeQueue)
         self.key_seeds: dict[bytes, int] = {}                 # topic -> hash of "topic#"
@@ -164,6 +167,7 @@ class DispatcherService:
         tags = np.zeros(len(slots), dtype=np.int64)
         t = found[b"TAGS"]
         tags[t.rows] = hashes(t.starts, t.lens)
+        tags[found[_NAMES[4]].rows] = salvage.TOMBSTONE_TAGS
         d = found[b"DELAY"]
         for i, row in enumerate(d.rows.tolist()):            # delayed messages: rare, one by one
             if group_topic[group[row]] == SCHEDULE_TOPIC:
@@ -227,12 +231,17 @@ class DispatcherService:
                 delay = props.get("DELAY")
                 if delay is not None and topic == SCHEDULE_TOPIC:
                     code = self._deliver_ts(delay.encode(), store_ts, code)
+                if salvage.TOMBSTONE_PROPERTY in props:
+                    code = salvage.TOMBSTONE_TAGS
                 q = queues.get(slot)
+                if q is not None and qoff != q[0] + len(q[1]):
+                    if not self.tombstones:
+                        raise CorruptData("commitlog", q[1][-1], f"queue offsets of {self.slot_key[slot]} "
+                                                                 "are not dense in one pass")
+                    self._put_queue(slot, *q)          # up to the gap; _put_queue fills it
+                    q = None
                 if q is None:
                     q = queues[slot] = (qoff, [], [], [])
-                elif qoff != q[0] + len(q[1]):
-                    raise CorruptData("commitlog", q[1][-1], f"queue offsets of {self.slot_key[slot]} "
-                                                             "are not dense in one pass")
                 q[1].append(phys)
                 q[2].append(size)
                 q[3].append(code)
@@ -293,21 +302,36 @@ class DispatcherService:
         s_sorted, qoffs = slots[order], b.queue_offset[order]
         phys, size, tag = b.phys[order], b.size[order], tags[order]       # each queue's run is a slice now
         same = s_sorted[1:] == s_sorted[:-1]
-        gap = np.flatnonzero(same & (qoffs[1:] - qoffs[:-1] != 1))
-        if gap.size:
-            i = int(gap[0])
+        gaps = same & (qoffs[1:] - qoffs[:-1] != 1)
+        if gaps.any() and not self.tombstones:
+            i = int(np.flatnonzero(gaps)[0])
             raise CorruptData("commitlog", int(phys[i]), f"queue offsets of {self.slot_key[int(s_sorted[i])]} "
                                                          "are not dense in one pass")
-        bounds = [0, *(np.flatnonzero(~same) + 1).tolist(), len(order)]
+        bounds = [0, *(np.flatnonzero(~same | gaps) + 1).tolist(), len(order)]     # (a run per gap: _put_queue fills it)
         for lo, hi in zip(bounds[:-1], bounds[1:]):
             self._put_queue(int(s_sorted[lo]), int(qoffs[lo]), phys[lo:hi], size[lo:hi], tag[lo:hi])
 
     def _put_queue(self, slot: int, queue_offset: int, phys, size, tags) -> None:
         """One queue's entries of the pass, then its published max and min offsets."""
         cq = self._cq(self.slot_key[slot])
+        if queue_offset > cq.max_offset and self.tombstones and cq.files.files:
+            self._fill_gap(cq, queue_offset, int(phys[0]))
         cq.put(queue_offset, phys, size, tags)
         self.sh.views["queue_min"][slot] = cq.min_offset
         self.sh.views["queue_max"][slot] = cq.max_offset
+
+    def _fill_gap(self, cq: ConsumeQueue, queue_offset: int, phys: int) -> None:
+        """Recovery: the queue's records before ``queue_offset`` were lost in a damaged span; their
+        entries point at the last tombstone between the queue's last entry and ``phys`` (readers
+        skip it).  With no tombstone there, the gap stays an error (``ConsumeQueue.put``)."""
+        between = [t for t in self.tombstones if cq.max_phys <= t[0] < phys]
+        if not between:
+            return
+        at, length = between[-1]
+        n = queue_offset - cq.max_offset
+        log.error("queue %s/%d: offsets %d-%d were lost in the damaged span at %d: their entries point at its "
+                  "tombstone", cq.topic, cq.queue_id, cq.max_offset, queue_offset - 1, at)
+        cq.put(cq.max_offset, [at] * n, [length] * n, [salvage.TOMBSTONE_TAGS] * n)
 
     def _cq(self, key) -> ConsumeQueue:
         cq = self.cqs.get(key)

@@ -21,6 +21,7 @@ from shm.layout import C, S
 from shm.tables import QueueIndex
 from store import message
 from store.consumequeue import ENTRY, ENTRY_SIZE, ConsumeQueue, file_size_for
+from store.salvage import TOMBSTONE_TAGS
 from store.mappedfile import MappedFileQueue
 
 FOUND, NO_NEW, NO_MATCHED, OFFSET_MOVED, NO_QUEUE = "FOUND", "NO_NEW_MSG", "NO_MATCHED_MSG", "OFFSET_MOVED", "NO_QUEUE"
@@ -141,8 +142,13 @@ class StoreView:
             return Pulled(NO_NEW, queue_offset, lo, hi, [])
         e = self._entries(topic, queue_id, queue_offset,
                           min(max(FILTER_SCAN, max_count) if tag_codes else max_count, hi - queue_offset))
-        if tag_codes is not None:
+        if tag_codes is None and (e["tags"] == TOMBSTONE_TAGS).any():     # records lost to damage: skipped
+            idx = np.flatnonzero(e["tags"] != TOMBSTONE_TAGS)
+        elif tag_codes is not None:                  # (no tag code is TOMBSTONE_TAGS)
             idx = np.flatnonzero(np.isin(e["tags"].astype(np.int64), np.asarray(tag_codes, np.int64)))
+        else:
+            idx = None
+        if idx is not None:
             take, picked = idx[:max_count].tolist(), e[idx[:max_count]]
             matched = len(idx)
         else:                                        # no filter: the first entries, no index arrays

@@ -138,16 +138,31 @@ class ConsumeQueue:
         front["phys"], front["size"], front["tags"] = BLANK_ENTRY
         self.max_offset = queue_offset
 
+    def _first_at_or_past(self, phys_offset: int) -> int:
+        """The first queue offset whose entry points at or past ``phys_offset`` (``max_offset``
+        when none does): a binary search, as entries' phys only grow."""
+        lo, hi = self.min_offset, self.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if int(self.entries(mid, 1)["phys"][0]) >= phys_offset:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def entries_within(self, start: int, end: int) -> range:
+        """The queue offsets whose entries point into CommitLog bytes [start, end)."""
+        return range(self._first_at_or_past(start), self._first_at_or_past(end))
+
+    def rewrite(self, queue_offset: int, phys: int, size: int, tags: int) -> None:
+        """Rewrite one entry in place (recovery pointing it at a tombstone)."""
+        e = self.entries(queue_offset, 1)
+        e["phys"], e["tags"], e["size"] = phys, tags, size
+
     def truncate_phys(self, phys_offset: int) -> None:
         """Drop every entry pointing at or past ``phys_offset`` (CommitLog tail was cut)."""
-        if self.max_offset > self.min_offset and int(self.entries(self.max_offset - 1, 1)["phys"][0]) >= phys_offset:
-            lo, hi = self.min_offset, self.max_offset - 1   # binary search: phys is increasing
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if int(self.entries(mid, 1)["phys"][0]) >= phys_offset:
-                    hi = mid
-                else:
-                    lo = mid + 1
+        lo = self._first_at_or_past(phys_offset)
+        if lo < self.max_offset:
             self.files.truncate(lo * ENTRY_SIZE)
             self.max_offset = lo
         self.max_phys = 0

@@ -1,0 +1,66 @@
+"""The quarantine: what the store lost to damage, kept for the operator.
+
+``<storePathRootDir>/quarantine/`` (not a RocketMQ path; RocketMQ ignores it) holds
+``quarantine.json``, one entry per damaged CommitLog span that a tombstone replaced
+(``store/salvage.py``), and each span's original bytes as ``<20-digit offset>.bin``, so nothing is
+thrown away.  An entry:
+
+    {"offset": global CommitLog offset, "length": bytes, "file": CommitLog file, "fileOffset": n,
+     "reason": what failed, "topic": ..., "queueId": ..., "queueOffset": ..., "identity": where the
+     topic/queue came from ("header", "consume queue", "unknown"), "foundBy": "recovery",
+     "time": epoch ms, "bytes": the .bin file or null when it could not be saved}
+
+Written by recovery (alone, before any role runs), the file replaced whole (``.tmp``, rename).
+Read by ``appliance check`` and ``appliance quarantine``.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from store.mappedfile import offset_to_name
+
+DIR = "quarantine"
+LIST = "quarantine.json"
+
+
+def directory(root: str) -> str:
+    return os.path.join(root, DIR)
+
+
+def load(root: str) -> list[dict]:
+    """The entries, oldest first ([] when there are none); a file that does not parse raises
+    ValueError naming it."""
+    path = os.path.join(directory(root), LIST)
+    try:
+        with open(path, encoding="utf-8") as f:
+            entries = json.load(f)
+    except FileNotFoundError:
+        return []
+    except ValueError as e:
+        raise ValueError(f"{path}: not a quarantine list: {e}") from None
+    if not isinstance(entries, list):
+        raise ValueError(f"{path}: not a quarantine list: expected a JSON list")
+    return entries
+
+
+def add(root: str, entries: list[dict], originals: list[bytes]) -> None:
+    """Append ``entries``, saving each one's original bytes beside the list first (an entry
+    whose bytes cannot be written, e.g. on a full disk, says ``"bytes": null``)."""
+    d = directory(root)
+    os.makedirs(d, exist_ok=True)
+    for e, raw in zip(entries, originals):
+        path = os.path.join(d, offset_to_name(e["offset"]) + ".bin")
+        try:
+            with open(path, "wb") as f:
+                f.write(raw)
+            e["bytes"] = path
+        except OSError:
+            e["bytes"] = None
+    everything = load(root) + entries
+    tmp = os.path.join(d, LIST + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(everything, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(d, LIST))

@@ -1,0 +1,149 @@
+"""Damage inside the CommitLog: where valid records resume after a bad one, and the tombstone that
+takes the damaged bytes' place.
+
+A record is *verified* when its magic, sizes and body CRC hold and its PHYSICALOFFSET is where it
+lies: no byte run inside a message body passes the last check by chance, so after a bad record
+the next verified one (found through its magic code) is where the log goes on.
+
+A *tombstone* is a well-formed record (FACTS §4.3) of exactly the damaged span's length, written
+over it, so every later reader, ours or Apache RocketMQ's, walks past it as past any record:
+
+* it keeps the damaged record's topic, queue id and queue offset when they are known (the
+  record's own header, when its field lengths add up to the span, or the consume-queue entry that
+  points at it), so its queue stays dense; its property ``RBX_DAMAGED`` says what failed, its
+  body is zeros, it has no tags, keys or UNIQ_KEY;
+* its consume-queue entry carries ``TOMBSTONE_TAGS`` as tagsCode, which readers skip (a pull
+  moves past it) and no tag filter matches;
+* when nothing says whose it was, it is a rollback-type record of ``DAMAGED_TOPIC`` (rollback
+  records are neither queued nor indexed, by RocketMQ as by us).
+
+Pure: works on buffers (an mmap, a numpy view); no I/O.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from store import message
+from store.errors import CorruptData
+
+TOMBSTONE_PROPERTY = "RBX_DAMAGED"
+TOMBSTONE_TAGS = -(1 << 62)          # no tag hash (an int32) nor a delivery time (> 0) is this
+DAMAGED_TOPIC = b"RBX_SYS_DAMAGED"
+_MAGIC = struct.pack(">i", message.MAGIC)
+_BLANK = struct.pack(">i", message.BLANK_MAGIC)
+_PHYS = struct.Struct(">q")
+
+
+@dataclass
+class Identity:
+    """Whose the damaged bytes were: where each field came from is ``source``."""
+    topic: bytes
+    queue_id: int
+    queue_offset: int
+    store_ts: int = 0
+    born_ts: int = 0
+    source: str = "unknown"          # "header", "consume queue" or "unknown"
+
+
+UNKNOWN = Identity(DAMAGED_TOPIC, 0, 0)
+
+
+def verified(buf, at: int, phys: int, size: int) -> int | None:
+    """The size of the record at ``at`` of a file of ``size`` bytes whose offset ``at`` is global
+    ``phys``, if it passes every check; 0 for the BLANK filler that runs exactly to the file's end;
+    None otherwise."""
+    if at + 8 > size:
+        return None
+    total, magic = message.HEAD.unpack_from(buf, at)
+    if magic == message.BLANK_MAGIC:
+        return 0 if total == size - at else None
+    try:
+        total = message.check_record(buf, at, True)
+    except CorruptData:
+        return None
+    return total if phys_field(buf, at) == phys else None
+
+
+def phys_field(buf, at: int) -> int:
+    """The PHYSICALOFFSET the record at ``at`` says it lies at."""
+    return _PHYS.unpack_from(buf, at + message.PHYS_OFFSET_AT)[0]
+
+
+def holds_verified(mf) -> bool:
+    """A mapped CommitLog file holds at least one verified record."""
+    return (verified(mf.mm, 0, mf.start, mf.size) is not None
+            or resume_after(mf.mm, 0, mf.start, mf.size) is not None)
+
+
+def resume_after(buf, at: int, start: int, size: int) -> int | None:
+    """The first position past ``at`` in this file (global offset ``start``, ``size`` bytes) where
+    a verified record or the file's BLANK filler starts, else None.  Candidates are found by their
+    magic code (4 bytes in), so the walk costs a ``find`` over the bytes between."""
+    p, blank = at + 1, -1
+    while p + 8 <= size:
+        if blank < p + 4:                  # (each search is a pass over the rest of the file: kept)
+            blank = buf.find(_BLANK, p + 4, size)
+            blank = size if blank < 0 else blank
+        magic = buf.find(_MAGIC, p + 4, blank)
+        cand = (blank if magic < 0 else magic) - 4
+        if cand + 8 > size:
+            return None
+        if verified(buf, cand, start + cand, size) is not None:
+            return cand
+        p = cand + 1
+    return None
+
+
+def header_identity(buf, at: int, length: int) -> Identity | None:
+    """The topic, queue and queue offset in the header at ``at``, when its field lengths add up
+    to ``length`` (the damage is then in the body or the CRC, not in the fields that place it)."""
+    if length < message.MIN_RECORD_SIZE or at + length > len(buf):
+        return None
+    (magic,) = struct.unpack_from(">i", buf, at + 4)
+    sys_flag = struct.unpack_from(">i", buf, at + message.SYSFLAG_AT)[0]
+    if magic != message.MAGIC or sys_flag & ~0x3F:
+        return None
+    hdr = message.header_for(sys_flag)
+    h = hdr.unpack_from(buf, at)
+    body_len = h[-1]
+    topic_at = at + hdr.size + body_len
+    if body_len < 0 or topic_at + 3 > at + length:
+        return None
+    topic_len = buf[topic_at]
+    props_at = topic_at + 1 + topic_len
+    if props_at + 2 > at + length:
+        return None
+    props_len = struct.unpack_from(">h", buf, props_at)[0]
+    if props_len < 0 or props_at + 2 + props_len != at + length or h[0] != length:
+        return None
+    topic = bytes(buf[topic_at + 1:props_at])
+    try:
+        message.check_topic(topic.decode())
+    except (UnicodeDecodeError, message.MessageRejected):
+        return None
+    store_ts = struct.unpack_from(">q", buf, at + message.store_ts_at(sys_flag))[0]
+    return Identity(topic, h[3], h[5], store_ts, h[8], "header")
+
+
+def tombstone(length: int, phys: int, who: Identity, why: str, store_ip: bytes = b"\0\0\0\0",
+              store_port: int = 0) -> bytes:
+    """A record of exactly ``length`` bytes at ``phys`` standing for the damaged span (see the
+    module's docstring); ``why`` is cut to fit.  Raises ValueError when even the shortest
+    tombstone does not fit (a span shorter than any record of its topic)."""
+    sys_flag = message.TX_ROLLBACK if who.source == "unknown" else message.TX_NOT
+    for text in (why, why[:40], "1"):
+        props = f"{TOMBSTONE_PROPERTY}{message.NAME_VALUE_SEP}{text or '1'}".encode()
+        props = props[:message.PROPERTIES_MAX_LEN]
+        fixed = message.record_size(0, len(who.topic), len(props), 0 if len(store_ip) == 4 else message.STOREHOST_V6)
+        if fixed <= length:
+            return message.encode_record(
+                topic=who.topic, queue_id=who.queue_id, body=bytes(length - fixed), properties=props,
+                sys_flag=sys_flag, born_ts=who.born_ts, store_ip=store_ip, store_port=store_port,
+                queue_offset=who.queue_offset if sys_flag == message.TX_NOT else 0, phys_offset=phys,
+                store_ts=who.store_ts)
+    raise ValueError(f"a damaged span of {length} bytes cannot hold a tombstone of topic {who.topic!r}")
+
+
+def is_tombstone(properties: dict) -> bool:
+    return TOMBSTONE_PROPERTY in properties
