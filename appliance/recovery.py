@@ -172,7 +172,7 @@ def recover(cfg, shared) -> RecoveryReport:
         for (topic, qid), cq in sorted(cqs.items()):
             _register_queue(shared, topic, qid, cq)
         ctl[C.MIN_PHYS] = commitlog.min_offset
-        ctl[C.WRITTEN] = ctl[C.FLUSHED] = end
+        ctl[C.WRITTEN] = ctl[C.FLUSHED] = ctl[C.BOOT_WRITTEN] = end
         ctl[C.JOURNAL_WRITTEN] = -1
         ctl[C.DISPATCHED] = redispatch
         for mf in commitlog.files[-1:]:

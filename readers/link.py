@@ -40,7 +40,7 @@ class WriterLink:
     def __init__(self, cfg, shared):
         self.cfg, self.sh, self.ctl = cfg, shared, shared.control
         self.ring = RingClient(cfg, shared).open()
-        self.view = StoreView(cfg, shared, self.ring.slot).open()
+        self.view = StoreView(cfg, shared, self.ring.slot, f"reader-slot{self.ring.slot}").open()
         self.topics = TopicIndex(shared.views, shared.control)
         self.offsets = OffsetIndex(shared.views, shared.control)
         self.row = shared.slots[self.ring.slot]

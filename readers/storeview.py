@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import logging
 import struct
 import time
 from collections.abc import Sequence
@@ -19,11 +20,12 @@ import numpy as np
 
 from shm.layout import C, S
 from shm.tables import QueueIndex
-from store import message
+from store import message, quarantine
 from store.consumequeue import ENTRY, ENTRY_SIZE, ConsumeQueue, file_size_for
 from store.salvage import TOMBSTONE_TAGS
 from store.mappedfile import MappedFileQueue
 
+log = logging.getLogger("rocketbox.reader")
 FOUND, NO_NEW, NO_MATCHED, OFFSET_MOVED, NO_QUEUE = "FOUND", "NO_NEW_MSG", "NO_MATCHED_MSG", "OFFSET_MOVED", "NO_QUEUE"
 # a filtered pull looks at up to this many consume-queue entries (RocketMQ's getMessage: at most
 # max(16000, maxMsgNums * 20) bytes of its consume queue), then answers what it found, or
@@ -50,9 +52,12 @@ class Pulled:
 
 
 class StoreView:
-    def __init__(self, cfg, shared, slot: int = -1):
-        """``slot``: this process's ring slot (from its RingClient), needed only for ``wait_new``."""
-        self.cfg, self.sh, self.ctl, self.slot = cfg, shared, shared.control, slot
+    def __init__(self, cfg, shared, slot: int = -1, name: str = "reader"):
+        """``slot``: this process's ring slot (from its RingClient), needed only for ``wait_new``;
+        ``name``: who reports damage found by its reads."""
+        self.cfg, self.sh, self.ctl, self.slot, self.name = cfg, shared, shared.control, slot, name
+        self.verify_all, self.verify_cold = cfg.verifyBodyCrcOnRead == "all", cfg.verifyBodyCrcOnRead == "cold"
+        self.damaged: set[int] = set()       # offsets of damaged records already reported
         self.cq_file_size = file_size_for(cfg.mappedFileSizeConsumeQueue)
         self.cqs: dict[tuple[str, int], ConsumeQueue] = {}
         self.in_memory_bytes = cfg.in_memory_bytes
@@ -60,6 +65,7 @@ class StoreView:
     def open(self) -> "StoreView":
         self.commitlog = MappedFileQueue(self.cfg.commitlog_dir, self.cfg.mappedFileSizeCommitLog, False).load()
         self.queues = QueueIndex(self.sh.views, self.ctl)
+        self.boot_written = int(self.ctl[C.BOOT_WRITTEN])     # (set by recovery, before any reader starts)
         return self
 
     def close(self) -> None:
@@ -157,6 +163,15 @@ class StoreView:
         if not len(picked):
             return Pulled(NO_MATCHED, queue_offset + len(e), lo, hi, [])
         phys, sizes = picked["phys"], picked["size"]
+        skip_to = None                               # past a damaged record, when one is dropped
+        if self.verify_all or self.verify_cold and (int(phys[0]) < self.boot_written or self.on_disk(int(phys[0]))):
+            k = self._verified(phys.tolist(), sizes.tolist())
+            if k < len(picked):
+                self._damaged(topic, queue_id, queue_offset + take[k], int(phys[k]), int(sizes[k]))
+                skip_to = take[k] + 1
+                if k == 0:
+                    return Pulled(NO_MATCHED, queue_offset + skip_to, lo, hi, [])
+                picked, phys, sizes = picked[:k], phys[:k], sizes[:k]
         start, end = int(phys[0]), int(phys[-1]) + int(sizes[-1])
         if disk_limits is not None and self.on_disk(start):          # (a queue's later records are newer)
             n = self._disk_cut(phys.tolist(), sizes.tolist(), max_bytes, disk_limits)
@@ -167,11 +182,41 @@ class StoreView:
             parts, n = self._pieces(phys.tolist(), sizes.tolist(), max_bytes)
         if n < len(picked):
             scanned = take[n]                        # a cap stopped it here
+        elif skip_to is not None:
+            scanned = skip_to
         elif matched >= max_count:
             scanned = take[-1] + 1
         else:
             scanned = len(e)
         return Pulled(FOUND, queue_offset + scanned, lo, hi, parts, n)
+
+    def _verified(self, phys: list[int], sizes: list[int]) -> int:
+        """How many of these records, from the first, have bodies that match their CRC."""
+        mf = self.commitlog.file_for(phys[0])
+        if mf is not None and phys[-1] + sizes[-1] <= mf.end:       # one file: offsets into its mmap
+            bad = message.first_bad_body(memoryview(mf.mm), [a - mf.start for a in phys])
+        else:
+            bad = next((i for i, (a, z) in enumerate(zip(phys, sizes))
+                        if message.first_bad_body(memoryview(self.span(a, a + z)), [0]) == 0), -1)
+        return len(phys) if bad < 0 else bad
+
+    def _damaged(self, topic: str, queue_id: int, queue_offset: int, phys: int, size: int) -> None:
+        """A record whose body does not match its CRC, left out of a pull: said once (by this
+        process) in the log and the quarantine, with its bytes."""
+        if phys in self.damaged:
+            return
+        self.damaged.add(phys)
+        mf = self.commitlog.file_for(phys)
+        log.error("CommitLog: the record at offset %d (%s queue %d offset %d, %d bytes) does not match its body CRC: "
+                  "left out of pulls, its queue goes on past it", phys, topic, queue_id, queue_offset, size)
+        try:
+            quarantine.note(self.cfg.root, self.name, {
+                "offset": phys, "length": size, "file": mf.path if mf else None,
+                "fileOffset": phys - mf.start if mf else None, "reason": "body CRC mismatch", "topic": topic,
+                "queueId": queue_id, "queueOffset": queue_offset, "identity": "consume queue",
+                "foundBy": self.name}, bytes(self.span(phys, phys + size)))
+        except OSError as e:
+            log.error("cannot write the quarantine entry of offset %d: %s", phys, e)
 
     def _disk_cut(self, phys: list[int], sizes: list[int], max_bytes: int, disk_limits: tuple[int, int]) -> int:
         """How many of these records (up to the pull's count, the first on disk) one pull returns,

@@ -61,12 +61,13 @@ CONTROL_FIELDS = (
     ("put_today_morning", "supervisor", "messages put since boot, at the start of today"),
     ("get_yesterday_morning", "supervisor", "messages pulled since boot, at the start of yesterday"),
     ("get_today_morning", "supervisor", "messages pulled since boot, at the start of today"),
+    ("boot_written", "supervisor", "CommitLog end at recovery: records below it were written before this start"),
 )
 C = type("C", (), {name.upper(): i for i, (name, _w, _m) in enumerate(CONTROL_FIELDS)})
 CONTROL_LEN = 32      # int64 words reserved; room to grow without moving what follows
 assert len(CONTROL_FIELDS) <= CONTROL_LEN
-LAYOUT_MAGIC = 0x52424F5806       # "RBOX" v6 (v3: group names of 255 bytes, client ids of 248; v4: epoch_read_pos;
-                                  # v5: offset pulls; v6: slots of 16 words, pulls found and missed)
+LAYOUT_MAGIC = 0x52424F5807       # "RBOX" v7 (v3: group names of 255 bytes, client ids of 248; v4: epoch_read_pos;
+                                  # v5: offset pulls; v6: slots of 16 words, pulls found and missed; v7: boot_written)
 
 SLOT_FIELDS = (
     ("owner_pid", "slot owner", "pid holding the slot (flock'ed), 0 = free"),

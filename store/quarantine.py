@@ -10,13 +10,18 @@ thrown away.  An entry:
      topic/queue came from ("header", "consume queue", "unknown"), "foundBy": "recovery",
      "time": epoch ms, "bytes": the .bin file or null when it could not be saved}
 
+(``foundBy`` is "recovery", or the process that found it: ``reader-slot<n>``.)
+
 Written by recovery (alone, before any role runs), the file replaced whole (``.tmp``, rename).
+A damaged record a running process finds and leaves in place (a reader's pull that checks CRCs)
+goes to that process's own ``found-<name>.jsonl``, a JSON line each.  ``load`` gives both.
 Read by ``appliance check`` and ``appliance quarantine``.
 """
 from __future__ import annotations
 
 import json
 import os
+import time
 
 from store.mappedfile import offset_to_name
 
@@ -31,6 +36,11 @@ def directory(root: str) -> str:
 def load(root: str) -> list[dict]:
     """The entries, oldest first ([] when there are none); a file that does not parse raises
     ValueError naming it."""
+    return _replaced(root) + _found(root)
+
+
+def _replaced(root: str) -> list[dict]:
+    """The spans recovery replaced by tombstones."""
     path = os.path.join(directory(root), LIST)
     try:
         with open(path, encoding="utf-8") as f:
@@ -42,6 +52,37 @@ def load(root: str) -> list[dict]:
     if not isinstance(entries, list):
         raise ValueError(f"{path}: not a quarantine list: expected a JSON list")
     return entries
+
+
+def _found(root: str) -> list[dict]:
+    """Damaged records running processes found and left in place, once each (the first finder's
+    entry), in the order found; a line cut short by a kill is skipped."""
+    d, out, seen = directory(root), [], set()
+    if not os.path.isdir(d):
+        return []
+    for name in sorted(n for n in os.listdir(d) if n.startswith("found-") and n.endswith(".jsonl")):
+        with open(os.path.join(d, name), encoding="utf-8") as f:
+            for line in f:
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    continue
+    out.sort(key=lambda e: e.get("time", 0))
+    return [e for e in out if e["offset"] not in seen and not seen.add(e["offset"])]
+
+
+def note(root: str, source: str, entry: dict, original: bytes) -> None:
+    """A damaged record a running process found (and left in place): appended to that process's
+    own ``found-<source>.jsonl`` (one writer per file), its bytes saved unless they are already."""
+    d = directory(root)
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, offset_to_name(entry["offset"]) + ".bin")
+    if not os.path.exists(path):
+        with open(path, "wb") as f:
+            f.write(original)
+    entry = dict(entry, bytes=path, time=int(time.time() * 1000))
+    with open(os.path.join(d, f"found-{source}.jsonl"), "a", encoding="utf-8") as f:
+        f.write(json.dumps(entry) + "\n")
 
 
 def add(root: str, entries: list[dict], originals: list[bytes]) -> None:
@@ -57,7 +98,7 @@ def add(root: str, entries: list[dict], originals: list[bytes]) -> None:
             e["bytes"] = path
         except OSError:
             e["bytes"] = None
-    everything = load(root) + entries
+    everything = _replaced(root) + entries
     tmp = os.path.join(d, LIST + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(everything, f, indent=1)
