@@ -105,6 +105,8 @@ TABLE = (
     ("deleteWhen", _str, "04", "hours of day retention runs, ';'-separated"),
     ("fileReservedTime", _int_in(0, 100_000), "72", "hours a CommitLog file is kept"),
     ("diskMaxUsedSpaceRatio", _int_in(10, 95), "75", "percent"),
+    ("diskSpaceWarningLevelRatio", _int_in(10, 100), "90", "percent: a fuller disk refuses sends (RocketMQ's "
+                                                             "system property rocketmq.broker.diskSpaceWarningLevelRatio, 0.90)"),
     ("messageDelayLevel", _str, DEFAULT_DELAY_LEVELS, "delay levels, e.g. '1s 5s 1m'"),
     ("maxHashSlotNum", _int_in(1, 50_000_000), "5000000", "IndexFile hash slots"),
     ("maxIndexNum", _int_in(2, 200_000_000), "20000000", "IndexFile entries"),
@@ -177,6 +179,7 @@ class BrokerConfig:
     deleteWhen: str
     fileReservedTime: int
     diskMaxUsedSpaceRatio: int
+    diskSpaceWarningLevelRatio: int
     messageDelayLevel: str
     maxHashSlotNum: int
     maxIndexNum: int

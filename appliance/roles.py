@@ -37,6 +37,12 @@ def _flusher(cfg, sh):
     return FlusherService(cfg, sh), sh.flusher_waker.post
 
 
+def _cleaner(cfg, sh):
+    from cleaner.service import CleanerService
+    svc = CleanerService(cfg, sh)
+    return svc, svc.wake
+
+
 def _nameserver(cfg, _sh):
     from nameserver.service import NameServer
     host, port = nameserver_address(cfg)
@@ -60,7 +66,7 @@ def _haproxy(cfg, _sh):
 # order is the reverse (HAProxy first so no new clients arrive, then the readers, whose sends the
 # writer still answers; writer before dispatcher and flusher, so they see the end; name server last)
 ROLES = {"nameserver": _nameserver, "flusher": _flusher, "dispatcher": _dispatcher, "writer": _writer,
-         "reader": _reader, "haproxy": _haproxy}
+         "cleaner": _cleaner, "reader": _reader, "haproxy": _haproxy}
 INDEXED = {"reader"}                       # run as reader-0 .. reader-<readerProcessNums - 1>
 NO_STORE = {"nameserver", "haproxy"}       # roles that do not attach the store's shared memory
 FINISH_STOP = {"flusher", "dispatcher", "writer"}   # restarted during a stop if down: they finish it
@@ -90,7 +96,8 @@ def roles_for(cfg) -> list[str]:
     """What ``appliance start`` runs, in start order: a name server when the first address in
     ``namesrvAddr`` is on this host (unless ``startNameServer`` is false), the store roles, the
     readers, HAProxy."""
-    out = ["flusher", "dispatcher", "writer", *(f"reader-{i}" for i in range(cfg.readerProcessNums)), "haproxy"]
+    out = ["flusher", "dispatcher", "writer", "cleaner", *(f"reader-{i}" for i in range(cfg.readerProcessNums)),
+           "haproxy"]
     from net.client import split_addrs
     if cfg.startNameServer and split_addrs(cfg.namesrvAddr):
         import psutil

@@ -24,7 +24,7 @@ from shm.layout import C, S
 from shm.tables import QueueIndex
 from store import indexfile, message, propscan, salvage
 from store.consumequeue import ConsumeQueue, file_size_for
-from store.errors import CorruptData
+from store.errors import Condition, CorruptData, no_space
 from store.javahash import BufferHashes, index_abs, index_abs_one, string_hash, string_hashes
 from store.mappedfile import MappedFileQueue
 
@@ -34,6 +34,7 @@ _NAMES = (b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY", salvage.TOMBSTONE_PROPERTY.en
 FEW_RECORDS = 48        # a pass of at most this many records goes record by record (_dispatch_few): the
                         # crossover, fitted from bench.paths (vector ~2.0M a pass + ~20k a record; few ~0.37M + ~55k)
 _I16, _I32, _I64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
+NO_ROOM_RETRY_S = 1.0   # a pass that found the disk full is tried again this much later
 
 
 def _gather(view: np.ndarray, at: np.ndarray, width: int, dtype: str) -> np.ndarray:
@@ -83,6 +84,7 @@ class DispatcherService:
         self.max_pass_bytes = 16 * 1024 * 1024
         self.few_records = FEW_RECORDS
         self.stop_requested = False
+        self.no_room = Condition(log, "consume queues and index wait: the disk is full")
         self.short = False                                    # the last pass stopped short of written
         self.index: indexfile.IndexFile | None = None
 
@@ -351,6 +353,7 @@ class DispatcherService:
         if self.index is not None:
             self.index.flush()
             self.index.close()
+            self.index = None                   # (if the next one cannot be made, it is made next pass)
         os.makedirs(self.cfg.index_dir, exist_ok=True)
         name = indexfile.name_for(ts)
         existing = indexfile.list_index_files(self.cfg.index_dir)
@@ -373,13 +376,28 @@ class DispatcherService:
             self.sh.slot_wakers[i].post()
 
     # ------------------------------------------------------------ loop
+    def _step(self) -> bool:
+        """``step``, waiting out a full disk: a consume-queue or index file that cannot be made
+        leaves ``dispatched`` where it was (the pass is redone, idempotently, once there is room),
+        said once; the messages are safe in the CommitLog meanwhile."""
+        try:
+            did = self.step()
+        except Exception as e:
+            if not no_space(e):
+                raise
+            self.no_room.met(f"{e}; messages stay in the CommitLog and become consumable once there is room")
+            time.sleep(NO_ROOM_RETRY_S)
+            return False
+        self.no_room.cleared()
+        return did
+
     def run(self) -> None:
         pace_s = self.cfg.dispatchPaceMs / 1000
         while not self.stop_requested:
             started = time.monotonic()
-            if not self.step():
+            if not self._step():
                 self.sh.dispatcher_waker.wait(1.0)
             elif pace_s:
                 self._pace(started + pace_s)
-        while self.step():          # the writer has stopped: catch up with everything written
+        while self._step():         # the writer has stopped: catch up with everything written
             pass

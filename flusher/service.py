@@ -22,6 +22,7 @@ import numpy as np
 from shm.layout import C, S
 from store import indexfile
 from store.checkpoint import Checkpoint
+from store.errors import Condition, no_space
 from store.consumequeue import ENTRY_SIZE, file_size_for, queue_dir
 from store.mappedfile import fdatasync, offset_to_name
 
@@ -35,6 +36,7 @@ class FlusherService:
         self.fsize = cfg.mappedFileSizeCommitLog
         self.cq_file_size = file_size_for(cfg.mappedFileSizeConsumeQueue)
         self.checkpoint = Checkpoint(os.path.join(cfg.root, "checkpoint"))
+        self.no_room = Condition(log, "the checkpoint waits: the disk is full")
         self.abort_path = os.path.join(cfg.root, "abort")
         self.stop_requested = False
         self.last_thorough = self.last_cq = time.monotonic()
@@ -112,7 +114,14 @@ class FlusherService:
             self.checkpoint.index_ts = ts
         if len(dirty):
             self.checkpoint.logics_ts = ts
-        self.checkpoint.save()
+        try:
+            self.checkpoint.save()
+        except OSError as e:
+            if not no_space(e):
+                raise
+            self.no_room.met(f"cannot write the checkpoint ({e}); it is written again on the next flush")
+            return
+        self.no_room.cleared()
 
     # ------------------------------------------------------------ loop
     def step(self) -> bool:

@@ -21,11 +21,12 @@ import logging
 import random
 import time
 
+from cleaner.service import disk_remark
 from net.server import DEFERRED
 from readers.link import REJECTED
 from remoting import codec, headers
 from remoting.codes import RequestCode as R, ResponseCode as RC
-from shm.layout import T
+from shm.layout import C, T
 from shm.tables import queue_nums_of
 from store import message
 from store.errors import MessageRejected
@@ -125,6 +126,10 @@ class SendProcessor:
         elsewhere or later, instead of waiting out its time-out)."""
         if self.link.stalled():
             self._stored([(cmd, conn, False) for cmd, conn, *_ in sends], 0, len(sends), None, None, REJECTED)
+            return
+        if self.link.ctl[C.DISK_FULL]:          # the cleaner's word: above diskSpaceWarningLevelRatio
+            self._stored([(cmd, conn, False) for cmd, conn, *_ in sends], 0, len(sends), None, None,
+                         (RC.SERVICE_NOT_AVAILABLE, disk_remark(self.link.ctl)))
             return
         rows, sizes, parts, sent = [], [], [], []
         for cmd, conn, h, tidx, meta in sends:

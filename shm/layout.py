@@ -62,12 +62,16 @@ CONTROL_FIELDS = (
     ("get_yesterday_morning", "supervisor", "messages pulled since boot, at the start of yesterday"),
     ("get_today_morning", "supervisor", "messages pulled since boot, at the start of today"),
     ("boot_written", "supervisor", "CommitLog end at recovery: records below it were written before this start"),
+    ("disk_cl_ppm", "cleaner", "how full the CommitLog's partition is, parts per million (-1: unknown)"),
+    ("disk_cq_ppm", "cleaner", "how full the consume queues' partition is, ppm"),
+    ("disk_index_ppm", "cleaner", "how full the index's partition is, ppm"),
+    ("disk_full", "cleaner", "1 while a partition is fuller than diskSpaceWarningLevelRatio: sends are refused"),
 )
 C = type("C", (), {name.upper(): i for i, (name, _w, _m) in enumerate(CONTROL_FIELDS)})
-CONTROL_LEN = 32      # int64 words reserved; room to grow without moving what follows
+CONTROL_LEN = 64      # int64 words reserved; room to grow without moving what follows
 assert len(CONTROL_FIELDS) <= CONTROL_LEN
 LAYOUT_MAGIC = 0x52424F5807       # "RBOX" v7 (v3: group names of 255 bytes, client ids of 248; v4: epoch_read_pos;
-                                  # v5: offset pulls; v6: slots of 16 words, pulls found and missed; v7: boot_written)
+                                  # v5: offset pulls; v6: slots of 16 words, pulls found and missed; v7: boot_written, disk ratios)
 
 SLOT_FIELDS = (
     ("owner_pid", "slot owner", "pid holding the slot (flock'ed), 0 = free"),

@@ -1,4 +1,7 @@
-"""The store's own errors.  Corrupt data names the file and the offset; nothing here is retried."""
+"""The store's own errors.  Corrupt data names the file and the offset; nothing here is retried.
+``Condition``: a state a role logs when it begins and when it ends, not at every meeting."""
+import errno
+import time
 
 
 class StoreError(Exception):
@@ -31,3 +34,29 @@ class MessageRejected(StoreError):
     def __init__(self, code: int, remark: str):
         super().__init__(remark)
         self.code, self.remark = code, remark
+
+
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def no_space(e: BaseException) -> bool:
+    """The error says the disk (or the quota) is full."""
+    return isinstance(e, DiskFull) or isinstance(e, OSError) and e.errno in NO_SPACE
+
+
+class Condition:
+    """A condition a role meets again and again (a full disk refusing each batch) logged once when
+    it begins and once when it ends."""
+
+    def __init__(self, log, what: str):
+        self.log, self.what, self.since = log, what, None
+
+    def met(self, detail) -> None:
+        if self.since is None:
+            self.since = time.monotonic()
+            self.log.error("%s: %s", self.what, detail)
+
+    def cleared(self) -> None:
+        if self.since is not None:
+            self.log.warning("%s: over after %.1f s", self.what, time.monotonic() - self.since)
+            self.since = None

@@ -35,7 +35,7 @@ from shm.layout import C, S, T
 from shm.ring import RingCorrupt
 from shm.tables import TableFull, append_queue, queue_nums_of
 from store import message
-from store.errors import DiskFull
+from store.errors import Condition, DiskFull
 from store.mappedfile import MappedFileQueue
 from writer import protocol as P
 from writer.groups import ConsumerOffsets, SubscriptionGroups
@@ -59,6 +59,7 @@ class WriterService:
     def __init__(self, cfg, shared):
         self.cfg, self.sh = cfg, shared
         self.ctl = shared.control
+        self.no_room = Condition(log, "refusing appends (SERVICE_NOT_AVAILABLE): no room for the next CommitLog file")
         self.commitlog: MappedFileQueue | None = None
         self.file_size = cfg.mappedFileSizeCommitLog
         self.stop_requested = False
@@ -457,8 +458,9 @@ class WriterService:
             for start in range(self.write_pos - self.write_pos % self.file_size, last, self.file_size):
                 self.commitlog.file_for_write(start)
         except DiskFull as e:
-            log.error("refusing appends, %s", e)
+            self.no_room.met(e)
             return False
+        self.no_room.cleared()
         return True
 
     @staticmethod
