@@ -164,7 +164,7 @@ def recover(cfg, shared) -> RecoveryReport:
         redispatch = max((cq.max_phys for cq in cqs.values()), default=0)
         if abnormal and files:
             redispatch = min(redispatch, files[start_i].start)
-        redispatch = min(redispatch, _trim_index(cfg, checkpoint, abnormal, end))
+        redispatch = min(redispatch, _trim_index(cfg, checkpoint, abnormal, end), _index_end(cfg, commitlog, end))
         if files and _lost_queue_dirs(cfg, topics):
             log.warning("a known topic-queue has no consume-queue directory: rebuilding from the whole CommitLog")
             redispatch = commitlog.min_offset
@@ -183,6 +183,8 @@ def recover(cfg, shared) -> RecoveryReport:
         commitlog.close()
     _redispatch(cfg, shared, tombstones)
     topics.ensure_queue_dirs()      # so that a deleted directory is noticed next time
+    if cfg.messageIndexEnable:
+        os.makedirs(cfg.index_dir, exist_ok=True)
     ctl[C.RECOVERED] = 1
     return RecoveryReport(abnormal, scan_from, end, cut, redispatch, shared.queue_count(), len(damages))
 
@@ -263,6 +265,17 @@ def _trim_index(cfg, checkpoint, abnormal: bool, end: int) -> int:
             os.unlink(path)
             rebuild_from = min(rebuild_from, begin)
     return rebuild_from
+
+
+def _index_end(cfg, commitlog: MappedFileQueue, end: int) -> int:
+    """The log's start when ``index/`` is gone while the log holds records (deleted while
+    stopped: rebuilt after any exit, clean or not; re-dispatch skips what the consume queues have),
+    else a large number.  Recovery leaves the directory in place, so a store whose messages have
+    no keys (and so no IndexFile) is not rebuilt at every start."""
+    if not cfg.messageIndexEnable or os.path.isdir(cfg.index_dir) or end <= commitlog.min_offset:
+        return 2**63 - 1
+    log.warning("%s is missing: rebuilding the index from the whole CommitLog", cfg.index_dir)
+    return commitlog.min_offset
 
 
 def _lost_queue_dirs(cfg, topics: TopicTable) -> bool:

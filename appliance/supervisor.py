@@ -29,6 +29,7 @@ from shm import stats
 from shm.layout import C
 from shm.state import SharedState
 from shm.tables import TableFull
+from store.errors import StoreError
 from writer.topics import QueueNumsOutOfRange
 
 log = logging.getLogger("rocketbox.supervisor")
@@ -121,9 +122,11 @@ class Supervisor:
             raise CannotStart(f"the store does not fit: {e}; raise it in {self.config_path or 'broker.conf'}") from None
         except QueueNumsOutOfRange as e:
             raise CannotStart(f"{e}; raise it in {self.config_path or 'broker.conf'}") from None
-        log.info("recovered (%s exit): CommitLog end %d, cut %d bytes, re-dispatched from %d, %d queues",
-                 "abnormal" if report.abnormal else "normal", report.end_offset, report.cut_bytes,
-                 report.redispatch_from, report.queues)
+        except StoreError as e:          # a store file it cannot read: named, no traceback
+            raise CannotStart(f"recovery cannot read the store: {e}") from None
+        log.info("recovered (%s exit): CommitLog end %d, cut %d bytes, %d damaged spans quarantined, "
+                 "re-dispatched from %d, %d queues", "abnormal" if report.abnormal else "normal", report.end_offset,
+                 report.cut_bytes, report.damaged, report.redispatch_from, report.queues)
         stats.start(self.sh, int(time.time() * 1000), datetime.date.today().toordinal())
         for role in self.roles:
             self._spawn(role)

@@ -2,7 +2,7 @@
 
 Write: ``<file>.tmp`` -> old file copied to ``<file>.bak`` -> rename, TAB-indented like fastjson's
 pretty printer.  Read: tolerant of fastjson's unquoted integer map keys (``{0:6,1:3}``); falls back
-to ``.bak`` when the main file is missing, empty or corrupt.  Each file has exactly one writing
+to ``.bak`` when the main file is missing, empty or corrupt (logged when it was there).  Each file has exactly one writing
 process (named where it is used); this module keeps no state of its own (``Members`` is its
 owner's: a large mapping laid out member by member, for a file written again after each change).
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import logging
 import os
 import re
 import shutil
@@ -18,6 +19,7 @@ import orjson
 
 from store.errors import StoreError
 
+log = logging.getLogger("rocketbox.store")
 # an unquoted integer key: after '{' or ',' (and whitespace), digits, then ':'
 _UNQUOTED_KEY = re.compile(r'([{,]\s*)(-?\d+)(\s*:)')
 
@@ -58,7 +60,10 @@ def read(path: str):
             with open(p, encoding="utf-8") as f:
                 text = f.read()
             if text.strip():
-                return loads_tolerant(text)
+                data = loads_tolerant(text)
+                if errors:          # the main file was there but unreadable: an older state is used
+                    log.error("%s; read %s instead: what was saved after it is lost", errors[0], p)
+                return data
             errors.append(f"{p}: empty")
         except (OSError, ValueError) as e:
             errors.append(f"{p}: {e}")

@@ -4,12 +4,15 @@ import collections
 import contextlib
 import itertools
 import os
+import shutil
 import signal
+import subprocess
+import sys
 import time
 
 from appliance.check import check, scan_commitlog
 from store.mappedfile import offset_to_name
-from tests.integration.harness import read_acks, start_producer, stored_keys
+from tests.integration.harness import ROOT, read_acks, start_producer, stored_keys
 
 
 def wait_acks(path, n, timeout=60):
@@ -122,7 +125,6 @@ def test_flipped_byte_in_last_record_fails_crc_and_is_cut(appliance_factory):
 
 
 def test_deleted_consume_queues_are_rebuilt_on_start(appliance_factory):
-    import shutil
     app = appliance_factory()
     acked = _fill(app, 500)
     before = {k: [q for q, _p, _b in v] for k, v in check(app.cfg).queues.items()}
@@ -207,3 +209,33 @@ def test_random_kills_of_every_role_under_client_sends_lose_no_acknowledged_mess
         if key in twice:
             tries[key].add(r.born_ts)
     assert all(len(tries[k]) == stored[k] for k in twice), {k: (stored[k], tries[k]) for k in twice}
+
+
+def test_an_index_deleted_after_a_clean_stop_is_rebuilt_and_a_corrupt_config_says_it_fell_back(appliance_factory):
+    app = appliance_factory()
+    acked = _fill(app, 300)
+    assert check(app.cfg).clean
+    shutil.rmtree(app.cfg.index_dir)
+    offsets = os.path.join(app.cfg.config_dir, "consumerOffset.json")
+    with open(offsets + ".bak", "w") as f:                                # as a save before the last leaves it
+        f.write('{"offsetTable": {"TBW102@g": {0: 5}}}')
+    with open(offsets, "w") as f:
+        f.write('{"offsetTable": {"TBW102@g": {0: 7')                   # cut short
+    assert not os.path.exists(os.path.join(app.cfg.root, "abort"))        # a clean stop
+    app.start()
+    assert app.stop() == 0
+    log = app.log_text()
+    assert "is missing: rebuilding the index from the whole CommitLog" in log, log[-2000:]
+    assert f"read {offsets}.bak instead" in log and "consumerOffset.json:" in log, log[-2000:]
+    rep = check(app.cfg)
+    assert rep.clean, rep.problems[:5]                                  # every key found through the index again
+    assert sum(stored_keys(app.cfg).values()) == len(acked) == 300
+    with open(offsets + ".bak", "w") as f:                                # both unreadable: start says so, exit 2
+        f.write("{")
+    with open(offsets, "w") as f:
+        f.write("{")
+    p = subprocess.run([sys.executable, "-m", "appliance", "start", "-c", app.conf], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 2 and "appliance: recovery cannot read the store: cannot read config file" in p.stderr, \
+        p.stderr[-2000:]
+    assert "Traceback" not in p.stderr
