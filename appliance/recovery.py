@@ -5,17 +5,19 @@ before any role starts (FACTS §6).  Runs in the supervisor (or ``appliance run 
 2. Load topics.json into the shared topic table, the CommitLog files, every consume queue
    (each finds the end of its valid entries) and the checkpoint.
 3. Scan the CommitLog (magic, lengths, CRC, PHYSICALOFFSET): a normal restart from the
-   3rd-from-last file, an abnormal one from the newest file whose first record is older than the
+   3rd-from-last file, an abnormal one from the checkpoint's safe offset (everything before it,
+   derived files too, is on disk), else from the newest file whose first record is older than the
    checkpoint's min timestamp.  A bad record with nothing verified after it is the torn tail:
    everything past it is cut.  A bad record with verified records after it (in its file or a
    later one) is damage inside the log: it costs that span only.  A tombstone record of the same
    length is written over it, the consume-queue entries into it point at the tombstone, and the
    span goes to the quarantine with its original bytes (``store/salvage.py``,
    ``store/quarantine.py``); everything after it is kept and dispatched.
-4. Consume queues and index files that point past the cut are truncated / deleted.
+4. Consume queues that point past the cut are truncated; index entries past the cut, or after a
+   crash from the scan start on, are dropped (the index file truncated, not deleted).
 5. Re-dispatch from the earliest point the derived files may lack: the largest CQ end (as
-   RocketMQ), the abnormal scan start, the start of a deleted index file, or the whole log when a
-   known topic-queue lost its consume-queue directory.  The dispatcher code does it, in-process.
+   RocketMQ), the abnormal scan start, where index entries were dropped, or the whole log when a
+   known topic-queue lost its consume-queue directory or ``index/`` is gone.  The dispatcher code does it, in-process.
 6. Publish written / flushed / dispatched and the queue table; mark the state recovered.
 """
 from __future__ import annotations
@@ -65,18 +67,19 @@ class Damage:
         return self.mf.start + self.at
 
 
-def _scan(commitlog: MappedFileQueue, start_index: int, check_crc: bool) -> tuple[int, list[Damage]]:
-    """Walk records from file ``start_index``.  A record that fails its checks (magic, sizes,
+def _scan(commitlog: MappedFileQueue, start: int, check_crc: bool) -> tuple[int, list[Damage]]:
+    """Walk records from offset ``start`` (a record boundary).  A record that fails its checks (magic, sizes,
     CRC, PHYSICALOFFSET) with a verified record after it, in its file or a later one, is damage:
     noted and stepped over.  One with nothing verified after it is the torn tail, where the log
     ends.  -> (the end offset, the damage)."""
     files, damages = commitlog.files, []
-    pos = files[start_index].start
-    for i in range(start_index, len(files)):
+    first = next(i for i, f in enumerate(files) if f.start <= start < f.end)
+    pos = files[first].start
+    for i in range(first, len(files)):
         mf = files[i]
         if mf.start != pos:
             break
-        at = 0
+        at = start - mf.start if i == first else 0
         while at < mf.size:
             try:
                 size = message.check_record(mf.mm, at, check_crc, mf.path)
@@ -98,6 +101,22 @@ def _scan(commitlog: MappedFileQueue, start_index: int, check_crc: bool) -> tupl
             at += size
         pos = mf.start + at
     return pos, damages
+
+
+def _scan_start(commitlog: MappedFileQueue, checkpoint: Checkpoint, abnormal: bool, index: bool) -> int:
+    """Where the scan starts: after a clean stop, the 3rd-from-last file (RocketMQ's
+    recoverNormally); after a crash, the checkpoint's safe offset, before which the CommitLog and
+    every derived file are on disk, so recovery costs what was written since the checkpoint, not
+    the store's size; without one, the newest file whose first record is older than the
+    checkpoint's times (RocketMQ's recoverAbnormally)."""
+    files = commitlog.files
+    if not abnormal:
+        return files[max(0, len(files) - 3)].start
+    safe = checkpoint.safe_offset
+    if 0 < safe and any(f.start <= safe < f.end for f in files):
+        return safe
+    safe_ts = checkpoint.min_timestamp_index if index else checkpoint.min_timestamp
+    return files[_abnormal_start(commitlog, safe_ts)].start
 
 
 def _abnormal_start(commitlog: MappedFileQueue, min_ts: int) -> int:
@@ -141,13 +160,13 @@ def recover(cfg, shared) -> RecoveryReport:
     try:
         files = commitlog.files
         if not files:
-            start_i, end = 0, 0
+            end = 0
             for cq in cqs.values():
                 cq.truncate_phys(0)
         else:
-            start_i = _abnormal_start(commitlog, checkpoint.min_timestamp) if abnormal else max(0, len(files) - 3)
-            end, damages = _scan(commitlog, start_i, cfg.checkCRCOnRecover)
-        scan_from = files[start_i].start if files else 0
+            scan_from = _scan_start(commitlog, checkpoint, abnormal, cfg.messageIndexEnable)
+            end, damages = _scan(commitlog, scan_from, cfg.checkCRCOnRecover)
+        scan_from = scan_from if files else 0
         last_end = files[-1].end if files else 0
         cut = 0
         if files and end < last_end:
@@ -163,8 +182,9 @@ def recover(cfg, shared) -> RecoveryReport:
             tombstones = _bury(cfg, damages, cqs, topics)
         redispatch = max((cq.max_phys for cq in cqs.values()), default=0)
         if abnormal and files:
-            redispatch = min(redispatch, files[start_i].start)
-        redispatch = min(redispatch, _trim_index(cfg, checkpoint, abnormal, end), _index_end(cfg, commitlog, end))
+            redispatch = min(redispatch, scan_from)
+        cutoff = min(end, scan_from) if abnormal else end
+        redispatch = min(redispatch, _trim_index(cfg, cutoff), _index_end(cfg, commitlog, end))
         if files and _lost_queue_dirs(cfg, topics):
             log.warning("a known topic-queue has no consume-queue directory: rebuilding from the whole CommitLog")
             redispatch = commitlog.min_offset
@@ -250,18 +270,24 @@ def _nonzero_tail(mf, at: int) -> int:
     return int(nz[-1]) + 1 if nz.size else 0
 
 
-def _trim_index(cfg, checkpoint, abnormal: bool, end: int) -> int:
-    """Delete index files that may hold entries the CommitLog no longer has; returns the offset
-    from which re-dispatch must rebuild them (a large number when none was deleted)."""
+def _trim_index(cfg, cutoff: int) -> int:
+    """Drop the index entries of records at or past ``cutoff``: past the cut, or, after a crash,
+    from where the scan starts (the index is flushed through the checkpoint's index time, which the
+    scan start is older than).  A file is truncated there (``IndexFile.truncate``), not deleted, so
+    re-dispatch rebuilds only those entries; a file wholly past it goes.  -> the offset re-dispatch
+    must start from to add them back (a large number when nothing was dropped)."""
     rebuild_from = 2**63 - 1
     for path in indexfile.list_index_files(cfg.index_dir):
-        ix = indexfile.IndexFile(path, cfg.maxHashSlotNum, cfg.maxIndexNum, False).open()
+        ix = indexfile.IndexFile(path, cfg.maxHashSlotNum, cfg.maxIndexNum, True).open()
         try:
-            stale = ix.h("end_phys") >= end or (abnormal and ix.h("end_ts") > checkpoint.index_ts)
-            begin = ix.h("begin_phys")
+            used, begin, last = ix.h("index_count") > 1, ix.h("begin_phys"), ix.h("end_phys")
+            if used and cutoff <= last and begin < cutoff:
+                ix.truncate(cutoff)
+                ix.flush()
+                rebuild_from = min(rebuild_from, cutoff)
         finally:
             ix.close()
-        if stale:
+        if used and begin >= cutoff:
             os.unlink(path)
             rebuild_from = min(rebuild_from, begin)
     return rebuild_from

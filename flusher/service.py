@@ -79,7 +79,7 @@ class FlusherService:
         for file_start in range(start, written, self.fsize):
             fdatasync(os.path.join(self.cfg.commitlog_dir, offset_to_name(file_start)))
         self.ctl[C.FLUSHED] = written
-        self.checkpoint.physic_ts = ts
+        self.checkpoint.physic_ts, self.checkpoint.physic_offset = ts, written
         self.last_thorough = time.monotonic()
         self.flush_count += 1
         waits = self._waiters()
@@ -93,6 +93,7 @@ class FlusherService:
             return
         self.last_cq = time.monotonic()
         ts = int(self.ctl[C.DISPATCHED_TS])
+        dispatched = int(self.ctl[C.DISPATCHED])     # read first: every entry before it is written
         v = self.sh.views
         n = self.sh.queue_count()
         qmax = v["queue_max"][:n].copy()
@@ -113,7 +114,7 @@ class FlusherService:
                 fdatasync(p)
             self.checkpoint.index_ts = ts
         if len(dirty):
-            self.checkpoint.logics_ts = ts
+            self.checkpoint.logics_ts, self.checkpoint.logics_offset = ts, dispatched
         try:
             self.checkpoint.save()
         except OSError as e:

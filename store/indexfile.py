@@ -147,6 +147,33 @@ class IndexFile:
         HEADER_S.pack_into(mm, 0, begin_ts, store_ts[k - 1], begin_phys, phys[k - 1], slot_count, n0 + k)
         return k
 
+    def truncate(self, phys: int) -> int:
+        """Drop the entries of records at or past ``phys`` (recovery: they are re-added by
+        re-dispatch), so only what may be lost is rebuilt, not the whole file.  Entries are in
+        CommitLog order; slots pointing at a dropped entry go back along its chain to the newest
+        kept one (a dropped entry's ``prev`` was written before any slot pointed at it).
+        -> entries kept (the new ``index_count``)."""
+        count = self.h("index_count")
+        keep = 1 + int(np.searchsorted(self.entries["phys"][1:count].astype(np.int64), phys, side="left"))
+        if keep >= count:
+            return count
+        heads = self.slots.astype(np.int64)
+        ahead = np.flatnonzero(heads >= keep)
+        for _ in range(self.max_entries):
+            if not ahead.size:
+                break
+            n = heads[ahead]
+            heads[ahead] = np.where(n < self.max_entries, self.entries["prev"][np.minimum(n, self.max_entries - 1)], 0)
+            ahead = ahead[heads[ahead] >= keep]
+        heads[heads < 0] = 0
+        self.slots[:] = heads
+        last = self.entries[keep - 1] if keep > 1 else None
+        self.header["slot_count"] = int(np.count_nonzero(heads))
+        self.header["end_phys"] = int(last["phys"]) if last is not None else self.h("begin_phys")
+        self.header["end_ts"] = self.h("begin_ts") + int(last["time_diff"]) * 1000 if last is not None else self.h("begin_ts")
+        self.header["index_count"] = keep
+        return keep
+
     def lookup(self, key_hash: int, begin_ts: int, end_ts: int, max_count: int) -> list[int]:
         """CommitLog offsets of entries with this hash stored within [begin_ts, end_ts], newest first."""
         out: list[int] = []

@@ -85,6 +85,8 @@ def _damage(app, fn):
     with open(path, "r+b") as f:
         fn(f, phys % fsize, r)
     open(os.path.join(app.cfg.root, "abort"), "wb").close()      # as if the process had crashed
+    with open(os.path.join(app.cfg.root, "checkpoint"), "r+b") as f:   # before any checkpoint covered it
+        f.write(bytes(40))
     return phys, r
 
 

@@ -51,7 +51,7 @@ def _crashed(app) -> None:
     log (the abnormal scan then starts at the first file)."""
     open(os.path.join(app.cfg.root, "abort"), "wb").close()
     with open(os.path.join(app.cfg.root, "checkpoint"), "r+b") as f:
-        f.write(bytes(24))
+        f.write(bytes(40))
 
 
 def _key(r) -> str:

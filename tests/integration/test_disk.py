@@ -5,7 +5,6 @@ become consumable once there is room; each state change is logged once."""
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 
 import pytest
@@ -20,14 +19,8 @@ REMARK = ("service not available now. It may be caused by one of the following r
 
 
 @pytest.fixture
-def small_fs(tmp_path):
-    mnt = tmp_path / "fs"
-    mnt.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mnt)],
-                                           capture_output=True).returncode != 0:
-        pytest.skip("needs root to mount a small tmpfs")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
+def small_fs(tmpfs):
+    return tmpfs("24m")
 
 
 def _fill(path: str, leave: int = 0) -> None:

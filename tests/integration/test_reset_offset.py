@@ -23,6 +23,11 @@ from tests.integration.wire import Wire
 TOPIC, GROUP = "Rewind", "rewind_group"
 
 
+def _keys(msgs) -> set:
+    """Which stored messages these are: (queue, offset) each, however often delivered."""
+    return {(m.queue_id, m.queue_offset) for m in msgs}
+
+
 async def _send(app, rounds: list[int]) -> list[int]:
     """``rounds[i]`` messages to each of the topic's queues, a pause before each round: -> the
     time (ms) each round began, nearer the store time of its first message than of any before
@@ -136,13 +141,14 @@ def test_real_consumers_start_over_from_a_time_and_an_offline_group_is_committed
             while len(got) < 14 or sorted(len(c.pullers) for c in consumers) != [1, 1]:
                 assert time.monotonic() < deadline, (len(got), [list(c.pullers) for c in consumers])
                 await asyncio.sleep(0.05)
+            n = len(got)         # (a queue that moved while the group settled may have been read twice)
             first = [m.body for m in got]
             out = await asyncio.to_thread(app.cmd, "reset-offset", "-g", GROUP, "-t", TOPIC, "-s", str(began[1]))
-            while len(got) < 22:                       # the second round's 4 per queue, again
+            while len(_keys(got[n:])) < 8:             # the second round's 4 per queue, again
                 assert time.monotonic() < deadline + 30, len(got)
                 await asyncio.sleep(0.05)
             await asyncio.sleep(0.3)
-            again = [m.body for m in got[14:]]
+            again = got[n:]
         finally:
             for c in consumers:
                 await c.shutdown()
@@ -163,10 +169,10 @@ def test_real_consumers_start_over_from_a_time_and_an_offline_group_is_committed
         return first, out, again, committed, offline, after, late
 
     first, out, again, committed, offline, after, late = asyncio.run(run())
-    assert sorted(first) == sorted([b"r0-%d" % i for i in range(3)] * 2 + [b"r1-%d" % i for i in range(4)] * 2)
+    assert sorted(set(first)) == sorted({b"r0-%d" % i for i in range(3)} | {b"r1-%d" % i for i in range(4)})
     assert out.returncode == 0, out.stderr
     assert re.search(r"^b1\s+0\s+3$", out.stdout, re.M) and re.search(r"^b1\s+1\s+3$", out.stdout, re.M), out.stdout
-    assert sorted(again) == sorted([b"r1-%d" % i for i in range(4)] * 2)          # once more, nothing else
+    assert _keys(again) == {(q, o) for q in (0, 1) for o in range(3, 7)}          # once more, nothing else
     assert committed == {0: 7, 1: 7}
     assert offline == {MessageQueue(TOPIC, "b1", q): 0 for q in (0, 1)} and after == {0: 0, 1: 0}
-    assert sorted(m.body for m in late) == sorted(first)
+    assert _keys(late) == {(q, o) for q in (0, 1) for o in range(7)}

@@ -78,3 +78,19 @@ def test_members_laid_out_once_give_the_bytes_dumps_gives_the_whole_file():
     empty = configfile.Members("topicConfigTable", {})
     assert empty.file({"dataVersion": version}) == configfile.dumps({"dataVersion": version, "topicConfigTable": {}})
     assert json.loads(members.file({"dataVersion": version}))["subscriptionGroupTable"] == table
+
+
+def test_checkpoint_offsets_follow_rocketmqs_three_fields_and_an_old_file_has_none(tmp_path):
+    from store.checkpoint import Checkpoint
+    path = str(tmp_path / "checkpoint")
+    c = Checkpoint(path)
+    c.physic_ts, c.logics_ts, c.index_ts, c.physic_offset, c.logics_offset = 5000, 4000, 3000, 777, 555
+    c.save()
+    raw = open(path, "rb").read()
+    assert len(raw) == 4096 and raw[:24] == (5000).to_bytes(8, "big") + (4000).to_bytes(8, "big") + \
+        (3000).to_bytes(8, "big")                         # what RocketMQ reads, where it reads it
+    back = Checkpoint(path).load()
+    assert (back.physic_offset, back.logics_offset, back.safe_offset) == (777, 555, 555)
+    with open(path, "wb") as f:                           # RocketMQ's own: the offsets unknown
+        f.write(raw[:24] + bytes(4096 - 24))
+    assert Checkpoint(path).load().safe_offset == 0

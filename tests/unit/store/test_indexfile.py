@@ -88,3 +88,28 @@ def test_put_few_writes_the_bytes_put_batch_writes(tmp_path):
     assert few.put_few([1], [1], [ts]) == 0
     for ix in files:
         ix.close()
+
+
+def test_truncate_drops_the_entries_of_records_from_an_offset_and_the_rest_reads_as_before(tmp_path):
+    keys = [f"T#k{i % 7}" for i in range(40)]
+    hashes = index_key_hashes(keys)
+    phys = np.arange(40) * 100 + 100
+    ts = 1_000_000 + np.arange(40) * 1000
+    whole = IndexFile(str(tmp_path / "a"), 8, 64, True).open(create=True)
+    whole.put_batch(hashes[:25], phys[:25], ts[:25])
+    cut = IndexFile(str(tmp_path / "b"), 8, 64, True).open(create=True)
+    cut.put_batch(hashes, phys, ts)
+    assert cut.truncate(int(phys[25])) == 26                 # entries 1..25 kept
+    for f in ("index_count", "end_phys", "end_ts", "begin_phys", "slot_count"):
+        assert cut.h(f) == whole.h(f), f
+    assert np.array_equal(cut.slots, whole.slots)
+    for h in set(hashes.tolist()):
+        assert cut.lookup(h, 0, 2**62, 99) == whole.lookup(h, 0, 2**62, 99)
+    cut.put_batch(hashes[25:], phys[25:], ts[25:])           # re-dispatch adds them back
+    again = IndexFile(str(tmp_path / "c"), 8, 64, True).open(create=True)
+    again.put_batch(hashes, phys, ts)
+    assert all(cut.lookup(h, 0, 2**62, 99) == again.lookup(h, 0, 2**62, 99) for h in set(hashes.tolist()))
+    assert cut.truncate(int(phys[-1]) + 1) == 41             # nothing past: unchanged
+    assert cut.truncate(0) == 1 and cut.h("slot_count") == 0 and not cut.slots.any()
+    for ix in (whole, cut, again):
+        ix.close()
