@@ -105,6 +105,10 @@ TABLE = (
     ("deleteWhen", _str, "04", "hours of day retention runs, ';'-separated"),
     ("fileReservedTime", _int_in(0, 100_000), "72", "hours a CommitLog file is kept"),
     ("diskMaxUsedSpaceRatio", _int_in(10, 95), "75", "percent"),
+    ("diskSpaceCleanForciblyRatio", _int_in(10, 100), "85", "percent: a fuller disk deletes the oldest CommitLog files "
+                                                              "whatever their age (RocketMQ's system property, 0.85)"),
+    ("cleanFileForciblyEnable", _bool, "true", "above diskSpaceCleanForciblyRatio, delete files before they expire"),
+    ("cleanResourceInterval", _int_in(100, 3_600_000), "10000", "retention pass period, ms"),
     ("diskSpaceWarningLevelRatio", _int_in(10, 100), "90", "percent: a fuller disk refuses sends (RocketMQ's "
                                                              "system property rocketmq.broker.diskSpaceWarningLevelRatio, 0.90)"),
     ("messageDelayLevel", _str, DEFAULT_DELAY_LEVELS, "delay levels, e.g. '1s 5s 1m'"),
@@ -179,6 +183,9 @@ class BrokerConfig:
     deleteWhen: str
     fileReservedTime: int
     diskMaxUsedSpaceRatio: int
+    diskSpaceCleanForciblyRatio: int
+    cleanFileForciblyEnable: bool
+    cleanResourceInterval: int
     diskSpaceWarningLevelRatio: int
     messageDelayLevel: str
     maxHashSlotNum: int

@@ -190,6 +190,8 @@ def recover(cfg, shared) -> RecoveryReport:
             redispatch = commitlog.min_offset
         redispatch = max(min(redispatch, end), commitlog.min_offset)
         for (topic, qid), cq in sorted(cqs.items()):
+            if commitlog.min_offset > 0:                      # retention deleted the log's start
+                cq.retire(commitlog.min_offset)
             _register_queue(shared, topic, qid, cq)
         ctl[C.MIN_PHYS] = commitlog.min_offset
         ctl[C.WRITTEN] = ctl[C.FLUSHED] = ctl[C.BOOT_WRITTEN] = end

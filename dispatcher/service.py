@@ -95,6 +95,7 @@ class DispatcherService:
             files = indexfile.list_index_files(self.cfg.index_dir)
             if files:
                 self.index = indexfile.IndexFile(files[-1], self.cfg.maxHashSlotNum, self.cfg.maxIndexNum, True).open()
+        self.retired = int(self.ctl[C.MIN_PHYS])          # (recovery moved the min offsets to it)
         if self.allocate_queue is None:
             self.ctl[C.PID_DISPATCHER] = os.getpid()
         return self
@@ -376,11 +377,37 @@ class DispatcherService:
             self.sh.slot_wakers[i].post()
 
     # ------------------------------------------------------------ loop
+    def retire(self, min_phys: int) -> None:
+        """Retention deleted the CommitLog below ``min_phys`` (the cleaner's ``min_phys``): delete
+        the consume-queue files and IndexFiles that point only below it and publish each queue's
+        new min offset (a pull below it is answered OFFSET_MOVED)."""
+        v, n = self.sh.views, self.sh.queue_count()
+        for s in range(n):
+            key = (bytes(v["queue_names"][s]).rstrip(b"\0").decode(), int(v["queue_ids"][s]))
+            self.slot_of.setdefault((key[0].encode(), key[1]), s)
+            self.slot_key[s] = key
+            v["queue_min"][s] = self._cq(key).retire(min_phys)
+        current = self.index.path if self.index is not None else None
+        for path in indexfile.list_index_files(self.cfg.index_dir)[:-1]:
+            if path == current:
+                continue
+            ix = indexfile.IndexFile(path, self.cfg.maxHashSlotNum, self.cfg.maxIndexNum, False).open()
+            try:
+                below = ix.h("end_phys") < min_phys
+            finally:
+                ix.close()
+            if below:
+                os.unlink(path)
+        self.retired = min_phys
+        log.info("CommitLog below %d deleted by retention: consume queues and index follow", min_phys)
+
     def _step(self) -> bool:
         """``step``, waiting out a full disk: a consume-queue or index file that cannot be made
         leaves ``dispatched`` where it was (the pass is redone, idempotently, once there is room),
         said once; the messages are safe in the CommitLog meanwhile."""
         try:
+            if int(self.ctl[C.MIN_PHYS]) > self.retired:
+                self.retire(int(self.ctl[C.MIN_PHYS]))
             did = self.step()
         except Exception as e:
             if not no_space(e):

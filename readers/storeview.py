@@ -66,6 +66,7 @@ class StoreView:
         self.commitlog = MappedFileQueue(self.cfg.commitlog_dir, self.cfg.mappedFileSizeCommitLog, False).load()
         self.queues = QueueIndex(self.sh.views, self.ctl)
         self.boot_written = int(self.ctl[C.BOOT_WRITTEN])     # (set by recovery, before any reader starts)
+        self.retired = int(self.ctl[C.MIN_PHYS])
         return self
 
     def close(self) -> None:
@@ -138,6 +139,8 @@ class StoreView:
         filtered by tag hash (``None`` = all) in one vector op, within ``max_bytes`` (the first
         always).  ``disk_limits`` = (count, bytes): the limits of records ``on_disk``, message by
         message as RocketMQ's ``isTheBatchFull`` (``_disk_cut``)."""
+        if self.ctl[C.MIN_PHYS] > self.retired:
+            self._let_go()
         off = self.offsets(topic, queue_id)
         if off is None:
             return Pulled(NO_QUEUE, 0, 0, 0, [])
@@ -189,6 +192,17 @@ class StoreView:
         else:
             scanned = len(e)
         return Pulled(FOUND, queue_offset + scanned, lo, hi, parts, n)
+
+    def _let_go(self) -> None:
+        """Retention deleted the CommitLog below ``min_phys``: unmap those files, and the consume
+        queues (mapped again when next read: the dispatcher deleted some of their files)."""
+        self.retired = int(self.ctl[C.MIN_PHYS])
+        files = self.commitlog.files
+        while files and files[0].end <= self.retired:
+            files.pop(0).close()
+        for cq in self.cqs.values():
+            cq.close()
+        self.cqs = {}
 
     def _verified(self, phys: list[int], sizes: list[int]) -> int:
         """How many of these records, from the first, have bodies that match their CRC."""

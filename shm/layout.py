@@ -37,7 +37,7 @@ CONTROL_FIELDS = (
     ("recovered", "supervisor", "1 once recovery finished and the offsets below are valid"),
     ("written", "writer", "CommitLog end offset of committed appends (the commit point)"),
     ("written_ts", "writer", "store timestamp of the last committed batch"),
-    ("min_phys", "writer", "CommitLog min offset (first byte still stored)"),
+    ("min_phys", "cleaner", "CommitLog min offset (first byte still stored; recovery sets it at boot)"),
     ("writer_epoch", "writer", "incremented each time a writer process starts"),
     ("journal_written", "writer", "'written' value the slots' journal_read_pos belong to"),
     ("topic_count", "writer", "topic table entries in use"),

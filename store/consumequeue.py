@@ -48,6 +48,7 @@ class ConsumeQueue:
         self.per_file = file_size // ENTRY_SIZE
         self.files = MappedFileQueue(queue_dir(root, topic, queue_id), file_size, writable)
         self.max_offset = 0     # entries written (next queue offset to write)
+        self.low = 0            # entries below point at CommitLog bytes retention deleted
         self.max_phys = 0       # end (offset+size) of the last entry written
 
     # ------------------------------------------------------------ open / recover
@@ -87,8 +88,25 @@ class ConsumeQueue:
 
     @property
     def min_offset(self) -> int:
-        """First queue offset still held in a file (retention deletes whole files)."""
-        return self.files.min_offset // ENTRY_SIZE
+        """First queue offset whose message is still stored: the first file's first entry, or past
+        the entries retention left pointing at deleted CommitLog bytes (``retire``)."""
+        return max(self.files.min_offset // ENTRY_SIZE, self.low)
+
+    def retire(self, min_phys: int) -> int:
+        """The CommitLog below ``min_phys`` is gone (retention): delete files whose entries all
+        point below it (never the last), and move the min offset to the first entry at or past it
+        (RocketMQ's deleteExpiredFile + correctMinOffset).  -> the new min offset."""
+        files = self.files.files
+        while len(files) > 1:
+            e = self._entries_of(files[0])
+            if not len(e) or int(e["phys"][-1]) >= min_phys:
+                break
+            mf = files.pop(0)
+            mf.close()
+            if self.files.writable:
+                os.unlink(mf.path)
+        self.low = self._first_at_or_past(min_phys)
+        return self.min_offset
 
     # ------------------------------------------------------------ write (dispatcher)
     def put(self, queue_offset: int, phys, size, tags) -> int:
