@@ -109,6 +109,8 @@ TABLE = (
                                                               "whatever their age (RocketMQ's system property, 0.85)"),
     ("cleanFileForciblyEnable", _bool, "true", "above diskSpaceCleanForciblyRatio, delete files before they expire"),
     ("cleanResourceInterval", _int_in(100, 3_600_000), "10000", "retention pass period, ms"),
+    ("scrubBytesPerSecond", _int_in(0, 2**40), "33554432", "the background scrub's read rate (0: no scrub)"),
+    ("scrubIntervalHours", _int_in(0, 100_000), "24", "a scrub pass every N hours (0: one after the other)"),
     ("diskSpaceWarningLevelRatio", _int_in(10, 100), "90", "percent: a fuller disk refuses sends (RocketMQ's "
                                                              "system property rocketmq.broker.diskSpaceWarningLevelRatio, 0.90)"),
     ("messageDelayLevel", _str, DEFAULT_DELAY_LEVELS, "delay levels, e.g. '1s 5s 1m'"),
@@ -186,6 +188,8 @@ class BrokerConfig:
     diskSpaceCleanForciblyRatio: int
     cleanFileForciblyEnable: bool
     cleanResourceInterval: int
+    scrubBytesPerSecond: int
+    scrubIntervalHours: int
     diskSpaceWarningLevelRatio: int
     messageDelayLevel: str
     maxHashSlotNum: int

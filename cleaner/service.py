@@ -17,6 +17,10 @@ go whatever their age.  Never the newest file, never one not yet dispatched and 
 deletes the consume-queue and index files that point only below it and moves each queue's min
 offset (consumers behind it get OFFSET_MOVED), and readers let go of their mappings.
 
+Scrub (``Scrubber``): every ``scrubIntervalHours`` a pass verifies every record below what is
+flushed and dispatched, at ``scrubBytesPerSecond``, and reports damage (log, quarantine) before a
+consumer meets it; RocketMQ checks CRCs only at recovery.
+
 Sole writer of: ``disk_cl_ppm``, ``disk_cq_ppm``, ``disk_index_ppm``, ``disk_full``, and, once
 recovery has set it, ``min_phys``.
 """
@@ -29,9 +33,13 @@ import threading
 import time
 
 from shm.layout import C
+from store import message, quarantine, salvage
+from store.errors import CorruptData
+from store.mappedfile import MappedFileQueue
 
 log = logging.getLogger("rocketbox.cleaner")
 CHECK_S = 1.0          # RocketMQ checks every 10 s; a statvfs a second costs nothing and refuses sooner
+SCRUB_FIRST_AFTER = 0.05   # of scrubIntervalHours: the first pass after a start (72 min with the default)
 DELETE_MAX = 10        # CommitLog files deleted in one pass (RocketMQ's deleteFileBatchMax)
 
 
@@ -66,13 +74,15 @@ class CleanerService:
         self.paths = (cfg.commitlog_dir, os.path.join(cfg.root, "consumequeue"), cfg.index_dir)
         self.stop_requested = False
         self.woken = threading.Event()
+        self.scrubber = Scrubber(cfg, "cleaner")
+        self.next_pass = time.time() + cfg.scrubIntervalHours * 3600 * SCRUB_FIRST_AFTER
 
     def open(self) -> "CleanerService":
         self.check_disk()
         return self
 
     def close(self) -> None:
-        pass
+        self.scrubber.close()
 
     def wake(self) -> None:
         self.woken.set()
@@ -128,6 +138,26 @@ class CleanerService:
             self.sh.dispatcher_waker.post()
         return gone
 
+    def scrub(self, seconds: float) -> None:
+        """Scrub for about ``seconds`` at ``scrubBytesPerSecond``; a pass starts every
+        ``scrubIntervalHours`` (0: one after the other)."""
+        rate = self.cfg.scrubBytesPerSecond
+        if not rate or time.time() < self.next_pass:
+            return
+        limit = min(int(self.ctl[C.FLUSHED]), int(self.ctl[C.DISPATCHED]))
+        budget, t0 = int(rate * seconds), time.monotonic()
+        while budget > 0 and not self.stop_requested:
+            n = self.scrubber.step(min(budget, 4 << 20), limit, int(self.ctl[C.MIN_PHYS]))
+            if n == 0:                            # the pass is over
+                log.info("scrub pass done through offset %d: %d damaged records so far", limit, self.scrubber.damaged)
+                self.scrubber.pos = -1
+                self.next_pass = time.time() + self.cfg.scrubIntervalHours * 3600
+                return
+            budget -= n
+        left = seconds - (time.monotonic() - t0)
+        if left > 0:
+            self.woken.wait(left)
+
     def run(self) -> None:
         next_clean = time.monotonic() + self.cfg.cleanResourceInterval / 1000
         while not self.stop_requested:
@@ -135,5 +165,80 @@ class CleanerService:
             if time.monotonic() >= next_clean:
                 self.retention()
                 next_clean = time.monotonic() + self.cfg.cleanResourceInterval / 1000
-            self.woken.wait(min(CHECK_S, self.cfg.cleanResourceInterval / 1000))
+            tick = min(CHECK_S, self.cfg.cleanResourceInterval / 1000)
+            if self.cfg.scrubBytesPerSecond and time.time() >= self.next_pass:
+                self.scrub(tick)
+            else:
+                self.woken.wait(tick)
             self.woken.clear()
+
+
+class Scrubber:
+    """Walks the CommitLog verifying every record (magic, sizes, CRC, PHYSICALOFFSET) at a bounded
+    rate, below what is flushed and dispatched, and reports a damaged one once (log and
+    quarantine, ``foundBy`` its name) before a consumer meets it.  ``step(budget)`` verifies up to
+    ``budget`` bytes and says how many it read; a pass ends at the end of what it may read."""
+
+    def __init__(self, cfg, name: str):
+        self.cfg, self.name = cfg, name
+        self.cl = MappedFileQueue(cfg.commitlog_dir, cfg.mappedFileSizeCommitLog, False)
+        self.pos = -1                     # next offset to verify (-1: start a pass at the log's start)
+        self.reported: set[int] = set()
+        self.damaged = 0
+
+    def close(self) -> None:
+        self.cl.close()
+
+    def step(self, budget: int, limit: int, min_phys: int) -> int:
+        """Verify records in [pos, limit) for up to ``budget`` bytes (whole records, one file at a
+        time). -> bytes read (0: the pass is over)."""
+        if self.pos < min_phys:
+            self.pos = min_phys
+        if self.pos >= limit:
+            return 0
+        mf = self.cl.file_for(self.pos)
+        if mf is None:
+            self.cl.refresh()
+            while self.cl.files and self.cl.files[0].end <= min_phys:
+                self.cl.files.pop(0).close()
+            mf = self.cl.file_for(self.pos)
+            if mf is None:
+                return 0
+        at, stop = self.pos - mf.start, min(limit - mf.start, mf.size, self.pos - mf.start + budget)
+        start = at
+        while at < stop:
+            size = salvage.verified(mf.mm, at, mf.start + at, mf.size)
+            if size == 0:                       # the file's filler: on to the next file
+                at = mf.size
+                break
+            if size is None:
+                resume = salvage.resume_after(mf.mm, at, mf.start, mf.size)
+                if resume is None and not any(salvage.holds_verified(f) for f in self.cl.files if f.start > mf.start):
+                    self.pos = limit                # the log's end (offline: past the last record)
+                    return max(at - start, 1)
+                self._damage(mf, at, mf.size if resume is None else resume)
+                at = mf.size if resume is None else resume
+                continue
+            at += size
+        self.pos = mf.start + at
+        return max(at - start, 1)
+
+    def _damage(self, mf, at: int, end: int) -> None:
+        phys = mf.start + at
+        if phys not in self.reported:
+            self.reported.add(phys)
+            self.damaged += 1
+            try:
+                message.check_record(mf.mm, at, True, mf.path)
+                why = "PHYSICALOFFSET is not where the record lies"
+            except CorruptData as e:
+                why = e.why
+            log.error("scrub: damaged record at offset %d (%s @ %d, %d bytes to the next verified record): %s",
+                      phys, mf.path, at, end - at, why)
+            try:
+                quarantine.note(self.cfg.root, self.name, {
+                    "offset": phys, "length": end - at, "file": mf.path, "fileOffset": at, "reason": why,
+                    "topic": None, "queueId": None, "queueOffset": None, "identity": "unknown",
+                    "foundBy": self.name}, bytes(mf.mm[at:end]))
+            except OSError as e:
+                log.error("cannot write the quarantine entry of offset %d: %s", phys, e)

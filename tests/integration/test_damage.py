@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 from appliance.check import check, scan_commitlog
 from store import quarantine, salvage
@@ -200,3 +201,28 @@ def test_with_verify_all_a_record_written_since_start_is_checked_too(appliance_f
     assert app.stop() == 0
     assert sorted(_key(m) for m in got) == sorted(k for k in read_acks(ack) if k != _key(r))
     assert [e["offset"] for e in quarantine.load(app.cfg.root)] == [phys]
+
+
+def test_the_scrub_finds_damage_before_any_consumer_does(appliance_factory):
+    """``appliance scrub`` on a stopped store, and the cleaner's background pass on a running one."""
+    app, _acked, records = _filled(appliance_factory, 1500)
+    clean = app.cmd("scrub")
+    assert clean.returncode == 0 and "0 damaged records" in clean.stdout, clean.stdout + clean.stderr
+    phys, _r = records[300]
+    _flip(app, phys + 100)
+    found = app.cmd("scrub")
+    assert found.returncode == 1 and "1 damaged records" in found.stdout, found.stdout + found.stderr
+    assert f"damaged record at offset {phys} " in found.stderr and "body CRC mismatch" in found.stderr
+    assert [(e["offset"], e["foundBy"]) for e in quarantine.load(app.cfg.root)] == [(phys, "scrub")]
+    _flip(app, phys + 100)                                # mended; damage another while it runs
+    phys, _r = records[900]
+    with open(app.conf, "a") as f:
+        f.write("scrubIntervalHours=0\n")              # passes one after the other, from the start
+    app.start()
+    _flip(app, phys + 100)
+    deadline = time.monotonic() + 15
+    while f"scrub: damaged record at offset {phys} " not in app.log_text():
+        assert time.monotonic() < deadline, app.log_text()[-2000:]
+        time.sleep(0.2)
+    assert app.stop() == 0
+    assert (phys, "cleaner") in [(e["offset"], e["foundBy"]) for e in quarantine.load(app.cfg.root)]
