@@ -123,6 +123,18 @@ class Admin:
                                                                 int(v.get("lastUpdateTimestamp", 0)))
         return dict(sorted(out.items(), key=lambda kv: kv[0].sort_key()))
 
+    async def topic_attributes(self, topic: str, **attributes: int) -> None:
+        """Set rocketbox's topic attributes (``retentionMs``, ``purgedBeforeMs``) on every master
+        that has the topic: UPDATE_AND_CREATE_TOPIC with its config as the broker has it, plus these."""
+        for addr in sorted((await self._masters(topic)).values()):
+            resp = await self.instance.call(addr, R.GET_ALL_TOPIC_CONFIG)
+            tc = json.loads(resp.body)["topicConfigTable"][topic]
+            await self.instance.call(addr, R.UPDATE_AND_CREATE_TOPIC, {
+                "topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(tc["readQueueNums"]),
+                "writeQueueNums": str(tc["writeQueueNums"]), "perm": str(tc["perm"]),
+                "topicFilterType": tc.get("topicFilterType", "SINGLE_TAG"), "topicSysFlag": str(tc.get("topicSysFlag", 0)),
+                "order": str(tc.get("order", False)).lower(), **{k: str(v) for k, v in attributes.items()}})
+
     async def _group_masters(self, group: str) -> dict[str, str]:
         """The masters of the group's retry topic; MQBrokerError TOPIC_NOT_EXIST naming the group
         when no broker has met it."""

@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import datetime
 import sys
+import time
 
 from client import running
 from client.admin import Admin
@@ -44,6 +45,14 @@ def add_arguments(sub) -> None:
     p = sub.add_parser("progress", help="a consumer group's committed offsets and how far behind each queue is")
     p.add_argument("-g", "--group", required=True)
     p.add_argument("-t", "--topic", help="only this topic (default: every topic the group has offsets on)")
+    p.add_argument("-n", "--namesrv")
+    p.add_argument("-c", "--config")
+    p = sub.add_parser("retention", help="a topic's own retention time, or a purge: its older messages are hidden "
+                                         "(min offsets move) though the CommitLog keeps them until it expires")
+    p.add_argument("-t", "--topic", required=True)
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--hours", type=float, help="keep the topic's messages visible this long (0: as the CommitLog)")
+    g.add_argument("--purge", action="store_true", help="hide every message stored until now")
     p.add_argument("-n", "--namesrv")
     p.add_argument("-c", "--config")
     p = sub.add_parser("cluster", help="every broker the name servers know: address, version, in and out TPS, "
@@ -109,6 +118,17 @@ async def _topic_status(args, namesrv: str) -> int:
     for mq, q in queues.items():
         print(f"{mq.broker_name:<32} {mq.queue_id:>4} {q.min_offset:>20} {q.max_offset:>20} {_when(q.last_update_ms)}")
     print(f"\nConsumed by: {' '.join(groups) if groups else '(no group)'}")
+    return 0
+
+
+async def _retention(args, namesrv: str) -> int:
+    attrs = ({"purgedBeforeMs": int(time.time() * 1000)} if args.purge
+             else {"retentionMs": int(args.hours * 3_600_000)})
+    async with Admin(namesrv) as admin:
+        await admin.topic_attributes(args.topic, **attrs)
+    print(f"{args.topic}: " + ("purged: messages stored before now are hidden" if args.purge else
+                              f"messages stay visible {args.hours:g} h" if args.hours else "no retention of its own") +
+          " (min offsets move within the dispatcher's next pass, cleanResourceInterval)")
     return 0
 
 
@@ -243,7 +263,7 @@ async def _consume(args, namesrv: str) -> int:
 
 COMMANDS = {"produce": _produce, "consume": _consume, "topic-status": _topic_status, "progress": _progress,
             "connections": _connections, "cluster": _cluster, "consumer-status": _consumer_status,
-            "resend": _resend, "reset-offset": _reset_offset}
+            "resend": _resend, "reset-offset": _reset_offset, "retention": _retention}
 
 
 def main(args, cfg) -> int:

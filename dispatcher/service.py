@@ -22,11 +22,12 @@ import numpy as np
 
 from shm.layout import C, S
 from shm.tables import QueueIndex
-from store import indexfile, message, propscan, salvage
+from store import configfile, indexfile, message, propscan, salvage
 from store.consumequeue import ConsumeQueue, file_size_for
-from store.errors import Condition, CorruptData, no_space
+from store.errors import Condition, CorruptData, StoreError, no_space
 from store.javahash import BufferHashes, index_abs, index_abs_one, string_hash, string_hashes
 from store.mappedfile import MappedFileQueue
+from writer.topics import queue_nums
 
 log = logging.getLogger("rocketbox.dispatcher")
 SCHEDULE_TOPIC = b"SCHEDULE_TOPIC_XXXX"
@@ -96,6 +97,7 @@ class DispatcherService:
             if files:
                 self.index = indexfile.IndexFile(files[-1], self.cfg.maxHashSlotNum, self.cfg.maxIndexNum, True).open()
         self.retired = int(self.ctl[C.MIN_PHYS])          # (recovery moved the min offsets to it)
+        self.hidden_at = -1e9                               # per-topic retention: first pass at once
         if self.allocate_queue is None:
             self.ctl[C.PID_DISPATCHER] = os.getpid()
         return self
@@ -401,6 +403,57 @@ class DispatcherService:
         self.retired = min_phys
         log.info("CommitLog below %d deleted by retention: consume queues and index follow", min_phys)
 
+    def hide_expired(self, now_ms: int | None = None) -> None:
+        """Per-topic retention and purges (``writer.topics.ATTRIBUTES`` in topics.json): each queue
+        of such a topic gets as min offset its first message stored at or after the topic's cutoff,
+        max(now - retentionMs, purgedBeforeMs); the bytes stay in the CommitLog until retention
+        deletes their file.  A min offset only moves forward."""
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        self.hidden_at = time.monotonic()
+        try:
+            data = configfile.read(os.path.join(self.cfg.config_dir, "topics.json")) or {}
+        except StoreError as e:                             # (the writer's file: it says so itself)
+            log.warning("per-topic retention skipped this time: %s", e)
+            return
+        for name, tc in data.get("topicConfigTable", {}).items():
+            ret, purged = int(tc.get("retentionMs") or 0), int(tc.get("purgedBeforeMs") or 0)
+            cutoff = max(now_ms - ret if ret else 0, purged)
+            if cutoff <= 0:
+                continue
+            for q in range(queue_nums(tc)):
+                s = self.queues.slot(name, q)
+                if s is None:
+                    continue
+                self.slot_key[s] = (name, q)
+                cq = self._cq((name, q))
+                low = self._first_stored_at(cq, cutoff)
+                if low > cq.min_offset:
+                    cq.low = low
+                    self.sh.views["queue_min"][s] = cq.min_offset
+
+    def _first_stored_at(self, cq: ConsumeQueue, ts: int) -> int:
+        """The queue's first offset whose message was stored at or after ``ts`` (store times only
+        grow along a queue): a binary search reading each probed record's STORETIMESTAMP."""
+        lo, hi = cq.min_offset, cq.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._store_ts(int(cq.entries(mid, 1)["phys"][0])) >= ts:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def _store_ts(self, phys: int) -> int:
+        """A record's store time (-1 when its file is gone)."""
+        mf = self.commitlog.file_for(phys)
+        if mf is None:
+            self.commitlog.refresh()
+            mf = self.commitlog.file_for(phys)
+            if mf is None:
+                return -1
+        at = phys - mf.start
+        return _I64.unpack_from(mf.mm, at + message.store_ts_at(_I32.unpack_from(mf.mm, at + message.SYSFLAG_AT)[0]))[0]
+
     def _step(self) -> bool:
         """``step``, waiting out a full disk: a consume-queue or index file that cannot be made
         leaves ``dispatched`` where it was (the pass is redone, idempotently, once there is room),
@@ -408,6 +461,8 @@ class DispatcherService:
         try:
             if int(self.ctl[C.MIN_PHYS]) > self.retired:
                 self.retire(int(self.ctl[C.MIN_PHYS]))
+            if time.monotonic() - self.hidden_at >= self.cfg.cleanResourceInterval / 1000:
+                self.hide_expired()
             did = self.step()
         except Exception as e:
             if not no_space(e):

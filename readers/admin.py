@@ -20,7 +20,7 @@ from shm.layout import C, T
 from store import configfile, message
 from store.errors import StoreError
 from writer import groups
-from writer.topics import QueueNumsOutOfRange, check_queue_nums, topic_config
+from writer.topics import ATTRIBUTES, QueueNumsOutOfRange, check_queue_nums, topic_config
 
 SYSTEM_TOPICS_FOR_ADMIN = SYSTEM_TOPICS | {"TBW102"}
 
@@ -222,9 +222,11 @@ class AdminProcessor:
             return cmd.response(RC.SYSTEM_ERROR, e.remark)
         if topic in SYSTEM_TOPICS_FOR_ADMIN or topic == self.cfg.brokerClusterName:
             return cmd.response(RC.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
+        if any(h[k] is not None and h[k] < 0 for k in ATTRIBUTES):
+            return cmd.response(RC.SYSTEM_ERROR, "retentionMs and purgedBeforeMs must be 0 or more")
         tc = topic_config(topic, h["readQueueNums"], h["writeQueueNums"], h["perm"],
                           sys_flag=h["topicSysFlag"] or 0, order=bool(h["order"]),
-                          filter_type=h["topicFilterType"] or "SINGLE_TAG")
+                          filter_type=h["topicFilterType"] or "SINGLE_TAG", **{k: h[k] for k in ATTRIBUTES})
         try:
             check_queue_nums(tc, self.cfg.maxTopicQueueNums)
         except QueueNumsOutOfRange as e:

@@ -22,8 +22,8 @@ from shm.layout import C, S
 from shm.tables import QueueIndex
 from store import message, quarantine
 from store.consumequeue import ENTRY, ENTRY_SIZE, ConsumeQueue, file_size_for
-from store.salvage import TOMBSTONE_TAGS
 from store.mappedfile import MappedFileQueue
+from store.salvage import TOMBSTONE_TAGS
 
 log = logging.getLogger("rocketbox.reader")
 FOUND, NO_NEW, NO_MATCHED, OFFSET_MOVED, NO_QUEUE = "FOUND", "NO_NEW_MSG", "NO_MATCHED_MSG", "OFFSET_MOVED", "NO_QUEUE"

@@ -63,3 +63,57 @@ def test_expired_files_go_at_the_delete_hour_and_consumers_move_on(appliance_fac
     assert _min_offsets(w) == mins
     w.close()
     assert app.stop() == 0
+
+
+def test_a_topics_own_retention_and_a_purge_hide_its_older_messages(appliance_factory):
+    """Beyond 4.x: a topic's retentionMs and a purge move its queues' min offsets past what is
+    older, while the shared CommitLog file stays; topics.json keeps them through an update that does
+    not name them (as mqadmin updateTopic sends) and a restart."""
+    from store.configfile import read
+    from tests.integration.harness import create_topic
+    from tests.integration.test_readers import send_v2
+    app = appliance_factory(namesrv=True, cleanResourceInterval="200").start()
+    create_topic(app, "Short", 2)
+    create_topic(app, "Other", 1)
+    w = Wire("127.0.0.1", app.cfg.listenPort)
+    for i in range(6):
+        assert send_v2(w, "Short", b"old-%d" % i, queue=i % 2).code == RC.SUCCESS
+    assert send_v2(w, "Other", b"kept").code == RC.SUCCESS
+    purge = app.cmd("retention", "-t", "Short", "--purge")
+    assert purge.returncode == 0 and "purged" in purge.stdout, purge.stdout + purge.stderr
+
+    def mins(topic, n):
+        return [int(w.call(R.GET_MIN_OFFSET, {"topic": topic, "queueId": str(q)}).ext["offset"]) for q in range(n)]
+    deadline = time.monotonic() + 10
+    while mins("Short", 2) != [3, 3]:
+        assert time.monotonic() < deadline, mins("Short", 2)
+        time.sleep(0.1)
+    assert mins("Other", 1) == [0]                              # other topics untouched
+    r = pull(w, "Short", 0, queue=0)
+    assert r.code == RC.PULL_OFFSET_MOVED and r.ext["nextBeginOffset"] == "3"
+    assert send_v2(w, "Short", b"new", queue=0).code == RC.SUCCESS
+    r = pull(w, "Short", 3, queue=0, suspend_ms=3000, flag=2)      # (held until it is dispatched)
+    assert r.code == RC.SUCCESS and bodies(r) == [b"new"]            # what came after the purge is there
+
+    retention = app.cmd("retention", "-t", "Short", "--hours", "0.0005")   # 1.8 s
+    assert retention.returncode == 0, retention.stderr
+    create_topic(app, "Short", 2)                                # an update that does not name them keeps them
+    tc = read(os.path.join(app.cfg.config_dir, "topics.json"))["topicConfigTable"]["Short"]
+    assert tc["retentionMs"] == 1800 and tc["purgedBeforeMs"] > 0 and "retentionMs" not in \
+        read(os.path.join(app.cfg.config_dir, "topics.json"))["topicConfigTable"]["Other"]
+    deadline = time.monotonic() + 10
+    while mins("Short", 2) != [4, 3]:                            # "new" aged out too
+        assert time.monotonic() < deadline, mins("Short", 2)
+        time.sleep(0.1)
+    w.close()
+    assert app.stop() == 0
+    assert len(os.listdir(app.cfg.commitlog_dir)) == 1           # the bytes are still in the CommitLog
+    assert sum(1 for _p, r in scan_commitlog(app.cfg) if r.topic == "Short") == 7
+    app.start()
+    w = Wire("127.0.0.1", app.cfg.listenPort)
+    deadline = time.monotonic() + 10
+    while mins("Short", 2) != [4, 3]:                            # and stays hidden after a restart
+        assert time.monotonic() < deadline, mins("Short", 2)
+        time.sleep(0.1)
+    w.close()
+    assert app.stop() == 0
