@@ -53,6 +53,7 @@ def add_arguments(sub) -> None:
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--hours", type=float, help="keep the topic's messages visible this long (0: as the CommitLog)")
     g.add_argument("--purge", action="store_true", help="hide every message stored until now")
+    p.add_argument("-q", "--queue", type=int, help="with --purge: this queue only")
     p.add_argument("-n", "--namesrv")
     p.add_argument("-c", "--config")
     p = sub.add_parser("cluster", help="every broker the name servers know: address, version, in and out TPS, "
@@ -124,9 +125,15 @@ async def _topic_status(args, namesrv: str) -> int:
 async def _retention(args, namesrv: str) -> int:
     attrs = ({"purgedBeforeMs": int(time.time() * 1000)} if args.purge
              else {"retentionMs": int(args.hours * 3_600_000)})
+    if args.queue is not None:
+        if not args.purge:
+            print("appliance retention: --queue goes with --purge", file=sys.stderr)
+            return 2
+        attrs["purgeQueueId"] = args.queue
     async with Admin(namesrv) as admin:
         await admin.topic_attributes(args.topic, **attrs)
-    print(f"{args.topic}: " + ("purged: messages stored before now are hidden" if args.purge else
+    where = f"{args.topic} queue {args.queue}" if args.queue is not None else args.topic
+    print(f"{where}: " + ("purged: messages stored before now are hidden" if args.purge else
                               f"messages stay visible {args.hours:g} h" if args.hours else "no retention of its own") +
           " (min offsets move within the dispatcher's next pass, cleanResourceInterval)")
     return 0

@@ -417,16 +417,16 @@ class DispatcherService:
             return
         for name, tc in data.get("topicConfigTable", {}).items():
             ret, purged = int(tc.get("retentionMs") or 0), int(tc.get("purgedBeforeMs") or 0)
-            cutoff = max(now_ms - ret if ret else 0, purged)
-            if cutoff <= 0:
+            cutoff, queues = max(now_ms - ret if ret else 0, purged), tc.get("purgedQueues") or {}
+            if cutoff <= 0 and not queues:
                 continue
             for q in range(queue_nums(tc)):
                 s = self.queues.slot(name, q)
-                if s is None:
+                if s is None or max(cutoff, int(queues.get(str(q), 0))) <= 0:
                     continue
                 self.slot_key[s] = (name, q)
                 cq = self._cq((name, q))
-                low = self._first_stored_at(cq, cutoff)
+                low = self._first_stored_at(cq, max(cutoff, int(queues.get(str(q), 0))))
                 if low > cq.min_offset:
                     cq.low = low
                     self.sh.views["queue_min"][s] = cq.min_offset

@@ -20,7 +20,7 @@ from shm.layout import C, T
 from store import configfile, message
 from store.errors import StoreError
 from writer import groups
-from writer.topics import ATTRIBUTES, QueueNumsOutOfRange, check_queue_nums, topic_config
+from writer.topics import QueueNumsOutOfRange, check_queue_nums, topic_config
 
 SYSTEM_TOPICS_FOR_ADMIN = SYSTEM_TOPICS | {"TBW102"}
 
@@ -222,11 +222,17 @@ class AdminProcessor:
             return cmd.response(RC.SYSTEM_ERROR, e.remark)
         if topic in SYSTEM_TOPICS_FOR_ADMIN or topic == self.cfg.brokerClusterName:
             return cmd.response(RC.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
-        if any(h[k] is not None and h[k] < 0 for k in ATTRIBUTES):
+        attrs = {"retentionMs": h["retentionMs"], "purgedBeforeMs": h["purgedBeforeMs"]}
+        if any(v is not None and v < 0 for v in attrs.values()):
             return cmd.response(RC.SYSTEM_ERROR, "retentionMs and purgedBeforeMs must be 0 or more")
+        if h["purgeQueueId"] is not None:              # a purge of one queue
+            if attrs["purgedBeforeMs"] is None or not 0 <= h["purgeQueueId"] < max(h["readQueueNums"],
+                                                                                   h["writeQueueNums"]):
+                return cmd.response(RC.SYSTEM_ERROR, "purgeQueueId needs purgedBeforeMs and one of the topic's queues")
+            attrs["purgedQueues"] = {str(h["purgeQueueId"]): attrs.pop("purgedBeforeMs")}
         tc = topic_config(topic, h["readQueueNums"], h["writeQueueNums"], h["perm"],
                           sys_flag=h["topicSysFlag"] or 0, order=bool(h["order"]),
-                          filter_type=h["topicFilterType"] or "SINGLE_TAG", **{k: h[k] for k in ATTRIBUTES})
+                          filter_type=h["topicFilterType"] or "SINGLE_TAG", **attrs)
         try:
             check_queue_nums(tc, self.cfg.maxTopicQueueNums)
         except QueueNumsOutOfRange as e:

@@ -71,7 +71,7 @@ SCHEMAS: dict[int, tuple[Field, ...]] = {
     R.UNREGISTER_CLIENT: _f("clientID:S! producerGroup:S consumerGroup:S"),
     R.NOTIFY_CONSUMER_IDS_CHANGED: _f("consumerGroup:S!"),
     R.UPDATE_AND_CREATE_TOPIC: _f("topic:S! defaultTopic:S! readQueueNums:I! writeQueueNums:I! perm:I! "
-                                  "topicFilterType:S! topicSysFlag:I order:B! retentionMs:L purgedBeforeMs:L"),
+                                  "topicFilterType:S! topicSysFlag:I order:B! retentionMs:L purgedBeforeMs:L purgeQueueId:I"),
     R.END_TRANSACTION: _f("producerGroup:S! tranStateTableOffset:L! commitLogOffset:L! commitOrRollback:I! "
                           "fromTransactionCheck:B msgId:S! transactionId:S"),
     R.CONSUMER_SEND_MSG_BACK: _f("offset:L! group:S! delayLevel:I! originMsgId:S originTopic:S unitMode:B "

@@ -27,16 +27,18 @@ PERM_RW = PERM_READ | PERM_WRITE
 
 # rocketbox's own topic attributes, kept in topics.json beside RocketMQ's keys (fastjson, reading
 # the file into a TopicConfig, ignores keys it does not know): ``retentionMs``, how long the topic's
-# messages stay visible (0: as long as the CommitLog keeps them), and ``purgedBeforeMs``, messages
-# stored before it are hidden (a purge).  An update that does not name them keeps them.
-ATTRIBUTES = ("retentionMs", "purgedBeforeMs")
+# messages stay visible (0: as long as the CommitLog keeps them), ``purgedBeforeMs``, messages
+# stored before it are hidden (a purge), and ``purgedQueues``, the same for single queues
+# ({"<queue id>": ms}).  An update that does not name them keeps them.
+ATTRIBUTES = ("retentionMs", "purgedBeforeMs", "purgedQueues")
 
 
 def topic_config(name: str, read: int, write: int, perm: int = PERM_RW, sys_flag: int = 0,
                  order: bool = False, filter_type: str = "SINGLE_TAG", **attributes) -> dict:
     tc = {"order": order, "perm": perm, "readQueueNums": read, "topicFilterType": filter_type,
           "topicName": name, "topicSysFlag": sys_flag, "writeQueueNums": write}
-    tc.update((k, int(v)) for k, v in attributes.items() if k in ATTRIBUTES and v is not None)
+    tc.update((k, v if isinstance(v, dict) else int(v)) for k, v in attributes.items()
+              if k in ATTRIBUTES and v is not None)
     return tc
 
 
@@ -136,6 +138,8 @@ class TopicTable:
             self.file = FileThread("topics.json", self._lay_out, self._store, self.waker)
         before = self.configs.get(name) or {}
         tc = {**{k: before[k] for k in ATTRIBUTES if k in before}, **tc}     # kept unless named
+        if "purgedQueues" in before and "purgedQueues" in tc:
+            tc["purgedQueues"] = {**before["purgedQueues"], **tc["purgedQueues"]}
         with self.file.lock:
             self.configs[name] = tc
             self.laid.put(name, tc)

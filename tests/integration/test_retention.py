@@ -95,6 +95,16 @@ def test_a_topics_own_retention_and_a_purge_hide_its_older_messages(appliance_fa
     r = pull(w, "Short", 3, queue=0, suspend_ms=3000, flag=2)      # (held until it is dispatched)
     assert r.code == RC.SUCCESS and bodies(r) == [b"new"]            # what came after the purge is there
 
+    create_topic(app, "Pq", 2)                                   # a purge of one queue
+    for i in range(4):
+        assert send_v2(w, "Pq", b"pq-%d" % i, queue=i % 2).code == RC.SUCCESS
+    time.sleep(0.3)
+    one = app.cmd("retention", "-t", "Pq", "--purge", "-q", "1")
+    assert one.returncode == 0 and "Pq queue 1: purged" in one.stdout, one.stdout + one.stderr
+    deadline = time.monotonic() + 10
+    while mins("Pq", 2) != [0, 2]:
+        assert time.monotonic() < deadline, mins("Pq", 2)
+        time.sleep(0.1)
     retention = app.cmd("retention", "-t", "Short", "--hours", "0.0005")   # 1.8 s
     assert retention.returncode == 0, retention.stderr
     create_topic(app, "Short", 2)                                # an update that does not name them keeps them
@@ -109,11 +119,12 @@ def test_a_topics_own_retention_and_a_purge_hide_its_older_messages(appliance_fa
     assert app.stop() == 0
     assert len(os.listdir(app.cfg.commitlog_dir)) == 1           # the bytes are still in the CommitLog
     assert sum(1 for _p, r in scan_commitlog(app.cfg) if r.topic == "Short") == 7
+    assert read(os.path.join(app.cfg.config_dir, "topics.json"))["topicConfigTable"]["Pq"]["purgedQueues"].keys() == {"1"}
     app.start()
     w = Wire("127.0.0.1", app.cfg.listenPort)
     deadline = time.monotonic() + 10
-    while mins("Short", 2) != [4, 3]:                            # and stays hidden after a restart
-        assert time.monotonic() < deadline, mins("Short", 2)
+    while mins("Short", 2) != [4, 3] or mins("Pq", 2) != [0, 2]:   # and stays hidden after a restart
+        assert time.monotonic() < deadline, (mins("Short", 2), mins("Pq", 2))
         time.sleep(0.1)
     w.close()
     assert app.stop() == 0
