@@ -467,10 +467,14 @@ class DispatcherService:
         except Exception as e:
             if not no_space(e):
                 raise
-            self.no_room.met(f"{e}; messages stay in the CommitLog and become consumable once there is room")
+            self.no_room.met(f"{e}; sends are refused meanwhile, and what is in the CommitLog becomes consumable "
+                             "once there is room")
+            self.ctl[C.DISPATCH_NO_ROOM] = 1
             time.sleep(NO_ROOM_RETRY_S)
             return False
-        self.no_room.cleared()
+        if self.no_room.since is not None:
+            self.ctl[C.DISPATCH_NO_ROOM] = 0
+            self.no_room.cleared()
         return did
 
     def run(self) -> None:

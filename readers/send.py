@@ -127,7 +127,8 @@ class SendProcessor:
         if self.link.stalled():
             self._stored([(cmd, conn, False) for cmd, conn, *_ in sends], 0, len(sends), None, None, REJECTED)
             return
-        if self.link.ctl[C.DISK_FULL]:          # the cleaner's word: above diskSpaceWarningLevelRatio
+        if self.link.ctl[C.DISK_FULL] or self.link.ctl[C.DISPATCH_NO_ROOM]:   # above diskSpaceWarningLevelRatio,
+            # or the dispatcher cannot make a consume-queue file: nothing is acknowledged that consumers cannot see
             self._stored([(cmd, conn, False) for cmd, conn, *_ in sends], 0, len(sends), None, None,
                          (RC.SERVICE_NOT_AVAILABLE, disk_remark(self.link.ctl)))
             return

@@ -66,6 +66,7 @@ CONTROL_FIELDS = (
     ("disk_cq_ppm", "cleaner", "how full the consume queues' partition is, ppm"),
     ("disk_index_ppm", "cleaner", "how full the index's partition is, ppm"),
     ("disk_full", "cleaner", "1 while a partition is fuller than diskSpaceWarningLevelRatio: sends are refused"),
+    ("dispatch_no_room", "dispatcher", "1 while a consume-queue or index file cannot be made: sends are refused"),
 )
 C = type("C", (), {name.upper(): i for i, (name, _w, _m) in enumerate(CONTROL_FIELDS)})
 CONTROL_LEN = 64      # int64 words reserved; room to grow without moving what follows
