@@ -56,7 +56,10 @@ def _scrub(cfg, rate_mb: float) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     s = Scrubber(cfg, "scrub")
     s.cl.load()
-    limit = s.cl.files[-1].end if s.cl.files else 0
+    if not s.cl.files:
+        print(f"appliance scrub: no store at {cfg.root}: {cfg.commitlog_dir} holds no CommitLog file")
+        return 2
+    limit = s.cl.files[-1].end
     t0, done = time.monotonic(), 0
     try:
         while (n := s.step(4 << 20, limit, s.cl.min_offset)):

@@ -163,9 +163,10 @@ def test_check_names_what_is_wrong_and_exits_non_zero(appliance_factory, tmp_pat
     assert f"is {FILE // 2} bytes, not {FILE}" in out and "holds no IndexFile" in out
     empty = tmp_path / "empty.conf"
     empty.write_text(f"storePathRootDir={tmp_path / 'nothing'}\n")
-    none = subprocess.run([sys.executable, "-m", "appliance", "check", "-c", str(empty)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
-    assert none.returncode == 2 and "no store at" in none.stdout, none.stdout + none.stderr
+    for what in ("check", "scrub"):
+        none = subprocess.run([sys.executable, "-m", "appliance", what, "-c", str(empty)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
+        assert none.returncode == 2 and "no store at" in none.stdout, none.stdout + none.stderr
 
 
 def test_a_pull_never_hands_out_a_record_whose_body_does_not_match_its_crc(appliance_factory):
