@@ -15,8 +15,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from store import indexfile, message, quarantine, salvage
 from store.consumequeue import ConsumeQueue, file_size_for
 from store.errors import CorruptData
@@ -47,21 +45,17 @@ def scan_commitlog(cfg, problems: list | None = None):
             at = 0
             while at < mf.size:
                 try:
-                    size = message.check_record(mf.mm, at, True, mf.path)
-                    if size and salvage.phys_field(mf.mm, at) != mf.start + at:
-                        raise CorruptData(mf.path, at, f"PHYSICALOFFSET {salvage.phys_field(mf.mm, at)} is not "
-                                                       f"where the record lies ({mf.start + at})")
+                    size = salvage.check(mf, at)
                 except CorruptData as e:
                     if problems is None:
                         return
-                    resume = salvage.resume_after(mf.mm, at, mf.start, mf.size)
-                    if resume is None and not any(salvage.holds_verified(f) for f in cl.files[i + 1:]):
-                        tail = _nonzero_from(mf, at)
+                    resume = salvage.damage_end(cl.files, i, at)
+                    if resume is None:
+                        tail = salvage.tail_length(mf, at)
                         if tail:
                             problems.append(f"torn tail: {tail} bytes at offset {mf.start + at} ({mf.path} @ {at}) "
                                             f"past the last verified record ({e.why}); recovery cuts them")
                         return
-                    resume = mf.size if resume is None else resume
                     problems.append(f"bad record at offset {mf.start + at} ({mf.path} @ {at}): {e.why}; "
                                     f"{resume - at} bytes to the next verified record")
                     at = resume
@@ -72,11 +66,6 @@ def scan_commitlog(cfg, problems: list | None = None):
                 at += size
     finally:
         cl.close()
-
-
-def _nonzero_from(mf, at: int) -> int:
-    nz = np.flatnonzero(mf.view[at:])
-    return int(nz[-1]) + 1 if nz.size else 0
 
 
 def _file_sizes(directory: str, size: int, what: str) -> list[str]:

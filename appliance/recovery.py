@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 import time
 from dataclasses import dataclass
 
@@ -82,16 +81,11 @@ def _scan(commitlog: MappedFileQueue, start: int, check_crc: bool) -> tuple[int,
         at = start - mf.start if i == first else 0
         while at < mf.size:
             try:
-                size = message.check_record(mf.mm, at, check_crc, mf.path)
-                if size and salvage.phys_field(mf.mm, at) != mf.start + at:
-                    raise CorruptData(mf.path, at, f"PHYSICALOFFSET {salvage.phys_field(mf.mm, at)} is not "
-                                                   f"where the record lies ({mf.start + at})")
+                size = salvage.check(mf, at, check_crc)
             except CorruptData as e:
-                resume = salvage.resume_after(mf.mm, at, mf.start, mf.size)
+                resume = salvage.damage_end(files, i, at)
                 if resume is None:
-                    if not any(salvage.holds_verified(later) for later in files[i + 1:]):
-                        return mf.start + at, damages          # the torn tail
-                    resume = mf.size                           # damaged through the file's end
+                    return mf.start + at, damages              # the torn tail
                 damages.append(Damage(mf, at, resume - at, e.why))
                 at = resume
                 continue
@@ -160,18 +154,17 @@ def recover(cfg, shared) -> RecoveryReport:
     try:
         files = commitlog.files
         if not files:
-            end = 0
+            scan_from = end = 0
             for cq in cqs.values():
                 cq.truncate_phys(0)
         else:
             scan_from = _scan_start(commitlog, checkpoint, abnormal, cfg.messageIndexEnable)
             end, damages = _scan(commitlog, scan_from, cfg.checkCRCOnRecover)
-        scan_from = scan_from if files else 0
         last_end = files[-1].end if files else 0
         cut = 0
         if files and end < last_end:
             holder = commitlog.file_for(end) or commitlog.file_for(end - 1)
-            cut = _nonzero_tail(holder, end - holder.start) if holder else 0
+            cut = salvage.tail_length(holder, end - holder.start) if holder else 0
             commitlog.truncate(end)
             if cut:
                 log.warning("CommitLog: cut %d bytes of torn or corrupt data at offset %d", cut, end)
@@ -259,17 +252,7 @@ def _store_ts_after(d: Damage) -> int:
     """The store time of the record after a damaged span (a tombstone's, so searches by time
     still find the queue's records in order), or 0."""
     at = d.at + d.length
-    if salvage.verified(d.mf.mm, at, d.mf.start + at, d.mf.size):
-        sys_flag = struct.unpack_from(">i", d.mf.mm, at + message.SYSFLAG_AT)[0]
-        return struct.unpack_from(">q", d.mf.mm, at + message.store_ts_at(sys_flag))[0]
-    return 0
-
-
-def _nonzero_tail(mf, at: int) -> int:
-    import numpy as np
-    tail = mf.view[at:]
-    nz = np.flatnonzero(tail)
-    return int(nz[-1]) + 1 if nz.size else 0
+    return message.store_ts_of(d.mf.mm, at) if salvage.verified(d.mf.mm, at, d.mf.start + at, d.mf.size) else 0
 
 
 def _trim_index(cfg, cutoff: int) -> int:

@@ -33,7 +33,7 @@ import threading
 import time
 
 from shm.layout import C
-from store import message, quarantine, salvage
+from store import quarantine, salvage
 from store.errors import CorruptData
 from store.mappedfile import MappedFileQueue
 
@@ -212,12 +212,12 @@ class Scrubber:
                 at = mf.size
                 break
             if size is None:
-                resume = salvage.resume_after(mf.mm, at, mf.start, mf.size)
-                if resume is None and not any(salvage.holds_verified(f) for f in self.cl.files if f.start > mf.start):
+                resume = salvage.damage_end(self.cl.files, self.cl.files.index(mf), at)
+                if resume is None:
                     self.pos = limit                # the log's end (offline: past the last record)
                     return max(at - start, 1)
-                self._damage(mf, at, mf.size if resume is None else resume)
-                at = mf.size if resume is None else resume
+                self._damage(mf, at, resume)
+                at = resume
                 continue
             at += size
         self.pos = mf.start + at
@@ -229,8 +229,8 @@ class Scrubber:
             self.reported.add(phys)
             self.damaged += 1
             try:
-                message.check_record(mf.mm, at, True, mf.path)
-                why = "PHYSICALOFFSET is not where the record lies"
+                salvage.check(mf, at)
+                why = "BLANK filler that does not run to the file's end"
             except CorruptData as e:
                 why = e.why
             log.error("scrub: damaged record at offset %d (%s @ %d, %d bytes to the next verified record): %s",

@@ -385,7 +385,7 @@ class DispatcherService:
         new min offset (a pull below it is answered OFFSET_MOVED)."""
         v, n = self.sh.views, self.sh.queue_count()
         for s in range(n):
-            key = (bytes(v["queue_names"][s]).rstrip(b"\0").decode(), int(v["queue_ids"][s]))
+            key = (v["queue_names"][s].decode(), int(v["queue_ids"][s]))
             self.slot_of.setdefault((key[0].encode(), key[1]), s)
             self.slot_key[s] = key
             v["queue_min"][s] = self._cq(key).retire(min_phys)
@@ -451,8 +451,7 @@ class DispatcherService:
             mf = self.commitlog.file_for(phys)
             if mf is None:
                 return -1
-        at = phys - mf.start
-        return _I64.unpack_from(mf.mm, at + message.store_ts_at(_I32.unpack_from(mf.mm, at + message.SYSFLAG_AT)[0]))[0]
+        return message.store_ts_of(mf.mm, phys - mf.start)
 
     def _step(self) -> bool:
         """``step``, waiting out a full disk: a consume-queue or index file that cannot be made

@@ -100,6 +100,12 @@ def store_ts_at(sys_flag: int) -> int:
     return 56 + (12 if sys_flag & BORNHOST_V6 else 0)
 
 
+def store_ts_of(buf, at: int) -> int:
+    """The STORETIMESTAMP of the record at ``at`` of ``buf``."""
+    sys_flag = struct.unpack_from(">i", buf, at + SYSFLAG_AT)[0]
+    return struct.unpack_from(">q", buf, at + store_ts_at(sys_flag))[0]
+
+
 # RECORD_SHAPES[(sysflag >> 4) & 3]: (STORETIMESTAMP's offset, header size), as HEADERS is indexed
 # (a table for the record-by-record loops of the writer and the dispatcher)
 RECORD_SHAPES = tuple((store_ts_at(w << 4), HEADERS[w].size) for w in range(4))

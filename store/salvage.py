@@ -17,12 +17,14 @@ over it, so every later reader, ours or Apache RocketMQ's, walks past it as past
 * when nothing says whose it was, it is a rollback-type record of ``DAMAGED_TOPIC`` (rollback
   records are neither queued nor indexed, by RocketMQ as by us).
 
-Pure: works on buffers (an mmap, a numpy view); no I/O.
+Pure: works on buffers and mapped files already open; no I/O of its own.
 """
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+
+import numpy as np
 
 from store import message
 from store.errors import CorruptData
@@ -68,6 +70,33 @@ def verified(buf, at: int, phys: int, size: int) -> int | None:
 def phys_field(buf, at: int) -> int:
     """The PHYSICALOFFSET the record at ``at`` says it lies at."""
     return _PHYS.unpack_from(buf, at + message.PHYS_OFFSET_AT)[0]
+
+
+def check(mf, at: int, check_crc: bool = True) -> int:
+    """Recovery's check of the record at ``at`` of a mapped CommitLog file ``mf``: its size (0 for
+    a BLANK filler), else CorruptData naming what failed, PHYSICALOFFSET included."""
+    size = message.check_record(mf.mm, at, check_crc, mf.path)
+    if size and phys_field(mf.mm, at) != mf.start + at:
+        raise CorruptData(mf.path, at, f"PHYSICALOFFSET {phys_field(mf.mm, at)} is not where the record lies "
+                                       f"({mf.start + at})")
+    return size
+
+
+def damage_end(files: list, i: int, at: int) -> int | None:
+    """Where damage found at ``at`` of ``files[i]`` ends: the next verified record in that file,
+    or the file's end when a later file holds one; None when nothing verified follows it (the
+    torn tail, where the log ends)."""
+    mf = files[i]
+    resume = resume_after(mf.mm, at, mf.start, mf.size)
+    if resume is not None:
+        return resume
+    return mf.size if any(holds_verified(f) for f in files[i + 1:]) else None
+
+
+def tail_length(mf, at: int) -> int:
+    """How many bytes from ``at`` to the last non-zero byte of the file (a torn tail's size)."""
+    nz = np.flatnonzero(mf.view[at:])
+    return int(nz[-1]) + 1 if nz.size else 0
 
 
 def holds_verified(mf) -> bool:
@@ -122,8 +151,7 @@ def header_identity(buf, at: int, length: int) -> Identity | None:
         message.check_topic(topic.decode())
     except (UnicodeDecodeError, message.MessageRejected):
         return None
-    store_ts = struct.unpack_from(">q", buf, at + message.store_ts_at(sys_flag))[0]
-    return Identity(topic, h[3], h[5], store_ts, h[8], "header")
+    return Identity(topic, h[3], h[5], message.store_ts_of(buf, at), h[8], "header")
 
 
 def tombstone(length: int, phys: int, who: Identity, why: str, store_ip: bytes = b"\0\0\0\0",
