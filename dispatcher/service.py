@@ -31,7 +31,8 @@ from writer.topics import queue_nums
 
 log = logging.getLogger("rocketbox.dispatcher")
 SCHEDULE_TOPIC = b"SCHEDULE_TOPIC_XXXX"
-_NAMES = (b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY", salvage.TOMBSTONE_PROPERTY.encode())   # the properties it reads
+_NAMES = (b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY")     # the properties the dispatcher reads
+_TOMBSTONE = salvage.TOMBSTONE_PROPERTY.encode()       # read too during recovery: only it writes tombstones
 FEW_RECORDS = 48        # a pass of at most this many records goes record by record (_dispatch_few): the
                         # crossover, fitted from bench.paths (vector ~2.0M a pass + ~20k a record; few ~0.37M + ~55k)
 _I16, _I32, _I64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
@@ -167,12 +168,13 @@ class DispatcherService:
         queued = (tx != message.TX_PREPARED) & (tx != message.TX_ROLLBACK)
         slots = np.where(queued, group_slot[group], -1)
         p = propscan.gather(b.view, b.props_at, b.props_len)
-        found = propscan.find(p, _NAMES)
+        found = propscan.find(p, _NAMES + (_TOMBSTONE,) if self.tombstones else _NAMES)
         hashes = BufferHashes(p.buf)
         tags = np.zeros(len(slots), dtype=np.int64)
         t = found[b"TAGS"]
         tags[t.rows] = hashes(t.starts, t.lens)
-        tags[found[_NAMES[4]].rows] = salvage.TOMBSTONE_TAGS
+        if self.tombstones:
+            tags[found[_TOMBSTONE].rows] = salvage.TOMBSTONE_TAGS
         d = found[b"DELAY"]
         for i, row in enumerate(d.rows.tolist()):            # delayed messages: rare, one by one
             if group_topic[group[row]] == SCHEDULE_TOPIC:
@@ -236,7 +238,7 @@ class DispatcherService:
                 delay = props.get("DELAY")
                 if delay is not None and topic == SCHEDULE_TOPIC:
                     code = self._deliver_ts(delay.encode(), store_ts, code)
-                if salvage.TOMBSTONE_PROPERTY in props:
+                if self.tombstones and salvage.TOMBSTONE_PROPERTY in props:
                     code = salvage.TOMBSTONE_TAGS
                 q = queues.get(slot)
                 if q is not None and qoff != q[0] + len(q[1]):
