@@ -51,9 +51,12 @@ def _choice(*names):
 
 def _int_in(lo: int, hi: int):
     def parse(v: str) -> int:
-        n = int(v.strip())
+        try:
+            n = int(v.strip())
+        except ValueError:
+            raise ValueError(f"expected a whole number in [{lo}, {hi}]") from None
         if not lo <= n <= hi:
-            raise ValueError(f"expected an integer in [{lo}, {hi}]")
+            raise ValueError(f"expected a whole number in [{lo}, {hi}]")
         return n
     return parse
 
@@ -295,6 +298,14 @@ def _parse_lines(text: str, source: str):
         yield lineno, key, value
 
 
+def _nearest(key: str) -> str:
+    """``; did you mean 'x'?`` for the known key nearest ``key`` (case and spelling), or nothing."""
+    import difflib
+    known = {k.lower(): k for k in [*_BY_KEY, *ALIASES]}
+    close = difflib.get_close_matches(key.lower(), known, n=1, cutoff=0.75)
+    return f"; did you mean '{ALIASES.get(known[close[0]], known[close[0]])}'?" if close else ""
+
+
 def load(path: str | None = None, overrides: dict[str, str] | None = None) -> BrokerConfig:
     """Build the config from the table's defaults, then ``path``, then ``overrides``."""
     values: dict[str, object] = {}
@@ -312,7 +323,7 @@ def load(path: str | None = None, overrides: dict[str, str] | None = None) -> Br
         key = ALIASES.get(key, key)
         row = _BY_KEY.get(key)
         if row is None:
-            raise ConfigError(f"{where}: unknown key '{key}' (value '{value}')")
+            raise ConfigError(f"{where}: unknown key '{key}' (value '{value}'){_nearest(key)}")
         try:
             values[key] = row[1](value)
         except ValueError as e:

@@ -36,7 +36,7 @@ from store.consumequeue import ConsumeQueue, file_size_for, queue_dir
 from store.errors import CorruptData
 from store.mappedfile import MappedFileQueue
 from writer.groups import ConsumerOffsets
-from writer.topics import TopicTable, queue_nums
+from writer.topics import TopicTable
 
 log = logging.getLogger("rocketbox.recovery")
 
@@ -178,8 +178,8 @@ def recover(cfg, shared) -> RecoveryReport:
             redispatch = min(redispatch, scan_from)
         cutoff = min(end, scan_from) if abnormal else end
         redispatch = min(redispatch, _trim_index(cfg, cutoff), _index_end(cfg, commitlog, end))
-        if files and _lost_queue_dirs(cfg, topics):
-            log.warning("a known topic-queue has no consume-queue directory: rebuilding from the whole CommitLog")
+        if files and _lost_topic_dirs(cfg, topics):
+            log.warning("a known topic has no consume-queue directory: rebuilding from the whole CommitLog")
             redispatch = commitlog.min_offset
         redispatch = max(min(redispatch, end), commitlog.min_offset)
         for (topic, qid), cq in sorted(cqs.items()):
@@ -289,11 +289,8 @@ def _index_end(cfg, commitlog: MappedFileQueue, end: int) -> int:
     return commitlog.min_offset
 
 
-def _lost_queue_dirs(cfg, topics: TopicTable) -> bool:
-    for name, tc in topics.configs.items():
-        if any(not os.path.isdir(queue_dir(cfg.root, name, q)) for q in range(queue_nums(tc))):
-            return True
-    return False
+def _lost_topic_dirs(cfg, topics: TopicTable) -> bool:
+    return any(not os.path.isdir(os.path.dirname(queue_dir(cfg.root, name, 0))) for name in topics.configs)
 
 
 def _register_queue(shared, topic: str, qid: int, cq=None) -> int:

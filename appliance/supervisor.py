@@ -6,9 +6,13 @@ HAProxy accepts its config (exit 2 naming the port and its holder if one stays b
 (replacing stale ones of a crashed run), run boot recovery, then start each role as ``python -m
 appliance run ROLE -c FILE``.
 While running it watches the children and restarts one that dies (with a short back-off).
+Once every role is up, every listener accepts connections and reader 0 has registered the broker
+with every name server, it prints one ``ready`` line on stdout (address, store, roles); a produce
+after it finds the routes.  If that takes longer than ``READY_PATIENCE_S`` it says what it waits for.
 On SIGTERM/SIGINT: mark ``stopping``, start again any role that is down (so the stop can finish),
 stop roles in reverse start order (writer first: it drains its rings; then the dispatcher catches
-up; then the flusher flushes, checkpoints and removes ``abort``), unlink the shared state, exit 0.
+up; then the flusher flushes, checkpoints and removes ``abort``), unlink the shared state, print one
+``stopped`` line (cleanly, or what it could not do), exit 0 (1 if a role had to be killed).
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ import time
 
 from appliance import recovery
 from appliance.roles import FINISH_STOP, SUPERVISED_ENV, listeners, pid_path, roles_for
+from net.client import split_addrs
 from shm import stats
 from shm.layout import C
 from shm.state import SharedState
@@ -35,6 +40,7 @@ from writer.topics import QueueNumsOutOfRange
 log = logging.getLogger("rocketbox.supervisor")
 STOP_TIMEOUT_S = 60
 PORT_GRACE_S = 5            # how long a busy port may take to come free (a previous run still exiting)
+READY_PATIENCE_S = 20       # past this without the ready line, start says what it still waits for
 
 
 class CannotStart(Exception):
@@ -82,6 +88,8 @@ class Supervisor:
         self.restarts: dict[str, list[float]] = {r: [] for r in self.roles}
         self.stop_requested = False
         self.lock_fd = -1
+        self.started_at, self.ready, self.told_waiting = 0.0, False, False
+        self.failures: list[str] = []           # what the stop could not do, for its last line
 
     def _cmd(self, role: str) -> list[str]:
         cmd = [sys.executable, "-m", "appliance", "run", role]
@@ -99,7 +107,7 @@ class Supervisor:
         try:
             fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise SystemExit(f"appliance: store {self.cfg.root} is locked by another running appliance") from None
+            raise CannotStart(f"store {self.cfg.root} is locked by another running appliance") from None
         os.pwrite(self.lock_fd, b"lock", 0)
 
     def start(self) -> None:
@@ -128,6 +136,7 @@ class Supervisor:
                  "re-dispatched from %d, %d queues", "abnormal" if report.abnormal else "normal", report.end_offset,
                  report.cut_bytes, report.damaged, report.redispatch_from, report.queues)
         stats.start(self.sh, int(time.time() * 1000), datetime.date.today().toordinal())
+        self.started_at = time.monotonic()
         for role in self.roles:
             self._spawn(role)
 
@@ -152,24 +161,52 @@ class Supervisor:
                 if not self.stop_requested:
                     self._spawn(role)
             stats.mark_day(self.sh, datetime.date.today().toordinal())
+            if not self.ready:
+                self._tell_ready()
             time.sleep(0.2)
+
+    def _waiting_for(self) -> list[str]:
+        """What the appliance lacks to serve: roles not up, listeners not accepting, the name
+        servers not holding the broker's routes."""
+        missing = [role for role, p in self.procs.items() if not self._started(role, p, 0)]
+        for host, port, what in listeners(self.cfg, self.roles):
+            try:
+                socket.create_connection(("127.0.0.1" if host == "0.0.0.0" else host, port), 0.5).close()
+            except OSError:
+                missing.append(f"{what.split(',')[0]} on port {port}")
+        if split_addrs(self.cfg.namesrvAddr) and not self.sh.control[C.REGISTERED_MS]:
+            missing.append(f"the registration with name server(s) {self.cfg.namesrvAddr}")
+        return missing
+
+    def _tell_ready(self) -> None:
+        missing = self._waiting_for()
+        if not missing:
+            self.ready = True
+            print(f"rocketbox ready: broker {self.cfg.brokerName} at {self.cfg.brokerIP1}:{self.cfg.listenPort}"
+                  f" (name server {self.cfg.namesrvAddr or 'none'}), store {self.cfg.root},"
+                  f" roles {' '.join(self.roles)}", flush=True)
+        elif not self.told_waiting and time.monotonic() - self.started_at > READY_PATIENCE_S:
+            self.told_waiting = True
+            print(f"rocketbox not ready after {READY_PATIENCE_S} s: waiting for {', '.join(missing)}"
+                  f" (the log says why)", flush=True)
 
     def _started(self, role: str, p: subprocess.Popen, timeout_s: float = 20) -> bool:
         """True once the role has written its pid file (its signal handlers are in place)."""
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and p.poll() is None:
+        while p.poll() is None:
             try:
                 with open(pid_path(self.cfg, role)) as f:
                     if f.read().strip() == str(p.pid):
                         return True
             except OSError:
                 pass
+            if time.monotonic() >= deadline:
+                break
             time.sleep(0.05)
         return False
 
     def stop(self) -> int:
         self.sh.control[C.STOPPING] = 1
-        rc = 0
         for role in self.roles:     # a store role that is down (crashed, in back-off) finishes the stop too
             p = self.procs.get(role)
             if role in FINISH_STOP and p is not None and p.poll() is not None:
@@ -188,9 +225,12 @@ class Supervisor:
                 log.error("%s did not stop within %d s; killing it", role, STOP_TIMEOUT_S)
                 p.kill()
                 p.wait()
-                rc = 1
-            if p.returncode not in (0, None):
-                rc = 1
+                self.failures.append(f"{role} was killed after {STOP_TIMEOUT_S} s")
+            if p.returncode not in (0, None) and not any(f.startswith(role + " ") for f in self.failures):
+                self.failures.append(f"{role} exited with {p.returncode}")
+        if os.path.exists(os.path.join(self.cfg.root, "abort")):
+            self.failures.append("the abort marker is still there (not everything was flushed or dispatched)")
+        written = int(self.sh.control[C.WRITTEN])
         self.sh.close()
         self.sh.unlink()
         for role in [*self.roles, "supervisor"]:
@@ -199,7 +239,13 @@ class Supervisor:
             except FileNotFoundError:
                 pass
         os.close(self.lock_fd)
-        return rc
+        if self.failures:
+            print(f"rocketbox stopped, not cleanly: {'; '.join(self.failures)} (recovery runs at the next start)",
+                  flush=True)
+            return 1
+        print(f"rocketbox stopped cleanly: store {self.cfg.root} flushed and checkpointed, CommitLog end {written}",
+              flush=True)
+        return 0
 
 
 def run(cfg, config_path: str | None) -> int:

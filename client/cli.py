@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import signal
 import sys
+import threading
 import time
 
 from client import running
@@ -19,6 +21,10 @@ from client.consumer import PushConsumer
 from client.errors import MQClientError
 from client.message import Message
 from client.producer import Producer
+
+
+CLI_GROUP = "rocketbox_cli"     # the consumer group of ``consume`` without -g, and the producer group
+MAX_BODY = 200                  # bytes of a body ``consume`` shows by default
 
 
 def add_arguments(sub) -> None:
@@ -31,8 +37,11 @@ def add_arguments(sub) -> None:
     p.add_argument("messages", nargs="*")
     p = sub.add_parser("consume", help="print a topic's messages as they arrive, until Ctrl-C")
     p.add_argument("-t", "--topic", required=True)
-    p.add_argument("-g", "--group", default="rocketbox_cli")
+    p.add_argument("-g", "--group", default=CLI_GROUP, help=f"consumer group (default {CLI_GROUP}: every "
+                                                              f"consume without -g shares its offsets)")
     p.add_argument("-e", "--expression", default="*", help="tags, e.g. 'TagA || TagB'")
+    p.add_argument("--max-body", type=int, default=MAX_BODY, metavar="N",
+                   help=f"show at most N bytes of a body, then how much was cut (default {MAX_BODY}; 0: all)")
     p.add_argument("--from-first", action="store_true", help="a new group starts at the oldest message")
     p.add_argument("--orderly", action="store_true",
                    help="consume each queue in order under the broker's queue lock (MessageListenerOrderly)")
@@ -241,28 +250,91 @@ async def _progress(args, namesrv: str) -> int:
     return 0
 
 
+def _stop_on_signals() -> asyncio.Event:
+    """An event Ctrl-C (or SIGTERM) sets.  The commands that run until stopped wait on it rather
+    than being cancelled: Python 3.11's ``asyncio.wait_for`` can swallow the one cancellation
+    ``asyncio.run`` makes of a Ctrl-C, and the command then runs on.  A second Ctrl-C ends the
+    process at once."""
+    loop, stop = asyncio.get_running_loop(), asyncio.Event()
+
+    def on_signal():
+        if stop.is_set():
+            raise SystemExit(130)
+        stop.set()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal)
+    return stop
+
+
+async def _stdin_lines(stop: asyncio.Event):
+    """stdin's lines as they come, until its end or ``stop``.  A thread reads them (a blocking read
+    would hold the loop, and Ctrl-C with it); it is a daemon, so an exit does not wait for it."""
+    if sys.stdin.isatty():
+        print("reading one message per line until Ctrl-D (Ctrl-C stops at once)", file=sys.stderr, flush=True)
+    loop, lines = asyncio.get_running_loop(), asyncio.Queue()
+
+    def pump():
+        try:
+            for line in sys.stdin:
+                loop.call_soon_threadsafe(lines.put_nowait, line)
+            loop.call_soon_threadsafe(lines.put_nowait, None)
+        except RuntimeError:        # the loop has closed: the command is over
+            pass
+    threading.Thread(target=pump, name="stdin", daemon=True).start()
+    stopped = asyncio.ensure_future(stop.wait())
+    try:
+        while True:
+            got = asyncio.ensure_future(lines.get())
+            await asyncio.wait({got, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            if not got.done():
+                got.cancel()
+                return
+            if got.result() is None:
+                return
+            yield got.result().rstrip("\n")
+    finally:
+        stopped.cancel()
+
+
 async def _produce(args, namesrv: str) -> int:
-    bodies = args.messages or (line.rstrip("\n") for line in sys.stdin)
-    async with Producer("rocketbox_cli", namesrv) as p:
-        for body in bodies:
+    stop = _stop_on_signals()
+    async with Producer(CLI_GROUP, namesrv) as p:
+        async for body in _each(args.messages) if args.messages else _stdin_lines(stop):
+            if stop.is_set():
+                break
             r = await p.send(Message(args.topic, body.encode(), tags=args.tags, keys=args.keys))
             print(f"{r.status} msgId={r.msg_id} queue={r.queue.queue_id} offset={r.queue_offset} "
                   f"offsetMsgId={r.offset_msg_id}", flush=True)
     return 0
 
 
+async def _each(items):
+    for item in items:
+        yield item
+
+
+def shown_body(body: bytes, most: int) -> str:
+    """A body as ``consume`` prints it: decoded, its first ``most`` bytes only, with a marker
+    saying how many were left out (0: whole)."""
+    if most <= 0 or len(body) <= most:
+        return body.decode(errors="replace")
+    return f"{body[:most].decode(errors='replace')}...[{len(body) - most} more bytes, {len(body)} in all]"
+
+
 async def _consume(args, namesrv: str) -> int:
+    stop = _stop_on_signals()
+
     def show(msgs):
         for m in msgs:
             print(f"queue={m.queue_id} offset={m.queue_offset} msgId={m.msg_id} tags={m.tags or ''} "
-                  f"{m.body.decode(errors='replace')}", flush=True)
+                  f"{shown_body(m.body, args.max_body)}", flush=True)
         return True
     c = PushConsumer(args.group, namesrv,
                      consume_from="CONSUME_FROM_FIRST_OFFSET" if args.from_first else "CONSUME_FROM_LAST_OFFSET",
                      orderly=args.orderly)
-    await c.subscribe(args.topic, args.expression).register(show).start()
     try:
-        await asyncio.Event().wait()
+        await c.subscribe(args.topic, args.expression).register(show).start()
+        await stop.wait()
     finally:
         await c.shutdown()
     return 0

@@ -92,9 +92,12 @@ class Registrar:
         return await conn.invoke(cmd, TIMEOUT_S)
 
     async def register_all(self) -> None:
-        """Register the whole topic table with every name server."""
+        """Register the whole topic table with every name server; when all took it, say so in
+        the control block (``appliance start`` waits for that before its ready line)."""
         async with self.lock:
             await self._register_body(self._whole())
+            if not self.failing:
+                self.control[C.REGISTERED_MS] = int(time.time() * 1000)
 
     async def register_changes(self) -> None:
         """Register the topics changed since the last registration, if any."""

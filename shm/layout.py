@@ -67,12 +67,14 @@ CONTROL_FIELDS = (
     ("disk_index_ppm", "cleaner", "how full the index's partition is, ppm"),
     ("disk_full", "cleaner", "1 while a partition is fuller than diskSpaceWarningLevelRatio: sends are refused"),
     ("dispatch_no_room", "dispatcher", "1 while a consume-queue or index file cannot be made: sends are refused"),
+    ("registered_ms", "reader-0", "wall-clock ms every name server last took the whole topic table (0: not yet)"),
 )
 C = type("C", (), {name.upper(): i for i, (name, _w, _m) in enumerate(CONTROL_FIELDS)})
 CONTROL_LEN = 64      # int64 words reserved; room to grow without moving what follows
 assert len(CONTROL_FIELDS) <= CONTROL_LEN
-LAYOUT_MAGIC = 0x52424F5807       # "RBOX" v7 (v3: group names of 255 bytes, client ids of 248; v4: epoch_read_pos;
-                                  # v5: offset pulls; v6: slots of 16 words, pulls found and missed; v7: boot_written, disk ratios)
+LAYOUT_MAGIC = 0x52424F5808       # "RBOX" v8 (v3: group names of 255 bytes, client ids of 248; v4: epoch_read_pos;
+                                  # v5: offset pulls; v6: slots of 16 words, pulls found and missed; v7: boot_written,
+                                  # disk ratios; v8: registered_ms)
 
 SLOT_FIELDS = (
     ("owner_pid", "slot owner", "pid holding the slot (flock'ed), 0 = free"),

@@ -132,6 +132,7 @@ class ConsumeQueue:
             mf = self.files.file_for_write(q * ENTRY_SIZE)
             i = q - mf.start // ENTRY_SIZE
             n = min(len(phys) - done, self.per_file - i)
+            mf.reserve(i * ENTRY_SIZE, (i + n) * ENTRY_SIZE)
             if n <= FEW_ENTRIES:                    # struct: three numpy field writes cost more
                 at = i * ENTRY_SIZE
                 for k in range(done, done + n):
@@ -151,6 +152,7 @@ class ConsumeQueue:
     def _fill_blank_front(self, queue_offset: int) -> None:
         start = queue_offset - queue_offset % self.per_file
         mf = self.files.create(start * ENTRY_SIZE)
+        mf.reserve(0, (queue_offset - start) * ENTRY_SIZE)
         e = mf.typed(ENTRY)
         front = e[:queue_offset - start]
         front["phys"], front["size"], front["tags"] = BLANK_ENTRY

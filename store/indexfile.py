@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from store.errors import CorruptData
-from store.mappedfile import MappedFile
+from store.mappedfile import RESERVE_CHUNK, MappedFile
 
 HEADER = np.dtype([("begin_ts", ">i8"), ("end_ts", ">i8"), ("begin_phys", ">i8"),
                    ("end_phys", ">i8"), ("slot_count", ">i4"), ("index_count", ">i4")])
@@ -56,6 +56,8 @@ class IndexFile:
         self.header = v[:HEADER_SIZE].view(HEADER)[0:1]          # 1-element structured view
         self.slots = v[HEADER_SIZE:HEADER_SIZE + self.max_slots * 4].view(">i4")
         self.entries = v[HEADER_SIZE + self.max_slots * 4:].view(ENTRY)
+        if self.mf.writable:
+            self.mf.reserve_chunk(0)                             # the header's piece
         if create and int(self.header["index_count"][0]) == 0:
             self.header["index_count"] = 1
         return self
@@ -102,10 +104,14 @@ class IndexFile:
         prev_sorted = np.where(first_in_group, old, np.concatenate(([0], numbers[order][:-1])))
         prev = np.empty(k, dtype=np.int64)
         prev[order] = prev_sorted
-        block = self.entries[n0:n0 + k]
-        block["hash"], block["phys"], block["time_diff"], block["prev"] = hashes, phys, diffs, prev
         last_in_group = np.ones(k, dtype=bool)
         last_in_group[:-1] = s_sorted[1:] != s_sorted[:-1]
+        entries_at = HEADER_SIZE + self.max_slots * 4
+        self.mf.reserve(entries_at + n0 * ENTRY.itemsize, entries_at + (n0 + k) * ENTRY.itemsize)
+        for at in np.unique((HEADER_SIZE + s_sorted[last_in_group] * 4) // RESERVE_CHUNK):
+            self.mf.reserve_chunk(int(at) * RESERVE_CHUNK)
+        block = self.entries[n0:n0 + k]
+        block["hash"], block["phys"], block["time_diff"], block["prev"] = hashes, phys, diffs, prev
         newly_used = int(np.count_nonzero(first_in_group & (old == 0)))
         self.slots[s_sorted[last_in_group]] = numbers[order][last_in_group]
         self.header["slot_count"] = self.h("slot_count") + newly_used
@@ -126,6 +132,8 @@ class IndexFile:
             begin_ts, begin_phys = store_ts[0], phys[0]
         newest: dict[int, int] = {}             # slot -> its newest entry from this call
         max_slots, max_entries = self.max_slots, self.max_entries
+        self.mf.reserve(entries_at + n0 * 20, entries_at + (n0 + k) * 20)
+        reserve_chunk = self.mf.reserve_chunk
         read_slot, write_slot, write_entry = SLOT_S.unpack_from, SLOT_S.pack_into, ENTRY_S.pack_into
         for i, (key_hash, offset, ts) in enumerate(zip(hashes[:k], phys, store_ts)):
             n, slot_at = n0 + i, HEADER_SIZE + key_hash % max_slots * 4
@@ -142,6 +150,7 @@ class IndexFile:
                     slot_count += 1
             diff = (ts - base) // 1000
             write_entry(mm, entries_at + n * 20, key_hash, offset, 0 if diff < 0 else min(diff, INT_MAX), prev)
+            reserve_chunk(slot_at)
             write_slot(mm, slot_at, n)
             newest[slot_at] = n
         HEADER_S.pack_into(mm, 0, begin_ts, store_ts[k - 1], begin_phys, phys[k - 1], slot_count, n0 + k)
@@ -166,7 +175,8 @@ class IndexFile:
             heads[ahead] = np.where(n < self.max_entries, self.entries["prev"][np.minimum(n, self.max_entries - 1)], 0)
             ahead = ahead[heads[ahead] >= keep]
         heads[heads < 0] = 0
-        self.slots[:] = heads
+        moved = np.flatnonzero(heads != self.slots)      # only these: the rest may be holes
+        self.slots[moved] = heads[moved]
         last = self.entries[keep - 1] if keep > 1 else None
         self.header["slot_count"] = int(np.count_nonzero(heads))
         self.header["end_phys"] = int(last["phys"]) if last is not None else self.h("begin_phys")

@@ -5,9 +5,12 @@
 find the file holding an offset, create the next one, truncate everything past an offset.
 
 Who writes: the writer (CommitLog) and the dispatcher (ConsumeQueue) open these read-write;
-readers, the flusher and Spark open them read-only.  Files are created at full size with their
-blocks reserved (posix_fallocate), so a full disk is an error at creation time (``DiskFull``),
-never a SIGBUS when a mapped page is first written.
+readers, the flusher and Spark open them read-only.  Files are sparse, as RocketMQ's: created at
+their full size (``ftruncate``, so readers see the size at once) with no blocks behind them, so
+disk use follows the data.  A writer reserves blocks (``posix_fallocate``) before it places bytes:
+``reserve`` for a range written in order (a chunk ahead at a time), ``reserve_chunk`` for a range
+written at random (the IndexFile's slot table).  A full disk is then an error before the write
+(``DiskFull``), never a SIGBUS when a mapped page is first stored to.
 
 ``write`` puts bytes into a file through its descriptor (``pwrite``), not through the mapping: the
 CommitLog writer appends that way.  Every mapping of the file sees them at once (Linux has one page
@@ -30,6 +33,7 @@ import numpy as np
 from store.errors import DiskFull, FileSizeMismatch, MapFailed
 
 NAME_DIGITS = 20
+RESERVE_CHUNK = 64 << 10     # blocks reserved ahead of an in-order writer, and reserve_chunk's piece
 
 
 def offset_to_name(offset: int) -> str:
@@ -59,6 +63,13 @@ def map_failure(path: str, size: int, why: str, maps: int, max_maps: int) -> str
     return text
 
 
+def _reserve(fd: int, at: int, length: int, path: str) -> None:
+    try:
+        os.posix_fallocate(fd, at, length)
+    except OSError as e:
+        raise DiskFull(f"cannot reserve {length} bytes at {at} of {path}: {e.strerror}") from None
+
+
 def _map_counts() -> tuple[int, int]:
     with open("/proc/self/maps", "rb") as f:
         maps = sum(1 for _ in f)
@@ -75,6 +86,9 @@ class MappedFile:
         self.fd = -1                          # for ``write``, opened at its first call
         self.view: np.ndarray | None = None   # uint8 view over the whole file
         self._typed: dict[np.dtype, np.ndarray] = {}
+        self._reserved = (0, 0)               # [lo, hi): blocks this process has reserved in order
+        self._chunks: bytearray | None = None  # reserve_chunk's map of RESERVE_CHUNK pieces
+        self._data_span = (0, 0)              # holds_data's last find
 
     @property
     def end(self) -> int:
@@ -88,13 +102,7 @@ class MappedFile:
         try:
             length = os.fstat(fd).st_size
             if create and length < self.size:       # new, or its creation was cut short
-                try:     # reserve the blocks now: a full disk fails here, not as SIGBUS on a store
-                    os.posix_fallocate(fd, 0, self.size)
-                except OSError as e:
-                    os.close(fd)
-                    fd = -1
-                    os.unlink(self.path)
-                    raise DiskFull(f"cannot create {self.path} ({self.size} bytes): {e.strerror}") from None
+                os.ftruncate(fd, self.size)           # sparse: blocks come as they are reserved
                 length = self.size
             if length != self.size:
                 raise FileSizeMismatch(f"{self.path}: length {length} is not the configured file size {self.size}")
@@ -113,6 +121,62 @@ class MappedFile:
             self.view.flags.writeable = False
         return self
 
+    def reserve(self, at: int, end: int, ahead: int = RESERVE_CHUNK) -> None:
+        """Blocks behind bytes [at, end) before they are written, and ``ahead`` bytes beyond:
+        one comparison while an in-order writer stays inside what it reserved.  Raises DiskFull."""
+        lo, hi = self._reserved
+        if lo <= at and end <= hi:
+            return
+        hi = min(self.size, end + ahead)
+        _reserve(self._descriptor(), at, hi - at, self.path)
+        self._reserved = (at, hi)
+
+    def reserve_chunk(self, at: int) -> None:
+        """Blocks behind the RESERVE_CHUNK piece holding byte ``at``, for a writer at random
+        places (each piece once per process).  Raises DiskFull."""
+        if self._chunks is None:
+            self._chunks = bytearray(-(-self.size // RESERVE_CHUNK))
+        i = at // RESERVE_CHUNK
+        if not self._chunks[i]:
+            start = i * RESERVE_CHUNK
+            _reserve(self._descriptor(), start, min(RESERVE_CHUNK, self.size - start), self.path)
+            self._chunks[i] = 1
+
+    def data_spans(self, at: int = 0, most: int = 1 << 62) -> list[tuple[int, int]]:
+        """The file's data from ``at`` on, as [lo, hi) ranges: what is neither a hole nor a
+        reserved block never written (``SEEK_DATA``/``SEEK_HOLE``).  Scans read only these: a
+        hole reads as zeros, but on tmpfs reading one takes a page, which a full one lacks."""
+        spans = []
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            while at < self.size and len(spans) < most:
+                try:
+                    lo = os.lseek(fd, at, os.SEEK_DATA)
+                except OSError:                     # ENXIO: no data past ``at``
+                    break
+                hi = min(self.size, os.lseek(fd, lo, os.SEEK_HOLE))
+                spans.append((lo, hi))
+                at = hi
+        finally:
+            os.close(fd)
+        return spans
+
+    def holds_data(self, at: int) -> bool:
+        """Byte ``at`` lies in the file's data, not in a hole (the span last found is kept)."""
+        lo, hi = self._data_span
+        if lo <= at < hi:
+            return True
+        spans = self.data_spans(at, most=1)
+        if not spans or spans[0][0] != at:
+            return False
+        self._data_span = spans[0]
+        return True
+
+    def _descriptor(self) -> int:
+        if self.fd < 0:
+            self.fd = os.open(self.path, os.O_RDWR)
+        return self.fd
+
     def typed(self, dtype: np.dtype) -> np.ndarray:
         """The whole file as an array of ``dtype`` records, made once per file (a structured
         view costs a few µs of numpy checks each time; a pull asks for one per request)."""
@@ -123,19 +187,19 @@ class MappedFile:
 
     def write(self, at: int, data) -> None:
         """``data`` (a bytes-like) into the file from byte ``at``, through the descriptor."""
-        if self.fd < 0:
-            self.fd = os.open(self.path, os.O_RDWR)
+        fd = self._descriptor()
         view = memoryview(data).cast("B")
         while view:
-            n = os.pwrite(self.fd, view, at)
+            n = os.pwrite(fd, view, at)
             view, at = view[n:], at + n
 
     def zero_from(self, pos: int) -> None:
-        """Make bytes [pos, size) read as zero, cheaply: punch them out of the file."""
+        """Make bytes [pos, size) read as zero, cheaply: punch them out of the file (their blocks
+        go; the next writer reserves again)."""
         with open(self.path, "r+b") as f:
             f.truncate(pos)
             f.truncate(self.size)
-            os.posix_fallocate(f.fileno(), pos, self.size - pos)
+        self._reserved, self._chunks = (0, 0), None
 
     def flush(self) -> None:
         """fdatasync the file.  Raises OSError; callers treat that as fatal."""
@@ -165,13 +229,11 @@ class MappedFileQueue:
 
     def load(self) -> "MappedFileQueue":
         """Map every file in the directory; a file of the wrong size fails the load.  The newest
-        file may still be short of its size: its creator is reserving its blocks (``MappedFile.open``:
-        the file is made empty, then grows as ext4 allocates it), or was killed doing so.  A
-        read-only user leaves it to ``refresh``, which maps it once it has its size; its owner
-        (loading for recovery) finishes creating it."""
-        if self.writable:
-            os.makedirs(self.directory, exist_ok=True)
-        elif not os.path.isdir(self.directory):
+        file may still be short of its size: its creator is making it (``MappedFile.open``: the
+        file is made empty, then given its size), or was killed doing so.  A read-only user
+        leaves it to ``refresh``, which maps it once it has its size; its owner (loading for
+        recovery) finishes creating it."""
+        if not os.path.isdir(self.directory):         # made with its first file (``create``)
             return self
         names = sorted(n for n in os.listdir(self.directory) if is_offset_name(n))
         try:
@@ -231,6 +293,14 @@ class MappedFileQueue:
         ``data`` must end within that file."""
         mf = self.file_for_write(offset)
         mf.write(offset - mf.start, data)
+
+    def reserve(self, offset: int, end: int, ahead: int = RESERVE_CHUNK) -> None:
+        """``MappedFile.reserve`` over global [offset, end), in the files holding it (made if need
+        be).  Raises DiskFull."""
+        while offset < end:
+            mf = self.file_for_write(offset)
+            mf.reserve(offset - mf.start, min(end, mf.end) - mf.start, ahead)
+            offset = mf.end
 
     def truncate(self, offset: int) -> None:
         """Drop everything at or past ``offset``: later files deleted, the partial one zeroed."""

@@ -75,6 +75,8 @@ def phys_field(buf, at: int) -> int:
 def check(mf, at: int, check_crc: bool = True) -> int:
     """Recovery's check of the record at ``at`` of a mapped CommitLog file ``mf``: its size (0 for
     a BLANK filler), else CorruptData naming what failed, PHYSICALOFFSET included."""
+    if not mf.holds_data(at):
+        raise CorruptData(mf.path, at, "no data here (a hole: the log was never written this far)")
     size = message.check_record(mf.mm, at, check_crc, mf.path)
     if size and phys_field(mf.mm, at) != mf.start + at:
         raise CorruptData(mf.path, at, f"PHYSICALOFFSET {phys_field(mf.mm, at)} is not where the record lies "
@@ -87,7 +89,7 @@ def damage_end(files: list, i: int, at: int) -> int | None:
     or the file's end when a later file holds one; None when nothing verified follows it (the
     torn tail, where the log ends)."""
     mf = files[i]
-    resume = resume_after(mf.mm, at, mf.start, mf.size)
+    resume = resume_after(mf.mm, at, mf.start, mf.size, mf.data_spans(at))
     if resume is not None:
         return resume
     return mf.size if any(holds_verified(f) for f in files[i + 1:]) else None
@@ -95,28 +97,41 @@ def damage_end(files: list, i: int, at: int) -> int | None:
 
 def tail_length(mf, at: int) -> int:
     """How many bytes from ``at`` to the last non-zero byte of the file (a torn tail's size)."""
-    nz = np.flatnonzero(mf.view[at:])
-    return int(nz[-1]) + 1 if nz.size else 0
+    for lo, hi in reversed(mf.data_spans(at)):
+        nz = np.flatnonzero(mf.view[max(lo, at):hi])
+        if nz.size:
+            return max(lo, at) + int(nz[-1]) + 1 - at
+    return 0
 
 
 def holds_verified(mf) -> bool:
     """A mapped CommitLog file holds at least one verified record."""
-    return (verified(mf.mm, 0, mf.start, mf.size) is not None
-            or resume_after(mf.mm, 0, mf.start, mf.size) is not None)
+    spans = mf.data_spans()
+    return bool(spans) and (spans[0][0] == 0 and verified(mf.mm, 0, mf.start, mf.size) is not None
+                            or resume_after(mf.mm, 0, mf.start, mf.size, spans) is not None)
 
 
-def resume_after(buf, at: int, start: int, size: int) -> int | None:
+def resume_after(buf, at: int, start: int, size: int, spans=None) -> int | None:
     """The first position past ``at`` in this file (global offset ``start``, ``size`` bytes) where
     a verified record or the file's BLANK filler starts, else None.  Candidates are found by their
-    magic code (4 bytes in), so the walk costs a ``find`` over the bytes between."""
-    p, blank = at + 1, -1
-    while p + 8 <= size:
-        if blank < p + 4:                  # (each search is a pass over the rest of the file: kept)
-            blank = buf.find(_BLANK, p + 4, size)
-            blank = size if blank < 0 else blank
+    magic code (4 bytes in), so the walk costs a ``find`` over the bytes between; only the file's
+    data ``spans`` ([lo, hi) ranges, ``MappedFile.data_spans``; all of it by default) are read."""
+    for lo, hi in spans if spans is not None else [(0, size)]:
+        found = _resume_within(buf, max(at + 1, lo), hi, start, size)
+        if found is not None:
+            return found
+    return None
+
+
+def _resume_within(buf, p: int, end: int, start: int, size: int) -> int | None:
+    blank = -1
+    while p + 8 <= end:
+        if blank < p + 4:                  # (each search is a pass over the rest of the span: kept)
+            blank = buf.find(_BLANK, p + 4, end)
+            blank = end if blank < 0 else blank
         magic = buf.find(_MAGIC, p + 4, blank)
         cand = (blank if magic < 0 else magic) - 4
-        if cand + 8 > size:
+        if cand + 8 > end:
             return None
         if verified(buf, cand, start + cand, size) is not None:
             return cand

@@ -47,6 +47,7 @@ SWITCH_INTERVAL_S = 0.001    # the GIL's hand-over while consumerOffset.json is 
 _TS_PATCH = np.arange(8)
 _Q, _QQ = struct.Struct(">q"), struct.Struct(">qq")   # QQ: queue then phys offset
 assert message.PHYS_OFFSET_AT == message.QUEUE_OFFSET_AT + 8
+COMMITLOG_RESERVE_AHEAD = 1 << 20   # CommitLog blocks reserved beyond a slab's reach: one fallocate a MiB
 FEW_REQUESTS = 48            # passes of at most this many requests take _put_few: the crossover, fitted from
                              # bench.paths (scalar ~153k a pass + ~28k a request; vector ~1.3M + ~4k a record)
 
@@ -451,12 +452,12 @@ class WriterService:
         return P.PUT_RESULT, [head, res, phys]
 
     def _ensure_files(self, nbytes: int) -> bool:
-        """Create every CommitLog file the next ``nbytes`` may reach (plus one roll), before any
-        byte is placed; False when the disk cannot hold them (the slab is refused, not torn)."""
+        """Create every CommitLog file the next ``nbytes`` may reach (plus one roll), with blocks
+        reserved behind them, before any byte is placed; False when the disk cannot hold them
+        (the slab is refused, not torn)."""
         last = self.write_pos + nbytes + self.cfg.max_record_size + message.END_FILE_MIN_BLANK
         try:
-            for start in range(self.write_pos - self.write_pos % self.file_size, last, self.file_size):
-                self.commitlog.file_for_write(start)
+            self.commitlog.reserve(self.write_pos, last, COMMITLOG_RESERVE_AHEAD)
         except DiskFull as e:
             self.no_room.met(e)
             return False

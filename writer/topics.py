@@ -196,7 +196,7 @@ class TopicTable:
         return self.laid.file({"dataVersion": changes[-1].version})
 
     def _store(self, text: bytes, changes: list[_Change]) -> None:   # the file thread's
-        """The queue directories first, so the file never names a topic whose directories
+        """The topic directories first, so the file never names a topic whose directory
         recovery would find missing (and read as deleted); if either step fails, the directories
         made for it are removed again (empty ones hold nothing, but an undone topic leaves none)."""
         made: list[str] = []
@@ -229,15 +229,13 @@ class TopicTable:
             self._ensure_dirs(name, tc)
 
     def _ensure_dirs(self, name: str, tc: dict, made: list[str] | None = None) -> None:
-        """An empty consume-queue directory per queue: recovery reads a missing one as deleted.
-        Each directory made is added to ``made``."""
-        for q in range(queue_nums(tc)):
-            path = queue_dir(self.cfg.root, name, q)
-            for d in (os.path.dirname(path), path):
-                if not os.path.isdir(d):
-                    os.makedirs(d)
-                    if made is not None:
-                        made.append(d)
+        """A topic's consume-queue directory (its queues' own come with their first file):
+        recovery reads a missing one as deleted.  A directory made is added to ``made``."""
+        path = os.path.dirname(queue_dir(self.cfg.root, name, 0))
+        if not os.path.isdir(path):
+            os.makedirs(path)
+            if made is not None:
+                made.append(path)
 
     def _set_configs(self, configs: dict, version: dict) -> None:
         self.configs, self.durable = dict(configs), dict(configs)

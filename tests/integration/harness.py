@@ -50,15 +50,21 @@ class Appliance:
                               cwd=ROOT, capture_output=True, text=True, timeout=60)
 
     def start(self, timeout: float = 20) -> "Appliance":
+        """Start, and return once the appliance printed its ready line (every role up, every
+        listener accepting, the broker registered with its name server)."""
+        self.log.flush()
+        mark = os.path.getsize(self.log.name)
         self.proc = subprocess.Popen([sys.executable, "-m", "appliance", "start", "-c", self.conf], cwd=ROOT,
                                      stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"appliance exited with {self.proc.returncode}: {self.log_text()[-2000:]}")
-            if self.cmd("status").returncode == 0 and self.serving():
-                return self
-            time.sleep(0.2)
+            with open(self.log.name, "rb") as f:
+                f.seek(mark)
+                if b"\nrocketbox ready: " in b"\n" + f.read():
+                    return self
+            time.sleep(0.05)
         self.kill9()                     # leave nothing running for the next test
         raise TimeoutError("appliance did not come up: " + self.log_text()[-2000:])
 

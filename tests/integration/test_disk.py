@@ -92,6 +92,6 @@ def test_consume_queues_wait_for_room_and_no_role_exits(appliance_factory, small
     assert app.stop() == 0
     log = app.log_text()
     said = [line.split("] ")[1] for line in log.splitlines() if "consume queues and index wait" in line]
-    assert len(said) == 2 and said[0].startswith("ERROR") and "cannot create" in said[0], said   # once, and once over
+    assert len(said) == 2 and said[0].startswith("ERROR") and "cannot reserve" in said[0], said   # once, and once over
     assert said[1].startswith("WARNING") and "over after" in said[1], said
     assert "exited" not in log

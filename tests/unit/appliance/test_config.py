@@ -26,8 +26,10 @@ def test_properties_syntax_aliases_and_derived_paths(tmp_path):
 
 
 @pytest.mark.parametrize("line,words", [
-    ("brokerIdd=1", ["broker.conf:2", "unknown key 'brokerIdd'", "'1'"]),
-    ("brokerId=one", ["broker.conf:2", "brokerId", "'one'"]),
+    ("brokerIdd=1", ["broker.conf:2", "unknown key 'brokerIdd'", "'1'", "did you mean 'brokerId'?"]),
+    ("flushdisktype=SYNC_FLUSH", ["unknown key 'flushdisktype'", "did you mean 'flushDiskType'?"]),
+    ("brokerId=one", ["broker.conf:2", "brokerId", "'one'", "expected a whole number in [0, 1024]"]),
+    ("listenPort=10911.5", ["listenPort", "expected a whole number in [3, 65534]"]),
     ("flushDiskType=FAST", ["broker.conf:2", "flushDiskType", "'FAST'", "ASYNC_FLUSH"]),
     ("diskMaxUsedSpaceRatio=99", ["broker.conf:2", "diskMaxUsedSpaceRatio", "'99'"]),
     ("autoCreateTopicEnable=yes", ["broker.conf:2", "autoCreateTopicEnable", "true or false"]),
@@ -50,3 +52,13 @@ def test_bad_values_name_file_line_key_value(tmp_path, line, words):
 def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(ConfigError, match="cannot read"):
         load(str(tmp_path / "nope.conf"))
+
+
+def test_no_python_wording_and_no_guess_for_a_key_like_none(tmp_path):
+    p = tmp_path / "broker.conf"
+    for line in ("brokerId=one", "listenPort=", "zzzTop=1"):
+        p.write_text(line + "\n")
+        with pytest.raises(ConfigError) as e:
+            load(str(p))
+        assert "invalid literal" not in str(e.value) and "base 10" not in str(e.value)
+        assert ("did you mean" in str(e.value)) is False

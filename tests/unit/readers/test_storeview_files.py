@@ -1,5 +1,5 @@
 """A reader's view of a queue whose first ConsumeQueue file the dispatcher is making right now:
-made empty, then grown to its size by fallocate (ext4 grows it as it allocates)."""
+made empty, then given its size (sparse: blocks are reserved as entries are written)."""
 import os
 
 from readers.storeview import FOUND, StoreView
@@ -19,6 +19,7 @@ def test_a_reader_looking_while_a_queue_file_is_made_gets_an_answer_then_the_rec
         assert all(r.ok for r in c.collect(ticket, 1))
         size = file_size_for(cfg.mappedFileSizeConsumeQueue)
         path = os.path.join(queue_dir(cfg.root, "Fresh", 0), f"{0:020d}")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as f:                  # the dispatcher, halfway through making it
             f.truncate(size // 3)
         view = StoreView(cfg, sh).open()
