@@ -92,11 +92,11 @@ class Registrar:
         return await conn.invoke(cmd, TIMEOUT_S)
 
     async def register_all(self) -> None:
-        """Register the whole topic table with every name server; when all took it, say so in
-        the control block (``appliance start`` waits for that before its ready line)."""
+        """Register the whole topic table with every name server; when one took it (clients can
+        find the routes), say so in the control block: ``appliance start``'s ready line waits for it."""
         async with self.lock:
             await self._register_body(self._whole())
-            if not self.failing:
+            if len(self.failing) < len(addresses(self.cfg)):
                 self.control[C.REGISTERED_MS] = int(time.time() * 1000)
 
     async def register_changes(self) -> None:

@@ -67,7 +67,7 @@ CONTROL_FIELDS = (
     ("disk_index_ppm", "cleaner", "how full the index's partition is, ppm"),
     ("disk_full", "cleaner", "1 while a partition is fuller than diskSpaceWarningLevelRatio: sends are refused"),
     ("dispatch_no_room", "dispatcher", "1 while a consume-queue or index file cannot be made: sends are refused"),
-    ("registered_ms", "reader-0", "wall-clock ms every name server last took the whole topic table (0: not yet)"),
+    ("registered_ms", "reader-0", "wall-clock ms a name server last took the whole topic table (0: none yet)"),
 )
 C = type("C", (), {name.upper(): i for i, (name, _w, _m) in enumerate(CONTROL_FIELDS)})
 CONTROL_LEN = 64      # int64 words reserved; room to grow without moving what follows
