@@ -52,6 +52,7 @@ def _scrub(cfg, rate_mb: float) -> int:
     MB/s (0: as fast as it reads); safe beside a running appliance (it only reads)."""
     import logging
     import time
+
     from cleaner.service import Scrubber
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     s = Scrubber(cfg, "scrub")

@@ -151,7 +151,8 @@ TABLE = (
     ("shmOffsetSlots", _int_in(16, 2**22), "65536", "most (topic, group, queue) consumer offsets the appliance can hold"),
     ("shmClientRows", _int_in(16, 2**20), "1024", "most consumer group members one reader can hold (a consumer takes one per group)"),
     ("writerBatchBytes", _int_in(64 * 1024, 2**31), "8388608", "most bytes the writer takes from one ring per pass"),
-    ("dispatchPaceMs", _int_in(0, 1000), "10", "under load, a dispatcher pass at most every N ms unless a long poll waits (0: every write)"),
+    ("dispatchPaceMs", _int_in(0, 1000), "10",
+     "under load, a dispatcher pass at most every N ms unless a long poll waits (0: every write)"),
 )
 _BY_KEY = {row[0]: row for row in TABLE}
 ALIASES = {"mapedFileSizeConsumeQueue": "mappedFileSizeConsumeQueue", "mapedFileSizeCommitLog": "mappedFileSizeCommitLog"}

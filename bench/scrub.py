@@ -20,7 +20,8 @@ import time
 from bench.append import producer as load_producer
 from bench.appliance import ROOT, BenchAppliance
 from bench.e2e import create_topic
-from bench.recovery import GB, QUEUES, TOPIC, producer as fill_producer
+from bench.recovery import GB, QUEUES, TOPIC
+from bench.recovery import producer as fill_producer
 
 PORT = 29711
 

@@ -19,9 +19,10 @@ from client import running
 from client.errors import MQBrokerError, MQClientError
 from client.instance import ClientInstance, MessageQueue
 from remoting import mqtable
-from store.configfile import loads_tolerant
-from remoting.codes import RequestCode as R, ResponseCode as RC
+from remoting.codes import RequestCode as R
+from remoting.codes import ResponseCode as RC
 from store import message
+from store.configfile import loads_tolerant
 
 
 @dataclass(frozen=True)

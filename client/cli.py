@@ -22,7 +22,6 @@ from client.errors import MQClientError
 from client.message import Message
 from client.producer import Producer
 
-
 CLI_GROUP = "rocketbox_cli"     # the consumer group of ``consume`` without -g, and the producer group
 MAX_BODY = 200                  # bytes of a body ``consume`` shows by default
 

@@ -32,7 +32,8 @@ from client.instance import ClientInstance, MessageQueue, stop_tasks
 from client.message import MessageExt, decode_messages
 from client.offsets import LocalOffsets, RemoteOffsets
 from client.rebalance import allocate_averagely
-from remoting.codes import RequestCode as R, ResponseCode as RC
+from remoting.codes import RequestCode as R
+from remoting.codes import ResponseCode as RC
 from remoting.subscription import parse_expression
 from store.javahash import string_hash
 

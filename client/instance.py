@@ -18,7 +18,8 @@ from client.errors import MQBrokerError, MQClientError
 from net import client as net
 from remoting import mqtable
 from remoting.codec import Command
-from remoting.codes import RequestCode as R, ResponseCode as RC
+from remoting.codes import RequestCode as R
+from remoting.codes import ResponseCode as RC
 from store.configfile import loads_tolerant
 
 log = logging.getLogger("rocketbox.client")

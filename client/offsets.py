@@ -7,7 +7,8 @@ import os
 
 from client.errors import MQBrokerError, MQClientError
 from client.instance import ClientInstance, MessageQueue
-from remoting.codes import RequestCode as R, ResponseCode as RC
+from remoting.codes import RequestCode as R
+from remoting.codes import ResponseCode as RC
 from store import configfile
 from store.errors import StoreError
 

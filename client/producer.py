@@ -14,7 +14,8 @@ import time
 from client.errors import MQBrokerError, MQClientError
 from client.instance import ClientInstance, MessageQueue, TopicRoute
 from client.message import Message, SendResult
-from remoting.codes import RequestCode as R, ResponseCode as RC
+from remoting.codes import RequestCode as R
+from remoting.codes import ResponseCode as RC
 from store import message as codec
 
 DEFAULT_TOPIC = "TBW102"

@@ -22,8 +22,8 @@ import numpy as np
 from shm.layout import C, S
 from store import indexfile
 from store.checkpoint import Checkpoint
-from store.errors import Condition, no_space
 from store.consumequeue import ENTRY_SIZE, file_size_for, queue_dir
+from store.errors import Condition, no_space
 from store.mappedfile import fdatasync, offset_to_name
 
 log = logging.getLogger("rocketbox.flusher")

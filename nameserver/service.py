@@ -20,10 +20,12 @@ import struct
 import time
 import zlib
 
-from net.server import RemotingServer
 from nameserver.routes import BROKER_EXPIRE_S, RouteTable
+from net.server import RemotingServer
 from remoting import headers
-from remoting.codes import V4_9_4, RequestCode as R, ResponseCode as RC
+from remoting.codes import V4_9_4
+from remoting.codes import RequestCode as R
+from remoting.codes import ResponseCode as RC
 from store import configfile
 from store.configfile import loads_tolerant
 from store.errors import StoreError

@@ -13,9 +13,11 @@ import struct
 from readers.clients import NOT_ONLINE
 from readers.send import SYSTEM_TOPICS
 from remoting import headers, mqtable
-from remoting.headers import HeaderError
 from remoting.codec import Command
-from remoting.codes import SERVER_VERSION, SERVER_VERSION_DESC, V3_0_7_SNAPSHOT, RequestCode as R, ResponseCode as RC
+from remoting.codes import SERVER_VERSION, SERVER_VERSION_DESC, V3_0_7_SNAPSHOT
+from remoting.codes import RequestCode as R
+from remoting.codes import ResponseCode as RC
+from remoting.headers import HeaderError
 from shm.layout import C, T
 from store import configfile, message
 from store.errors import StoreError

@@ -29,7 +29,9 @@ from readers.producers import Producers
 from readers.roster import Roster
 from remoting import headers
 from remoting.codec import RPC_ONEWAY, Command
-from remoting.codes import V3_1_8_SNAPSHOT, RequestCode as R, ResponseCode as RC
+from remoting.codes import V3_1_8_SNAPSHOT
+from remoting.codes import RequestCode as R
+from remoting.codes import ResponseCode as RC
 from shm.layout import S
 from writer.groups import subscription_group
 from writer.topics import topic_config

@@ -21,7 +21,8 @@ from readers import storeview as SV
 from readers.admin import offset_key
 from readers.send import FAQ
 from remoting import codec, headers
-from remoting.codes import RequestCode as R, ResponseCode as RC
+from remoting.codes import RequestCode as R
+from remoting.codes import ResponseCode as RC
 from remoting.subscription import parse_expression
 from shm.layout import S, T
 from store.javahash import string_hash

@@ -27,7 +27,8 @@ import orjson
 
 from net import client as net
 from remoting.codec import Command
-from remoting.codes import RequestCode as R, ResponseCode as RC
+from remoting.codes import RequestCode as R
+from remoting.codes import ResponseCode as RC
 from shm.layout import C, T
 from shm.tables import TopicChanges
 from store import configfile

@@ -25,7 +25,8 @@ from cleaner.service import disk_remark
 from net.server import DEFERRED
 from readers.link import REJECTED
 from remoting import codec, headers
-from remoting.codes import RequestCode as R, ResponseCode as RC
+from remoting.codes import RequestCode as R
+from remoting.codes import ResponseCode as RC
 from shm.layout import C, T
 from shm.tables import queue_nums_of
 from store import message

@@ -54,6 +54,8 @@ class Command:
                  remark: str | None = None, language: str = "PYTHON", version: int = SERVER_VERSION,
                  serialize_type: int = JSON, fields: tuple[tuple[str, ...], tuple[bytes, ...]] | None = None):
         self.code, self.body = code, body
+        self._ext: dict | None
+        self.fields: tuple[tuple[str, ...], tuple[bytes, ...]] | None
         self._ext, self.fields = (None, fields) if fields is not None else (ext if ext is not None else {}, None)
         self.opaque, self.flag, self.remark = opaque, flag, remark
         self.language, self.version, self.serialize_type = language, version, serialize_type
@@ -61,6 +63,7 @@ class Command:
     @property
     def ext(self) -> dict:
         if self._ext is None:
+            assert self.fields is not None          # one of the two is always set
             names, values = self.fields
             self._ext, self.fields = dict(zip(names, map(bytes.decode, values))), None
         return self._ext
@@ -183,7 +186,7 @@ def _ext_map(raw: bytes, layouts: Layouts | None = None) -> dict:
     ext, at, n = {}, 0, len(raw)
     text = raw.decode("latin-1") if raw.isascii() else None
     k16, v32 = _I16.unpack_from, _I32.unpack_from
-    lens = [] if text is not None and layouts is not None and layouts.learning else None
+    lens: list[tuple[str, int]] | None = [] if text is not None and layouts is not None and layouts.learning else None
     while at < n:
         (klen,) = k16(raw, at)
         key = at + 2
@@ -197,9 +200,9 @@ def _ext_map(raw: bytes, layouts: Layouts | None = None) -> dict:
                 ext[text[key:key + klen]] = text[val:at]
             else:
                 ext[raw[key:key + klen].decode("utf-8")] = raw[val:at].decode("utf-8")
-        if lens is not None:
+        if lens is not None and text is not None:
             lens.append((text[key:key + klen], vlen))
-    if lens is not None:
+    if lens is not None and layouts is not None:
         layouts.learn(n, lens)
     return ext
 
@@ -351,7 +354,7 @@ def _key_prefix(k: str) -> bytes:
 
 def _ext_bytes(ext: dict) -> bytes:
     """A binary header's extFields map: (i16 key length, key, i32 value length, value)..."""
-    parts = []
+    parts: list[bytes] = []
     for k, v in ext.items():
         if v is not None:
             vb = (v if type(v) is str else str(v)).encode("utf-8")

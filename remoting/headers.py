@@ -10,11 +10,12 @@ answers SYSTEM_ERROR with it as the remark, as a Java broker does.  Unknown keys
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import NamedTuple
 
 from remoting.codes import RequestCode as R
 
-S, I, L, B = "S", "I", "L", "B"           # string, int32, int64, boolean
+S, I, L, B = "S", "I", "L", "B"           # string, int32, int64, boolean  # noqa: E741 (the wire's letters)
 _RANGES = {I: (-2**31, 2**31 - 1), L: (-2**63, 2**63 - 1)}
 _DECIMAL = re.compile(r"[+-]?\d+")
 
@@ -121,7 +122,7 @@ def _compile(code: int, names: tuple[str, ...] | None = None):
     layout = names is not None
     lit = (lambda text: repr(text.encode())) if layout else repr       # a literal of the values' type
     env = {"HeaderError": HeaderError, "_value": _value, "_small": (_SMALL_ASCII if layout else _SMALL).get}
-    if layout:
+    if names is not None:
         at = {n: i for i, n in enumerate(names)}
         lines = ["def decode(v):", f"    {''.join(f'v{i}, ' for i in range(len(names)))}= v"]
     else:
@@ -160,7 +161,7 @@ def _compile(code: int, names: tuple[str, ...] | None = None):
 
 
 _DECODERS = {code: _compile(code) for code in SCHEMAS}
-_LAYOUT_DECODERS: dict[tuple[int, tuple[str, ...]], object] = {}
+_LAYOUT_DECODERS: dict[tuple[int, tuple[str, ...]], Callable[[tuple], dict]] = {}
 
 
 def decode(cmd) -> dict:

@@ -49,7 +49,8 @@ class Condition:
     it begins and once when it ends."""
 
     def __init__(self, log, what: str):
-        self.log, self.what, self.since = log, what, None
+        self.log, self.what = log, what
+        self.since: float | None = None
 
     def met(self, detail) -> None:
         if self.since is None:

@@ -37,7 +37,7 @@ import struct
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from isal.isal_zlib import crc32     # zlib's CRC-32, with PCLMULQDQ: ~55 ns a KiB against zlib's ~310
+from isal.isal_zlib import crc32  # zlib's CRC-32, with PCLMULQDQ: ~55 ns a KiB against zlib's ~310
 
 from store.errors import CorruptData, MessageRejected
 
@@ -421,7 +421,8 @@ def decode_record(buf, pos: int = 0, where: str = "record") -> Record:
 
 def decode_records(buf, where: str = "records") -> list[Record]:
     """Every record of ``buf``, whole records back to back (a pull body)."""
-    return [Record(*h[:16], body, topic.decode("utf-8", "replace"), parse_properties(props.decode("utf-8", "replace")))
+    return [Record(*h[:16], body, topic.decode("utf-8", "replace"),  # type: ignore[call-arg]  # a 16-field slice
+                   parse_properties(props.decode("utf-8", "replace")))
             for h, body, topic, props in record_fields(buf, where)]
 
 

@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from shm.layout import C, OFFSET_KEY_BYTES
+from shm.layout import OFFSET_KEY_BYTES, C
 from store import configfile
 from writer.filethread import FileThread
 

@@ -13,7 +13,7 @@ import os
 import time
 from typing import NamedTuple
 
-from shm.layout import C, NAME_BYTES, T
+from shm.layout import NAME_BYTES, C, T
 from shm.tables import TableFull
 from store import configfile
 from store.consumequeue import queue_dir

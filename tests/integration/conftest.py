@@ -20,6 +20,19 @@ def appliance_factory(tmp_path, request):
         app.cleanup()
 
 
+# modules left out of the fast lane (``pytest -m "not slow"``): real clients of other languages,
+# kills and damage, benchmarks, the long consumer-group scenarios; each runs in the whole suite
+SLOW = {"test_bench", "test_cppclient", "test_nodeclient", "test_transactions", "test_crash", "test_damage",
+        "test_disk", "test_retention", "test_orderly", "test_reset_offset", "test_admin", "test_clients",
+        "test_readers", "test_nameserver"}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.module.__name__.rsplit(".", 1)[-1] in SLOW:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def java_classes(tmp_path_factory):
     """The programs of ``tests/integration/java/``, compiled against the real 4.9.8 client."""

@@ -21,7 +21,8 @@ from client.message import Message
 from client.producer import Producer
 from remoting import mqtable
 from remoting.codec import Command
-from remoting.codes import RequestCode as R, ResponseCode as RC
+from remoting.codes import RequestCode as R
+from remoting.codes import ResponseCode as RC
 from store import message
 from store.javahash import string_hash
 from tests.integration.harness import create_topic, dispatched

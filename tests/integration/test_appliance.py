@@ -7,7 +7,8 @@ import psutil
 import pytest
 
 from appliance.check import check
-from remoting.codes import RequestCode as R, ResponseCode as RC
+from remoting.codes import RequestCode as R
+from remoting.codes import ResponseCode as RC
 from store.consumequeue import ConsumeQueue, file_size_for
 from tests.integration.harness import read_acks, start_producer, stored_keys
 from tests.integration.wire import Wire
@@ -67,6 +68,7 @@ def test_restart_continues_queue_offsets_and_status(appliance_factory):
 def test_bad_config_stops_start_with_file_line_key_value(tmp_path):
     import subprocess
     import sys
+
     from tests.integration.harness import ROOT
     conf = tmp_path / "broker.conf"
     conf.write_text("brokerName=x\n# comment\nflushDiskType=SOMETIMES\n")

@@ -17,7 +17,8 @@ import pytest
 
 from remoting import codec
 from remoting.codec import Command
-from remoting.codes import RequestCode as R, ResponseCode as RC
+from remoting.codes import RequestCode as R
+from remoting.codes import ResponseCode as RC
 from store import message
 from store.configfile import loads_tolerant
 from tests.integration.harness import read_topic, wait_route

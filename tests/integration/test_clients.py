@@ -17,7 +17,8 @@ from client.errors import MQBrokerError, MQClientError
 from client.instance import ClientInstance
 from client.message import Message
 from client.producer import Producer
-from remoting.codes import RequestCode as R, ResponseCode as RC
+from remoting.codes import RequestCode as R
+from remoting.codes import ResponseCode as RC
 from tests.integration.harness import create_topic, dispatched, read_topic, wait_route
 
 

@@ -7,7 +7,8 @@ import random
 
 from appliance.check import check
 from remoting import codec, headers
-from remoting.codes import RequestCode as R, ResponseCode as RC
+from remoting.codes import RequestCode as R
+from remoting.codes import ResponseCode as RC
 from store import message
 from tests.integration.test_readers import pull_n, send_v2
 from tests.integration.wire import Wire

@@ -10,7 +10,8 @@ import zlib
 
 import pytest
 
-from remoting.codes import RequestCode as R, ResponseCode as RC
+from remoting.codes import RequestCode as R
+from remoting.codes import ResponseCode as RC
 from tests.integration.harness import ROOT, create_topic
 from tests.integration.test_readers import send_v2
 from tests.integration.wire import Wire

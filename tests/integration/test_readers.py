@@ -11,7 +11,8 @@ import threading
 import time
 
 from remoting import codec
-from remoting.codes import RequestCode as R, ResponseCode as RC
+from remoting.codes import RequestCode as R
+from remoting.codes import ResponseCode as RC
 from shm.layout import C
 from store import message
 from store.configfile import loads_tolerant
@@ -217,7 +218,8 @@ def test_a_batch_whose_properties_are_not_utf8_is_stored_as_sent_and_read_as_jav
 def test_long_poll_is_answered_when_the_queue_grows(appliance_factory):
     app = appliance_factory().start()
     w, w2 = Wire("127.0.0.1", app.cfg.listenPort, timeout=10), Wire("127.0.0.1", app.cfg.listenPort)
-    r0 = send_v2(w2, "Poll", b"first"); assert r0.code == RC.SUCCESS, r0.remark
+    r0 = send_v2(w2, "Poll", b"first")
+    assert r0.code == RC.SUCCESS, r0.remark
     assert pull_n(w, "Poll", 1) == [b"first"]
     t0 = time.monotonic()
     r = pull(w, "Poll", 1, flag=0x2, suspend_ms=400)                     # nothing comes: held, then 19

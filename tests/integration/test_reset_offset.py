@@ -15,7 +15,8 @@ from client.instance import MessageQueue
 from client.message import Message
 from client.producer import Producer
 from remoting import mqtable
-from remoting.codes import RequestCode as R, ResponseCode as RC
+from remoting.codes import RequestCode as R
+from remoting.codes import ResponseCode as RC
 from tests.integration.harness import create_topic, dispatched
 from tests.integration.test_admin import _heartbeat, _wait_for
 from tests.integration.wire import Wire

@@ -7,7 +7,8 @@ import os
 import time
 
 from appliance.check import check, scan_commitlog
-from remoting.codes import RequestCode as R, ResponseCode as RC
+from remoting.codes import RequestCode as R
+from remoting.codes import ResponseCode as RC
 from tests.integration.harness import start_producer
 from tests.integration.test_readers import bodies, pull
 from tests.integration.wire import Wire

@@ -3,8 +3,8 @@ and a long-poll wait woken by the dispatcher."""
 import threading
 import time
 
-from shm.layout import C
 from readers.storeview import FILTER_SCAN, FOUND, NO_MATCHED, NO_NEW, OFFSET_MOVED, StoreView
+from shm.layout import C
 from store.javahash import string_hash
 from writer.client import PutRequest, RingClient
 

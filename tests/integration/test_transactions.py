@@ -10,7 +10,8 @@ import pytest
 from client.errors import MQBrokerError
 from client.message import Message
 from client.producer import Producer
-from remoting.codes import RequestCode as R, ResponseCode as RC
+from remoting.codes import RequestCode as R
+from remoting.codes import ResponseCode as RC
 from store import message
 from tests.integration import javaclient
 from tests.integration.harness import create_topic, read_topic, wait_route

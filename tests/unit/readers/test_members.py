@@ -1,7 +1,7 @@
 """Consumer-group membership across readers (readers/members.py), two readers' rows in one real
 shared segment: a change on one reader wakes the other at once, which then sees the new members."""
-from shm.state import SharedState
 from readers.members import ConsumerData, Members
+from shm.state import SharedState
 from tests.unit.writer.rig import small_config
 from writer.client import RingClient
 

@@ -7,8 +7,8 @@ import random
 import pytest
 
 from remoting import codec, headers
-from remoting.codes import RequestCode as R
 from remoting.codec import Command, Decoder
+from remoting.codes import RequestCode as R
 from remoting.headers import HeaderError
 
 CAPTURES = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "../../captures/*.bin")))

@@ -1,7 +1,6 @@
 import numpy as np
 
-from store.javahash import (FEW_HASHES, bytes_hashes, index_abs_one, index_key_hash, index_key_hashes,
-                            string_hash, string_hashes)
+from store.javahash import FEW_HASHES, bytes_hashes, index_abs_one, index_key_hash, index_key_hashes, string_hash, string_hashes
 
 VECTORS = {"": 0, "*": 42, "TagA": 2598919, "TagB": 2598920, "hello world": 1794106052,
            "TopicTest": -1902610879, "中文": 646394}

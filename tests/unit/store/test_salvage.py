@@ -3,7 +3,8 @@ import struct
 
 import pytest
 
-from store import message as m, salvage
+from store import message as m
+from store import salvage
 
 FILE = 4096
 

@@ -9,9 +9,9 @@ from appliance.check import check
 from dispatcher.service import DispatcherService
 from shm.layout import C
 from shm.state import SharedState
+from tests.unit.writer.rig import small_config
 from writer.client import PutRequest, RingClient
 from writer.service import WriterService
-from tests.unit.writer.rig import small_config
 
 
 @pytest.fixture

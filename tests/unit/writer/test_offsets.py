@@ -5,7 +5,7 @@ import os
 
 import numpy as np
 
-from shm.layout import C, OFFSET_KEY_BYTES
+from shm.layout import OFFSET_KEY_BYTES, C
 from store import configfile
 from writer.groups import PERSIST_INTERVAL_S, ConsumerOffsets
 from writer.protocol import OFFSET_UPDATE

@@ -10,12 +10,12 @@ import pytest
 from appliance.check import check
 from shm.layout import C, S
 from store import configfile, message
+from tests.unit.store.test_mappedfile import mappings
+from tests.unit.writer.rig import running_store, small_config
 from writer import protocol as P
 from writer.client import PutRequest
 from writer.service import WriterService
 from writer.topics import topic_config
-from tests.unit.store.test_mappedfile import mappings
-from tests.unit.writer.rig import running_store, small_config
 
 
 @pytest.fixture
