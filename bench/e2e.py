@@ -1,4 +1,5 @@
-"""End-to-end benchmark: rocketbox through HAProxy, side by side with Redis Streams, same load.
+"""End-to-end benchmark: rocketbox through HAProxy, side by side with Apache RocketMQ 4.9.8 and
+Redis Streams, same load.
 
 Both servers run on this box, started by the benchmark in a temp dir: the appliance as it ships
 (HAProxy in front of ``readerProcessNums`` readers; no name server: the load goes to the broker
@@ -11,9 +12,10 @@ as a cycle of ``KEYS_PER_QUEUE`` messages per queue with keys of their own), eac
 keeps ``--window`` requests in flight (pipelining, as RocketMQ's async sends and Redis pipelines
 do), and replies are matched to requests in order, read only as far as the count needs (a reply's
 code; a pull's next offset and its records' lengths; an XREADGROUP's entries).  rocketbox's
-requests carry binary (ROCKETMQ) headers; ``--json`` sends them with the JSON headers every real
-client sends by default, which cost the readers more (pulls stay binary).  What differs is only
-the bytes:
+sends carry the JSON headers every real client sends by default (``--binary``: binary ROCKETMQ
+headers; pulls are binary).  The real Apache RocketMQ 4.9.8 broker (``--rocketmq``, default
+``../shared/rocketmq-4.9.8``) runs as a third server with the same frames and the same flush mode,
+each of its rows after ``--rocketmq-warmup`` s (8) for its JIT.  What differs is only the bytes:
 
   send single  rocketbox SEND_MESSAGE_V2, 1 message      Redis XADD bench * body <1 KiB>
   send batch   rocketbox SEND_BATCH_MESSAGE, --batch msgs Redis --batch XADDs written as one pipeline
@@ -30,7 +32,8 @@ on the same two cores, so what it takes is not the server's).  Before the rows, 
 CPU steadiness for ``--box-seconds``: how fast this box runs Python right now (its speed moves by
 ~2x over a day on the project's VM, and every row with it).
 
-    .venv/bin/python -m bench.e2e [--seconds 5] [--procs 2] [--conns 4] [--window 16] [--batch 32] [--json]
+    .venv/bin/python -m bench.e2e [--seconds 5] [--procs 2] [--conns 4] [--window 16] [--batch 32] [--binary]
+                                  [--no-rocketmq] [--rocketmq DIR] [--rocketmq-warmup 8]
 """
 from __future__ import annotations
 
@@ -65,6 +68,10 @@ KEYS_PER_QUEUE = 1024      # distinct message keys per queue in the requests a g
 _LEN = struct.Struct(">i")
 _REPLY_CODE = struct.Struct(">h")
 _JSON_CODE = re.compile(rb'"code":(-?\d+)')
+_JSON_OPAQUE = re.compile(rb'"opaque":(-?\d+)')
+_JSON_NEXT = re.compile(rb'"nextBeginOffset":"(\d+)"')
+ROCKETMQ_HOME = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared",
+                                              "rocketmq-4.9.8"))
 _REDIS_ENTRY_TAIL = b"*2\r\n$4\r\nbody\r\n"
 
 
@@ -107,17 +114,23 @@ class Rocketbox:
 
     @staticmethod
     def pulled(buf: bytearray) -> tuple[list[tuple[int, int, int, int]], int]:
-        """Complete pull replies in ``buf`` (binary headers): (opaque, code, nextBeginOffset,
-        messages) of each, and the bytes they took."""
+        """Complete pull replies in ``buf`` (binary headers, or JSON as Apache RocketMQ answers):
+        (opaque, code, nextBeginOffset, messages) of each, and the bytes they took."""
         out, at, n = [], 0, len(buf)
         while n - at >= 8:
             size = _LEN.unpack_from(buf, at)[0] + 4
             if n - at < size:
                 break
             body = at + 8 + (_LEN.unpack_from(buf, at + 4)[0] & 0xFFFFFF)
-            code, opaque = _REPLY_CODE.unpack_from(buf, at + 8)[0], _LEN.unpack_from(buf, at + 13)[0]
-            k = buf.find(b"nextBeginOffset", at + 8, body) + len(b"nextBeginOffset")
-            next_offset = int(buf[k + 4:k + 4 + _LEN.unpack_from(buf, k)[0]])
+            if buf[at + 4] == codec.JSON:
+                code = int(_JSON_CODE.search(buf, at + 8, body).group(1))
+                opaque = int(_JSON_OPAQUE.search(buf, at + 8, body).group(1))
+                found = _JSON_NEXT.search(buf, at + 8, body)
+                next_offset = int(found.group(1)) if found else -1
+            else:
+                code, opaque = _REPLY_CODE.unpack_from(buf, at + 8)[0], _LEN.unpack_from(buf, at + 13)[0]
+                k = buf.find(b"nextBeginOffset", at + 8, body) + len(b"nextBeginOffset")
+                next_offset = int(buf[k + 4:k + 4 + _LEN.unpack_from(buf, k)[0]])
             msgs, at = 0, at + size
             while body < at:
                 body += _LEN.unpack_from(buf, body)[0]
@@ -192,7 +205,7 @@ class Redis:
         return codes, at
 
 
-PROTOCOLS = {"rocketbox": Rocketbox, "redis": Redis}
+PROTOCOLS = {"rocketbox": Rocketbox, "rocketmq": Rocketbox, "redis": Redis}
 
 
 # ---------------------------------------------------------------- load generator
@@ -385,7 +398,7 @@ def _redis_read_reply(buf: bytearray) -> tuple[int, int] | None:
 def run_consume(target, args) -> dict:
     """As many reads in flight for both: rocketbox one pull per queue (``QUEUES`` split over the
     processes), Redis ``QUEUES / procs`` XREADGROUPs per process."""
-    if target.name == "rocketbox":
+    if target.name in ("rocketbox", "rocketmq"):
         res, gen_cpu = _fan_out(_consume_rocketbox, [(target.port, list(range(QUEUES))[i::args.procs])
                                                      for i in range(args.procs)], timeout=600)
     else:
@@ -435,6 +448,59 @@ class RocketboxServer:
 
     def stop(self) -> None:
         self.app.stop()
+
+
+class RocketMQServer:
+    """The real Apache RocketMQ 4.9.8 (``ROCKETMQ_HOME``'s ``rmq``): a name server and a broker
+    with the same flush mode, 1 GiB heap, store in a temp dir; the load goes to the broker's port
+    as to rocketbox's, with the same frames."""
+    name = "rocketmq"
+
+    def __init__(self, mode: str, base: str, port: int, home: str):
+        self.dir = tempfile.mkdtemp(prefix=f"rmq-e2e-{mode}-", dir=base)
+        self.port, self.mode, self.rmq = port, mode, os.path.join(home, "rmq")
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self) -> "RocketMQServer":
+        ns_port = self.port + 50
+        conf = os.path.join(self.dir, "broker.conf")
+        with open(conf, "w") as f:
+            f.write(f"brokerClusterName=DefaultCluster\nbrokerName=bench\nbrokerId=0\nbrokerIP1=127.0.0.1\n"
+                    f"listenPort={self.port}\nnamesrvAddr=127.0.0.1:{ns_port}\nflushDiskType={self.mode}\n"
+                    f"storePathRootDir={self.dir}/store\nstorePathCommitLog={self.dir}/store/commitlog\n"
+                    f"autoCreateTopicEnable=true\nautoCreateSubscriptionGroup=true\n")
+        log = open(os.path.join(self.dir, "java.log"), "wb")
+        self.procs.append(subprocess.Popen([self.rmq, "namesrv", str(ns_port), os.path.join(self.dir, "ns")],
+                                           stdout=log, stderr=subprocess.STDOUT))
+        wait_port(ns_port, self.procs[0], "RocketMQ name server", timeout=60)
+        self.procs.append(subprocess.Popen([self.rmq, "broker", conf, self.dir], stdout=log, stderr=subprocess.STDOUT))
+        wait_port(self.port, self.procs[1], "RocketMQ broker", timeout=90)
+        deadline = time.monotonic() + 60
+        while True:                               # the broker answers before its services are all up
+            try:
+                create_topic(self.port, TOPIC, QUEUES)
+                return self
+            except (RuntimeError, OSError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+    def prepare_consume(self) -> None:
+        pass
+
+    def cpu(self) -> dict[str, float]:
+        return {name: sum(psutil.Process(p.pid).cpu_times()[:2])
+                for name, p in zip(("namesrv", "broker"), self.procs) if p.poll() is None}
+
+    def stop(self) -> None:
+        for p in reversed(self.procs):
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def create_topic(port: int, topic: str, queues: int) -> None:
@@ -509,11 +575,16 @@ def main() -> None:
     ap = load_arguments(__doc__)
     ap.add_argument("--batch", type=int, default=32, help="messages per batch send")
     ap.add_argument("--batch-window", type=int, default=4, help="batches in flight per connection")
-    ap.add_argument("--json", action="store_true",
-                    help="rocketbox's sends with JSON headers, as real clients send by default (pulls stay binary)")
+    ap.add_argument("--binary", action="store_true",
+                    help="sends with binary (ROCKETMQ) headers; by default JSON, as every real client sends")
     ap.add_argument("--readers", type=int, default=2, help="rocketbox readerProcessNums")
     ap.add_argument("--modes", default="ASYNC_FLUSH,SYNC_FLUSH", help="comma-separated: " + ", ".join(PAIRS))
-    ap.add_argument("--port", type=int, default=29100, help="rocketbox listenPort (readers above it); redis +100")
+    ap.add_argument("--port", type=int, default=29100,
+                    help="rocketbox listenPort (readers above it); RocketMQ +200 (its name server +250); redis +100")
+    ap.add_argument("--rocketmq", default=ROCKETMQ_HOME, help="the Apache RocketMQ 4.9.8 build (its rmq script)")
+    ap.add_argument("--no-rocketmq", action="store_true", help="leave the real RocketMQ out")
+    ap.add_argument("--rocketmq-warmup", type=float, default=8,
+                    help="RocketMQ's warm-up per row, for its JIT (at least 8 s for figures worth quoting)")
     ap.add_argument("--box-seconds", type=float, default=2, help="bench.hiccups' CPU steadiness check first (0: skip)")
     args = ap.parse_args()
     unknown = [m for m in args.modes.split(",") if m not in PAIRS]
@@ -521,55 +592,70 @@ def main() -> None:
         ap.error(f"--modes: unknown flush mode {', '.join(unknown)} (known: {', '.join(PAIRS)})")
     if not os.path.exists(args.redis_server):
         sys.exit("bench.e2e: redis-server not found (apt-get install redis-server, or --redis-server PATH)")
+    with_rmq = not args.no_rocketmq
+    if with_rmq and (not os.path.exists(os.path.join(args.rocketmq, "rmq")) or shutil.which("java") is None):
+        sys.exit(f"bench.e2e: no Apache RocketMQ 4.9.8 at {args.rocketmq} (its rmq script) or no java on PATH; "
+                 f"--rocketmq DIR, or --no-rocketmq")
     redis_version = subprocess.run([args.redis_server, "--version"], capture_output=True, text=True).stdout.strip()
     print(f"# e2e benchmark: body={args.body}B seconds={args.seconds} warmup={args.warmup} procs={args.procs} "
           f"conns/proc={args.conns} window={args.window} batch={args.batch}x{args.batch_window} rate={args.rate:.0f} "
-          f"readers={args.readers} send-headers={'JSON' if args.json else 'ROCKETMQ'} cpus={os.cpu_count()} "
+          f"readers={args.readers} send-headers={'ROCKETMQ' if args.binary else 'JSON'} cpus={os.cpu_count()} "
           f"store={args.dir or tempfile.gettempdir()}")
-    print(f"# {redis_version}; appendonly yes; load generator and servers share this box")
+    print(f"# {redis_version}; appendonly yes; " + (f"Apache RocketMQ 4.9.8 ({args.rocketmq}), 1 GiB heap, "
+                                                   f"warm-up {max(args.warmup, args.rocketmq_warmup):g} s per row; "
+                                                   if with_rmq else "") + "load generator and servers share this box")
     if args.box_seconds > 0:
         box = hiccups.measure(args.box_seconds)
         print(f"# box: bench.hiccups median chunk {box['median_chunk_us']:.0f} us CPU over {args.box_seconds:g} s, "
               f"{box['windows']} slow windows, worst chunk {box['worst_slowdown']:.1f}x its median; "
               f"{hiccups.describe_reclaim(hiccups.host_reclaim())}")
-    print(f"{'row':<46} {'rocketbox':>10} {'redis':>10} {'ratio':>6}   latency ms p50/p99/p99.9 rocketbox | redis")
+    names = ["rocketbox", *(["rocketmq"] if with_rmq else []), "redis"]
+    print(f"{'row':<40} " + " ".join(f"{n:>10}" for n in names) + (f" {'rbx/rmq':>7}" if with_rmq else "")
+          + f" {'rbx/redis':>9}   latency ms p50/p99/p99.9 " + " | ".join(names))
     body = os.urandom(args.body)
+    header = codec.ROCKETMQ if args.binary else codec.JSON
     for mode in args.modes.split(","):
         fsync = PAIRS[mode]
-        rows = collections.defaultdict(dict)
-        for server in (RocketboxServer(mode, args.dir, args.port, args.readers),
-                       RedisServer(fsync, args.dir, args.port + 100, args.redis_server)):
+        rows: dict = collections.defaultdict(dict)
+        servers = [RocketboxServer(mode, args.dir, args.port, args.readers)]
+        if with_rmq:
+            servers.append(RocketMQServer(mode, args.dir, args.port + 200, args.rocketmq))
+        servers.append(RedisServer(fsync, args.dir, args.port + 100, args.redis_server))
+        for server in servers:
             server.start()
+            run_args = argparse.Namespace(**vars(args))
+            if server.name == "rocketmq":
+                run_args.warmup = max(args.warmup, args.rocketmq_warmup)
             try:
                 proto = server.name
-                if proto == "rocketbox":
-                    header = codec.JSON if args.json else codec.ROCKETMQ
-                    single, batch = (Rocketbox.send_frames(body, n, header) for n in (1, args.batch))
-                else:
+                if proto == "redis":
                     single, batch = (Redis.send_frames(body, n) for n in (1, args.batch))
-                rows["send single"][proto] = with_cpu(server, run_load, proto, server.port, single, args,
+                else:
+                    single, batch = (Rocketbox.send_frames(body, n, header) for n in (1, args.batch))
+                rows["send single"][proto] = with_cpu(server, run_load, proto, server.port, single, run_args,
                                                       args.window)
                 rows[f"send batch of {args.batch}"][proto] = with_cpu(server, run_load, proto, server.port, batch,
-                                                                      args, args.batch_window)
+                                                                      run_args, args.batch_window)
                 rows[f"send single at {args.rate:.0f}/s"][proto] = with_cpu(
-                    server, run_load, proto, server.port, single, args, args.window, rate=args.rate)
+                    server, run_load, proto, server.port, single, run_args, args.window, rate=args.rate)
                 server.prepare_consume()
                 rows["consume"][proto] = with_cpu(server, run_consume, server, args)
             finally:
                 server.stop()
         for row, r in rows.items():
-            rb, rd = r["rocketbox"], r["redis"]
+            rate = {n: r[n]["msgs_per_s"] for n in names}
+            ratios = (f" {rate['rocketbox'] / max(rate['rocketmq'], 1):>7.2f}" if with_rmq else "") + \
+                f" {rate['rocketbox'] / max(rate['redis'], 1):>9.2f}"
             lat = ""
-            if "p50" in rb:
-                lat = (f"{rb['p50']:.2f}/{rb['p99']:.2f}/{rb['p999']:.2f} | "
-                       f"{rd['p50']:.2f}/{rd['p99']:.2f}/{rd['p999']:.2f}")
+            if "p50" in r["rocketbox"]:
+                lat = " | ".join(f"{r[n]['p50']:.2f}/{r[n]['p99']:.2f}/{r[n]['p999']:.2f}" for n in names)
             errs = "".join(f"  errors {k}: {v['errors']}" for k, v in r.items() if v.get("errors"))
-            print(f"{mode + ' vs ' + fsync + ' ' + row:<46} {rb['msgs_per_s']:>10.0f} {rd['msgs_per_s']:>10.0f} "
-                  f"{rb['msgs_per_s'] / max(rd['msgs_per_s'], 1):>6.2f}   {lat}{errs}", flush=True)
+            print(f"{mode + ' ' + row:<40} " + " ".join(f"{rate[n]:>10.0f}" for n in names) + ratios
+                  + f"   {lat}{errs}", flush=True)
             print("#   CPU µs/msg " + " | ".join(
                 f"{name}: " + " ".join(f"{k} {v:.1f}" for k, v in sorted(r[name]["cpu"].items()) if v >= 0.05)
                 + f" ({r[name]['cpu_pct']:.0f}% of a core; load generator {r[name]['gen_pct']:.0f}%)"
-                for name in ("rocketbox", "redis")), flush=True)
+                for name in names), flush=True)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ import tempfile
 import threading
 import time
 
+from appliance.inprocess import running_store, small_config
 from bench.e2e import QUEUES, TOPIC, Rocketbox
 from net.server import Connection, RemotingServer
 from readers.link import WriterLink
@@ -48,7 +49,6 @@ from readers.send import SendProcessor
 from remoting import codec
 from shm.layout import C
 from store import message
-from tests.unit.writer.rig import running_store, small_config
 from writer.topics import topic_config
 
 WARMUP_ROUNDS = 5

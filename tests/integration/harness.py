@@ -20,8 +20,13 @@ from shm.state import SharedState
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # each appliance uses port-2 .. port+30; all below the kernel's ephemeral range (32768+), where a
-# client socket could hold the port a restarted HAProxy wants to bind
-_ports = itertools.count(20500 + (os.getpid() % 200) * 40, 40)   # name server tests use 18876..20375
+# client socket could hold the port a restarted HAProxy wants to bind.  Each pytest-xdist worker
+# (up to WORKERS) cycles through a block of its own, so two never pick the same ports; name server
+# tests use 18876..20375, the benchmarks' tests 29000..31999.
+WORKERS, BLOCK = 3, 2800
+_worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+_w = int(_worker[2:]) % WORKERS if _worker.startswith("gw") else os.getpid() % WORKERS
+_ports = itertools.cycle(range(20500 + _w * BLOCK, 20500 + (_w + 1) * BLOCK - 40, 40))
 
 
 class Appliance:

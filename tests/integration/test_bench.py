@@ -12,28 +12,36 @@ from tests.integration.harness import ROOT
 
 
 @pytest.mark.parametrize("headers", ["ROCKETMQ", "JSON"])
-def test_e2e_bench_prints_every_row_for_both_servers(tmp_path, headers):
+def test_e2e_bench_prints_every_row_for_the_three_servers(tmp_path, headers):
+    """rocketbox, the real Apache RocketMQ 4.9.8 and Redis, side by side (RocketMQ's warm-up cut
+    short here: the test checks the rows, not the figures)."""
+    from tests.integration import javaclient
+    if javaclient.missing():
+        pytest.skip(javaclient.missing())
     port = 29000 + (os.getpid() % 10) * 300     # its own ports: above the harness's, below the ephemeral range
     r = subprocess.run([sys.executable, "-m", "bench.e2e", "--seconds", "0.5", "--warmup", "0.2",
-                        "--modes", "ASYNC_FLUSH", "--rate", "2000", "--port", str(port), "--dir", str(tmp_path),
-                        "--box-seconds", "0.5", *(["--json"] if headers == "JSON" else [])],
+                        "--rocketmq-warmup", "1", "--modes", "ASYNC_FLUSH", "--rate", "2000", "--port", str(port),
+                        "--dir", str(tmp_path), "--box-seconds", "0.5", *(["--binary"] if headers == "ROCKETMQ" else [])],
                        cwd=ROOT, capture_output=True, text=True, timeout=170)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "errors" not in r.stdout, r.stdout
-    rows = {m.group(1).strip(): (float(m.group(2)), float(m.group(3)))
-            for m in re.finditer(r"^ASYNC_FLUSH vs everysec (.+?)\s{2,}(\d+)\s+(\d+)\s+[\d.]+", r.stdout, re.M)}
+    rows = {m.group(1).strip(): (float(m.group(2)), float(m.group(3)), float(m.group(4)))
+            for m in re.finditer(r"^ASYNC_FLUSH (.+?)\s{2,}(\d+)\s+(\d+)\s+(\d+)\s+[\d.]+\s+[\d.]+", r.stdout, re.M)}
     assert set(rows) == {"send single", "send batch of 32", "send single at 2000/s", "consume"}, r.stdout
-    assert all(rb > 0 and rd > 0 for rb, rd in rows.values()), rows
+    assert all(rb > 0 and rmq > 0 and rd > 0 for rb, rmq, rd in rows.values()), rows
     assert "# e2e benchmark: body=1024B" in r.stdout and f"send-headers={headers} " in r.stdout  # its configuration
+    assert "Apache RocketMQ 4.9.8" in r.stdout and "warm-up 1 s per row" in r.stdout
     box = re.search(r"^# box: bench.hiccups median chunk (\d+) us CPU over 0.5 s, (\d+) slow windows", r.stdout, re.M)
     assert box and 1 <= int(box.group(1)) < 100_000, r.stdout   # and how fast the box ran first
     assert re.search(r"^# box: .*; free page reporting to the host: .+; DAMON schemes: .+$", r.stdout, re.M), r.stdout
     cpu = re.findall(r"^#   CPU µs/msg rocketbox: (.+) \((\d+)% of a core; load generator (\d+)%\) \| "
+                     r"rocketmq: (.+) \(\d+% of a core; load generator \d+%\) \| "
                      r"redis: redis-server ([\d.]+) \(\d+% of a core; load generator (\d+)%\)", r.stdout, re.M)
     assert len(cpu) == 4, r.stdout                              # under every row: where the CPU went
-    for roles, pct, gen, redis_us, redis_gen in cpu:
+    for roles, pct, gen, rmq, redis_us, redis_gen in cpu:
         us = {k: float(v) for k, v in re.findall(r"(\S+) ([\d.]+)", roles)}
         assert us["reader-0"] + us["reader-1"] > 0 and int(pct) > 0 and float(redis_us) > 0, cpu
+        assert float(dict(re.findall(r"(\S+) ([\d.]+)", rmq))["broker"]) > 0, cpu
         assert int(gen) > 0 and int(redis_gen) > 0, cpu         # the generator's share of the box
     sends = [dict(re.findall(r"(\S+) ([\d.]+)", roles)) for roles, *_ in cpu[:3]]
     assert all(float(s["writer"]) > 0 and float(s["dispatcher"]) > 0 for s in sends), sends
