@@ -4,21 +4,23 @@ published after the data they cover is in place.
 
 Segment ``/<prefix>.state`` (in this order):
 
-    control      CONTROL_FIELDS x int64               see the table below
+    control      CONTROL_LEN x int64                  CONTROL_FIELDS: see the table below
     slots        max_slots x SLOT_LEN x int64         one per producer ring pair (readers, tools)
-    queue names  queue_slots x 128 bytes  (writer)    topic of each queue slot, NUL-padded
-    queue ids    queue_slots x int32      (writer)    queueId of each queue slot
     queue max    queue_slots x int64      (dispatcher) entries in the consume queue (max offset)
     queue min    queue_slots x int64      (dispatcher) first queue offset still stored
+    queue names  queue_slots x 128 bytes  (writer)    topic of each queue slot, NUL-padded
+    queue ids    queue_slots x int32      (writer)    queueId of each queue slot
     topic names  topic_slots x 128 bytes  (writer)
     topic meta   topic_slots x TOPIC_FIELDS x int32 (writer)
-    offset keys  offset_slots x 384 bytes  (writer)   "topic@group" of each consumer offset slot
-    offset qids  offset_slots x int32      (writer)
     offset vals  offset_slots x int64      (writer)   committed consumer offset
     offset pulls max_slots x offset_slots x int64     messages the pulls of each slot's owner found,
                                                       per consumer offset slot (shm/stats.py)
     client rows  max_slots x client_rows x CLIENT     consumer-group members; slot i's rows are
                                                       written only by slot i's owner (a reader)
+    offset keys  offset_slots x 384 bytes  (writer)   "topic@group" of each consumer offset slot
+    offset qids  offset_slots x int32      (writer)
+
+(``layout()`` below is the order's one source; this table follows it.)
 
 Segment ``/<prefix>.rings``: for each slot, a request ring (slot owner -> writer) then a response
 ring (writer -> slot owner); see ``ring.py``.
