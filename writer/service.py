@@ -63,6 +63,7 @@ class WriterService:
         self.no_room = Condition(log, "refusing appends (SERVICE_NOT_AVAILABLE): no room for the next CommitLog file")
         self.commitlog: MappedFileQueue | None = None
         self.file_size = cfg.mappedFileSizeCommitLog
+        self.reserved_to = 0          # CommitLog blocks are reserved up to here (``_ensure_files``)
         self.stop_requested = False
 
     # ------------------------------------------------------------ lifecycle
@@ -456,8 +457,13 @@ class WriterService:
         reserved behind them, before any byte is placed; False when the disk cannot hold them
         (the slab is refused, not torn)."""
         last = self.write_pos + nbytes + self.cfg.max_record_size + message.END_FILE_MIN_BLANK
+        if last <= self.reserved_to:                  # one comparison while inside the reservation
+            if self.no_room.since is not None:
+                self.no_room.cleared()
+            return True
         try:
-            self.commitlog.reserve(self.write_pos, last, COMMITLOG_RESERVE_AHEAD)
+            self.commitlog.reserve(self.write_pos, last + COMMITLOG_RESERVE_AHEAD, 0)
+            self.reserved_to = last + COMMITLOG_RESERVE_AHEAD
         except DiskFull as e:
             self.no_room.met(e)
             return False
