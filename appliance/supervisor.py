@@ -35,7 +35,7 @@ from shm.layout import C
 from shm.state import SharedState
 from shm.tables import TableFull
 from store.errors import StoreError
-from writer.topics import QueueNumsOutOfRange
+from store.topicconfig import QueueNumsOutOfRange
 
 log = logging.getLogger("rocketbox.supervisor")
 STOP_TIMEOUT_S = 60

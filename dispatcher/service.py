@@ -27,7 +27,7 @@ from store.consumequeue import ConsumeQueue, file_size_for
 from store.errors import Condition, CorruptData, StoreError, no_space
 from store.javahash import BufferHashes, index_abs, index_abs_one, string_hash, string_hashes
 from store.mappedfile import MappedFileQueue
-from writer.topics import queue_nums
+from store.topicconfig import queue_nums
 
 log = logging.getLogger("rocketbox.dispatcher")
 SCHEDULE_TOPIC = b"SCHEDULE_TOPIC_XXXX"
@@ -51,13 +51,13 @@ class Batch:
     def __init__(self, mf, starts: np.ndarray, sizes: np.ndarray):
         v = mf.view
         self.phys, self.size = mf.start + starts, sizes
-        self.queue_id = _gather(v, starts + 12, 4, ">i4")
+        self.queue_id = _gather(v, starts + message.QUEUE_ID_AT, 4, ">i4")
         self.queue_offset = _gather(v, starts + message.QUEUE_OFFSET_AT, 8, ">i8")
         self.sys_flag = _gather(v, starts + message.SYSFLAG_AT, 4, ">i4")
         born6 = (self.sys_flag & message.BORNHOST_V6) != 0
         store6 = (self.sys_flag & message.STOREHOST_V6) != 0
-        self.store_ts = _gather(v, starts + np.where(born6, 68, 56), 8, ">i8")
-        header = 88 + 12 * born6 + 12 * store6
+        self.store_ts = _gather(v, starts + message.STORE_TS_AT + message.HOST_V6_EXTRA * born6, 8, ">i8")
+        header = message.HEADER_V4_SIZE + message.HOST_V6_EXTRA * (born6.astype(np.int64) + store6)
         topic_at = starts + header + _gather(v, starts + header - 4, 4, ">i4")
         topic_len = v[topic_at].astype(np.int64)
         props_at = topic_at + 3 + topic_len

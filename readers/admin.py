@@ -19,19 +19,18 @@ from remoting.codes import RequestCode as R
 from remoting.codes import ResponseCode as RC
 from remoting.headers import HeaderError
 from shm.layout import C, T
-from store import configfile, message
+from store import configfile, groupconfig, message
 from store.errors import StoreError
-from writer import groups
-from writer.topics import QueueNumsOutOfRange, check_queue_nums, topic_config
+from store.topicconfig import QueueNumsOutOfRange, check_queue_nums, topic_config
 
 SYSTEM_TOPICS_FOR_ADMIN = SYSTEM_TOPICS | {"TBW102"}
 
 
 def offset_key(topic: str, group: str) -> bytes:
-    """``writer.groups.offset_key``; a topic and group too long for the offset table are refused
+    """``store.groupconfig.offset_key``; a topic and group too long for the offset table are refused
     as header values (SYSTEM_ERROR naming the limit), not as a failure of the reader."""
     try:
-        return groups.offset_key(topic, group)
+        return groupconfig.offset_key(topic, group)
     except ValueError as e:
         raise HeaderError(str(e)) from None
 

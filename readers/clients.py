@@ -33,8 +33,8 @@ from remoting.codes import V3_1_8_SNAPSHOT
 from remoting.codes import RequestCode as R
 from remoting.codes import ResponseCode as RC
 from shm.layout import S
-from writer.groups import subscription_group
-from writer.topics import topic_config
+from store.groupconfig import subscription_group
+from store.topicconfig import topic_config
 
 log = logging.getLogger("rocketbox.reader")
 CALL_CLIENT_S = 10.0          # how long a client has to answer the broker (Broker2Client.callClient)

@@ -26,7 +26,7 @@ from remoting.codes import ResponseCode as RC
 from remoting.subscription import parse_expression
 from shm.layout import S, T
 from store.javahash import string_hash
-from writer.topics import PERM_READ
+from store.topicconfig import PERM_READ
 
 COMMIT_OFFSET, SUSPEND, SUBSCRIPTION = 0x1, 0x2, 0x4
 _ANSWER = codec.ResponseTemplate(("suggestWhichBrokerId", "nextBeginOffset", "minOffset", "maxOffset"), {})

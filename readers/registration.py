@@ -33,7 +33,7 @@ from shm.layout import C, T
 from shm.tables import TopicChanges
 from store import configfile
 from store.message import body_crc
-from writer.topics import topic_config
+from store.topicconfig import topic_config
 
 log = logging.getLogger("rocketbox.reader")
 PERIOD_S = 30.0

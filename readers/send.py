@@ -31,9 +31,9 @@ from shm.layout import C, T
 from shm.tables import queue_nums_of
 from store import message
 from store.errors import MessageRejected
+from store.topicconfig import PERM_INHERIT, PERM_WRITE, topic_config
 from writer import protocol as P
 from writer.client import RingClient
-from writer.topics import PERM_INHERIT, PERM_WRITE, topic_config
 
 FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 SYSTEM_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",

@@ -71,6 +71,7 @@ _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
 # The fixed prefix every record shares, up to and including SYSFLAG.
 PREFIX = struct.Struct(">iiiiiqqi")
+QUEUE_ID_AT = 12
 QUEUE_OFFSET_AT = 20
 PHYS_OFFSET_AT = 28
 SYSFLAG_AT = 36
@@ -89,6 +90,10 @@ def _header_struct(born_v6: bool, store_v6: bool) -> struct.Struct:
 HEADERS = tuple(_header_struct(bool(i & 1), bool(i & 2)) for i in range(4))
 MIN_RECORD_SIZE = HEADERS[0].size + 1 + 2       # IPv4 hosts, empty body, topic and properties
 assert HEADERS[0].size == 88
+HEADER_V4_SIZE = HEADERS[0].size                # through BODYLEN, both hosts IPv4
+HOST_V6_EXTRA = HEADERS[1].size - HEADERS[0].size   # what an IPv6 host adds to the header (12)
+STORE_TS_AT = BORN_HOST_AT + struct.calcsize(">4si")  # STORETIMESTAMP with an IPv4 born host (56)
+assert (HOST_V6_EXTRA, STORE_TS_AT) == (12, 56)
 
 
 def header_for(sys_flag: int) -> struct.Struct:
@@ -97,7 +102,7 @@ def header_for(sys_flag: int) -> struct.Struct:
 
 def store_ts_at(sys_flag: int) -> int:
     """Byte offset of STORETIMESTAMP inside a record with this sysflag."""
-    return 56 + (12 if sys_flag & BORNHOST_V6 else 0)
+    return STORE_TS_AT + (HOST_V6_EXTRA if sys_flag & BORNHOST_V6 else 0)
 
 
 def store_ts_of(buf, at: int) -> int:

@@ -17,27 +17,13 @@ import time
 
 import numpy as np
 
-from shm.layout import OFFSET_KEY_BYTES, C
+from shm.layout import C
 from store import configfile
+from store.groupconfig import offset_key, subscription_group  # noqa: F401  (their records live in store/)
 from writer.filethread import FileThread
 
 log = logging.getLogger("rocketbox.writer")
 PERSIST_INTERVAL_S = 5.0          # flushConsumerOffsetInterval
-
-
-def offset_key(topic: str, group: str) -> bytes:
-    """The table key, as consumerOffset.json spells it: ``topic@group``."""
-    key = f"{topic}@{group}".encode()
-    if len(key) >= OFFSET_KEY_BYTES:
-        raise ValueError(f"topic@group is {len(key)} bytes; the offset table holds at most {OFFSET_KEY_BYTES - 1}")
-    return key
-
-
-def subscription_group(name: str) -> dict:
-    """A SubscriptionGroupConfig with RocketMQ's defaults (``broker:subscription``)."""
-    return {"brokerId": 0, "consumeBroadcastEnable": True, "consumeEnable": True, "consumeFromMinEnable": True,
-            "groupName": name, "notifyConsumerIdsChangedEnable": True, "retryMaxTimes": 16,
-            "retryQueueNums": 1, "whichBrokerWhenConsumeSlowly": 1}
 
 
 _QUEUE_ID_KEY = re.compile(rb'\n\t\t\t"(-?\d+)":')

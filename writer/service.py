@@ -580,7 +580,8 @@ class WriterService:
         qoff = np.where(np.isin(sys_flags & message.TX_MASK, (message.TX_PREPARED, message.TX_ROLLBACK)), 0, qoff)
         recs[src[:, None] + (message.QUEUE_OFFSET_AT + _TS_PATCH)] = _be64(qoff)
         recs[src[:, None] + (message.PHYS_OFFSET_AT + _TS_PATCH)] = _be64(phys)
-        ts_at = np.where(sys_flags & message.BORNHOST_V6, 68, 56)
+        ts_at = np.where(sys_flags & message.BORNHOST_V6, message.STORE_TS_AT + message.HOST_V6_EXTRA,
+                         message.STORE_TS_AT)
         recs[(src + ts_at)[:, None] + _TS_PATCH] = _be64(np.full(len(src), ts))
 
     def _copy(self, recs, src, size, phys) -> None:
