@@ -461,9 +461,12 @@ class WriterService:
             if self.no_room.since is not None:
                 self.no_room.cleared()
             return True
+        # a MiB ahead, but within the file ``last`` falls in: a file made ahead of need would be
+        # an empty newest file, and recovery after a clean stop starts 3 files from the newest
+        ahead = min(last + COMMITLOG_RESERVE_AHEAD, last + (-last % self.file_size))
         try:
-            self.commitlog.reserve(self.write_pos, last + COMMITLOG_RESERVE_AHEAD, 0)
-            self.reserved_to = last + COMMITLOG_RESERVE_AHEAD
+            self.commitlog.reserve(self.write_pos, ahead, 0)
+            self.reserved_to = ahead
         except DiskFull as e:
             self.no_room.met(e)
             return False
