@@ -30,6 +30,9 @@ import time
 from appliance import recovery
 from appliance.roles import FINISH_STOP, SUPERVISED_ENV, listeners, pid_path, roles_for
 from net.client import split_addrs
+from remoting import codec
+from remoting.codec import Command
+from remoting.codes import RequestCode
 from shm import stats
 from shm.layout import C
 from shm.state import SharedState
@@ -78,6 +81,27 @@ def _holder(port: int) -> str:
     except (psutil.Error, OSError):
         pass
     return " by another process"
+
+
+def _answers(host: str, port: int, broker: bool) -> bool:
+    """Something listens on ``host:port``; for a broker port, a request through it is answered
+    (through HAProxy that also means HAProxy counts a reader up: its health checks mark one down
+    until it answers, and a connection meanwhile is closed)."""
+    try:
+        with socket.create_connection((host, port), 1.0) as s:
+            if not broker:
+                return True
+            s.settimeout(1.0)
+            s.sendall(codec.encode(Command(RequestCode.GET_BROKER_RUNTIME_INFO, {})))
+            decoder = codec.Decoder()
+            while True:
+                data = s.recv(1 << 16)
+                if not data:
+                    return False
+                for reply in decoder.feed(data):
+                    return reply.code == 0
+    except (OSError, codec.FrameError):
+        return False
 
 
 class Supervisor:
@@ -170,9 +194,8 @@ class Supervisor:
         servers not holding the broker's routes."""
         missing = [role for role, p in self.procs.items() if not self._started(role, p, 0)]
         for host, port, what in listeners(self.cfg, self.roles):
-            try:
-                socket.create_connection(("127.0.0.1" if host == "0.0.0.0" else host, port), 0.5).close()
-            except OSError:
+            broker = not what.startswith("the name server")      # HAProxy's ports and the readers'
+            if not _answers("127.0.0.1" if host == "0.0.0.0" else host, port, broker):
                 missing.append(f"{what.split(',')[0]} on port {port}")
         if split_addrs(self.cfg.namesrvAddr) and not self.sh.control[C.REGISTERED_MS]:
             missing.append(f"the registration with name server(s) {self.cfg.namesrvAddr}")
