@@ -6,9 +6,9 @@ HAProxy accepts its config (exit 2 naming the port and its holder if one stays b
 (replacing stale ones of a crashed run), run boot recovery, then start each role as ``python -m
 appliance run ROLE -c FILE``.
 While running it watches the children and restarts one that dies (with a short back-off).
-Once every role is up, every listener accepts connections and reader 0 has registered the broker
-with every name server, it prints one ``ready`` line on stdout (address, store, roles); a produce
-after it finds the routes.  If that takes longer than ``READY_PATIENCE_S`` it says what it waits for.
+Once every role is up, a request through HAProxy and through each reader is answered and a name
+server holds the broker's routes (reader 0 registered it), it prints one ``ready`` line on stdout
+(address, store, roles); a produce after it finds the routes.  If that takes longer than ``READY_PATIENCE_S`` it says what it waits for.
 On SIGTERM/SIGINT: mark ``stopping``, start again any role that is down (so the stop can finish),
 stop roles in reverse start order (writer first: it drains its rings; then the dispatcher catches
 up; then the flusher flushes, checkpoints and removes ``abort``), unlink the shared state, print one
@@ -190,8 +190,8 @@ class Supervisor:
             time.sleep(0.2)
 
     def _waiting_for(self) -> list[str]:
-        """What the appliance lacks to serve: roles not up, listeners not accepting, the name
-        servers not holding the broker's routes."""
+        """What the appliance lacks to serve: roles not up, listeners not answering, no name
+        server holding the broker's routes."""
         missing = [role for role, p in self.procs.items() if not self._started(role, p, 0)]
         for host, port, what in listeners(self.cfg, self.roles):
             broker = not what.startswith("the name server")      # HAProxy's ports and the readers'
@@ -249,7 +249,8 @@ class Supervisor:
                 p.kill()
                 p.wait()
                 self.failures.append(f"{role} was killed after {STOP_TIMEOUT_S} s")
-            if p.returncode not in (0, None) and not any(f.startswith(role + " ") for f in self.failures):
+                continue
+            if p.returncode:
                 self.failures.append(f"{role} exited with {p.returncode}")
         if os.path.exists(os.path.join(self.cfg.root, "abort")):
             self.failures.append("the abort marker is still there (not everything was flushed or dispatched)")

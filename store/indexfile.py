@@ -132,7 +132,7 @@ class IndexFile:
             begin_ts, begin_phys = store_ts[0], phys[0]
         newest: dict[int, int] = {}             # slot -> its newest entry from this call
         max_slots, max_entries = self.max_slots, self.max_entries
-        self.mf.reserve(entries_at + n0 * 20, entries_at + (n0 + k) * 20)
+        self.mf.reserve(entries_at + n0 * ENTRY_S.size, entries_at + (n0 + k) * ENTRY_S.size)
         reserve_chunk = self.mf.reserve_chunk
         read_slot, write_slot, write_entry = SLOT_S.unpack_from, SLOT_S.pack_into, ENTRY_S.pack_into
         for i, (key_hash, offset, ts) in enumerate(zip(hashes[:k], phys, store_ts)):

@@ -199,7 +199,7 @@ class MappedFile:
         with open(self.path, "r+b") as f:
             f.truncate(pos)
             f.truncate(self.size)
-        self._reserved, self._chunks = (0, 0), None
+        self._reserved, self._chunks, self._data_span = (0, 0), None, (0, 0)
 
     def flush(self) -> None:
         """fdatasync the file.  Raises OSError; callers treat that as fatal."""
@@ -294,12 +294,12 @@ class MappedFileQueue:
         mf = self.file_for_write(offset)
         mf.write(offset - mf.start, data)
 
-    def reserve(self, offset: int, end: int, ahead: int = RESERVE_CHUNK) -> None:
-        """``MappedFile.reserve`` over global [offset, end), in the files holding it (made if need
-        be).  Raises DiskFull."""
+    def reserve(self, offset: int, end: int) -> None:
+        """Blocks behind global [offset, end) exactly (the caller says how far ahead), in the files
+        holding it, made if need be.  Raises DiskFull."""
         while offset < end:
             mf = self.file_for_write(offset)
-            mf.reserve(offset - mf.start, min(end, mf.end) - mf.start, ahead)
+            mf.reserve(offset - mf.start, min(end, mf.end) - mf.start, 0)
             offset = mf.end
 
     def truncate(self, offset: int) -> None:

@@ -458,14 +458,13 @@ class WriterService:
         (the slab is refused, not torn)."""
         last = self.write_pos + nbytes + self.cfg.max_record_size + message.END_FILE_MIN_BLANK
         if last <= self.reserved_to:                  # one comparison while inside the reservation
-            if self.no_room.since is not None:
-                self.no_room.cleared()
+            self.no_room.cleared()
             return True
         # a MiB ahead, but within the file ``last`` falls in: a file made ahead of need would be
         # an empty newest file, and recovery after a clean stop starts 3 files from the newest
         ahead = min(last + COMMITLOG_RESERVE_AHEAD, last + (-last % self.file_size))
         try:
-            self.commitlog.reserve(self.write_pos, ahead, 0)
+            self.commitlog.reserve(self.write_pos, ahead)
             self.reserved_to = ahead
         except DiskFull as e:
             self.no_room.met(e)
