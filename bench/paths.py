@@ -43,7 +43,7 @@ import time
 from appliance.inprocess import running_store, small_config
 from bench.e2e import QUEUES, TOPIC, Rocketbox
 from net.server import Connection, RemotingServer
-from readers.link import WriterLink
+from readers.context import ReaderContext
 from readers.pull import PullProcessor
 from readers.send import SendProcessor
 from remoting import codec
@@ -82,14 +82,6 @@ class _Transport:
         """Nothing is ever buffered here, so the connection's read pausing never starts."""
 
 
-class _Broker:
-    def __init__(self, cfg, link):
-        self.cfg, self.link = cfg, link
-
-    def group_exists(self, _group: str) -> bool:
-        return True                          # as with autoCreateSubscriptionGroup
-
-
 def _frames(batch: int, use_json: bool, per_read: int) -> bytes:
     frames = [f for f, _n, _r in Rocketbox.send_frames(os.urandom(1024), batch)]
     return b"".join(_in_json(frames[i % len(frames)]) if use_json else frames[i % len(frames)] for i in range(per_read))
@@ -123,15 +115,15 @@ def measure(batch: int, use_json: bool, rounds: int, base: str | None, per_read:
             dispatcher = _Stepper(d, "the dispatcher found nothing written")  # thread 3
 
             async def run() -> dict:
-                link = WriterLink(cfg, sh)
+                reader = ReaderContext(cfg, sh).open_context()    # its group_exists: as with autoCreateSubscriptionGroup
                 try:
                     if pull:
-                        return await _pulls(cfg, sh, link, writer, dispatcher, batch, use_json, rounds,
+                        return await _pulls(sh, reader, writer, dispatcher, batch, use_json, rounds,
                                             fill or WARMUP_ROUNDS + rounds)
-                    return await _sends(cfg, link, writer, dispatcher, _frames(batch, use_json, per_read), rounds,
+                    return await _sends(reader, writer, dispatcher, _frames(batch, use_json, per_read), rounds,
                                         per_read * batch)
                 finally:
-                    link.close()
+                    reader.close_context()
                     writer.close()
                     dispatcher.close()
 
@@ -142,10 +134,10 @@ def measure(batch: int, use_json: bool, rounds: int, base: str | None, per_read:
         shutil.rmtree(root, ignore_errors=True)
 
 
-async def _sends(cfg, link, writer, dispatcher, blob: bytes, rounds: int, msgs: int) -> dict:
+async def _sends(reader_ctx, writer, dispatcher, blob: bytes, rounds: int, msgs: int) -> dict:
     """The send path: ``blob`` (``msgs`` messages) fed to a reader connection per round, a writer
     pass and a dispatcher pass, then the replies; CPU per message of each."""
-    conn, transport = _connection(SendProcessor(_Broker(cfg, link)).handlers())
+    conn, transport = _connection(SendProcessor(reader_ctx).handlers())
     reader, w_cpu, d_cpu = [], [], []
     for r in range(WARMUP_ROUNDS + rounds):
         t0 = time.thread_time()
@@ -155,7 +147,7 @@ async def _sends(cfg, link, writer, dispatcher, blob: bytes, rounds: int, msgs: 
         w_cpu.append(writer.step())
         d_cpu.append(dispatcher.step())
         t2 = time.thread_time()
-        link.on_wake()               # the writer's replies, then the responses
+        reader_ctx.settle()          # the writer's replies, then the responses
         await asyncio.sleep(0)
         t3 = time.thread_time()
         if r >= WARMUP_ROUNDS:
@@ -169,14 +161,14 @@ async def _sends(cfg, link, writer, dispatcher, blob: bytes, rounds: int, msgs: 
     return {**med, "writer_dispatcher_us": med["writer_us"] + med["dispatcher_us"], "msgs_per_round": msgs}
 
 
-async def _pulls(cfg, sh, link, writer, dispatcher, batch: int, use_json: bool, rounds: int, fill: int) -> dict:
+async def _pulls(sh, reader_ctx, writer, dispatcher, batch: int, use_json: bool, rounds: int, fill: int) -> dict:
     """The consume path: ``fill`` rounds of 32 messages to each of the 8 queues (a batch of 32
     to each, or 32 times a single send to each in turn, so that no two records of a queue are
     adjacent), then per round one PULL_MESSAGE of 32 per queue in one read, as ``bench.e2e``'s
     consumer sends them; the reader's CPU per message pulled (frame in to response out)."""
     if fill < WARMUP_ROUNDS + rounds:
         raise ValueError(f"--fill {fill} leaves too few messages for {rounds} rounds")
-    sends, _ = _connection(SendProcessor(_Broker(cfg, link)).handlers())
+    sends, _ = _connection(SendProcessor(reader_ctx).handlers())
     to_each = _frames(batch, use_json, QUEUES)       # one request to each queue
     for _ in range(fill * 32 // batch):
         sends.data_received(to_each)
@@ -184,9 +176,9 @@ async def _pulls(cfg, sh, link, writer, dispatcher, batch: int, use_json: bool, 
         writer.step()
         while sh.control[C.DISPATCHED] < sh.control[C.WRITTEN]:
             dispatcher.step()
-        link.on_wake()
+        reader_ctx.settle()
         await asyncio.sleep(0)
-    conn, transport = _connection(PullProcessor(_Broker(cfg, link)).handlers())
+    conn, transport = _connection(PullProcessor(reader_ctx).handlers())
     queues = range(QUEUES)
     per_round = 32 * QUEUES
     cpu = []

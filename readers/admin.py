@@ -37,7 +37,8 @@ def offset_key(topic: str, group: str) -> bytes:
 
 class AdminProcessor:
     def __init__(self, broker):
-        self.b, self.cfg, self.link, self.view = broker, broker.cfg, broker.link, broker.link.view
+        self.b, self.cfg, self.link, self.view = broker, broker.cfg, broker.link, broker.view
+        self.topics, self.offsets, self.ctl = broker.topics, broker.offsets, broker.sh.control
 
     def handlers(self) -> dict:
         return {R.QUERY_CONSUMER_OFFSET: self.query_offset, R.UPDATE_CONSUMER_OFFSET: self.update_offset,
@@ -96,7 +97,7 @@ class AdminProcessor:
         An admin that speaks CPP (``mqadmin -c``) has the members sent the C++ client's form."""
         h = headers.decode(cmd)
         topic, group, when = h["topic"], h["group"], h["timestamp"]
-        _tidx, meta = self.link.topics.live(topic)
+        _tidx, meta = self.topics.live(topic)
         if meta is None:
             return cmd.response(RC.SYSTEM_ERROR, f"[reset-offset] reset offset failed, no topic in this broker. "
                                                  f"topic={topic}")
@@ -186,7 +187,7 @@ class AdminProcessor:
 
     def _stored(self, phys: int) -> bytes:
         """The whole record at CommitLog offset ``phys``; ValueError naming the offset if none is."""
-        if not int(self.link.ctl[C.MIN_PHYS]) <= phys < int(self.link.ctl[C.WRITTEN]):
+        if not int(self.ctl[C.MIN_PHYS]) <= phys < int(self.ctl[C.WRITTEN]):
             raise ValueError(f"can not find message by the offset, {phys}")
         try:
             rec = self.view.record(phys).tobytes()
@@ -255,7 +256,7 @@ class AdminProcessor:
         """TopicStatsTable: each write queue's min and max offset, and when its last message was
         stored (0 for an empty queue); TOPIC_NOT_EXIST for a topic the broker does not have."""
         topic = headers.decode(cmd)["topic"]
-        _tidx, meta = self.link.topics.live(topic)
+        _tidx, meta = self.topics.live(topic)
         if meta is None:
             return cmd.response(RC.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
         table = {}
@@ -273,15 +274,15 @@ class AdminProcessor:
         its pulls found on those queues over the last minute (``shm.stats``)."""
         h = headers.decode(cmd)
         group = h["consumerGroup"]
-        topics = [h["topic"]] if h["topic"] else sorted(self.link.offsets.topics_of(group))
+        topics = [h["topic"]] if h["topic"] else sorted(self.offsets.topics_of(group))
         table, counters = {}, []
         for topic in topics:
-            _tidx, meta = self.link.topics.live(topic)
+            _tidx, meta = self.topics.live(topic)
             if meta is None:
                 continue
             key = offset_key(topic, group)
             for qid in range(meta[T.READ_QUEUE_NUMS]):
-                if (counter := self.link.offsets.slot(key, qid)) is not None:
+                if (counter := self.offsets.slot(key, qid)) is not None:
                     counters.append(counter)
                 _lo, hi = self.view.offsets(topic, qid) or (0, 0)
                 consumed = max(self.link.committed_offset(key, qid) or 0, 0)
@@ -295,7 +296,7 @@ class AdminProcessor:
         every one ``mqadmin clusterList`` reads (counts and rates: ``shm.stats``).  A send waits
         in no thread pool here (in its reader's slab, then the writer's ring), so the pools'
         queue sizes and waits are 0, as is pageCacheLockTimeMills (no lock is held across a put)."""
-        ctl = self.link.ctl
+        ctl = self.ctl
         lo, hi = int(ctl[C.MIN_PHYS]), int(ctl[C.WRITTEN])
         earliest = self._record_ts(lo) if hi > lo else None
         fs = os.statvfs(self.cfg.commitlog_dir)

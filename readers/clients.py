@@ -44,10 +44,11 @@ NOT_ONLINE = "not online"     # tell_group's answer for a group with no member
 
 class ClientProcessor:
     def __init__(self, broker):
-        self.b, self.cfg, self.link = broker, broker.cfg, broker.link
-        self.members = Members(broker.sh, self.link.slot)
+        self.b, self.cfg, self.link, self.slot = broker, broker.cfg, broker.link, broker.slot
+        self.topics, self.offsets, self.loop = broker.topics, broker.offsets, broker.loop
+        self.members = Members(broker.sh, self.slot)
         self.producers = Producers()
-        self.roster = Roster(broker.sh.roster_dir, self.link.slot)
+        self.roster = Roster(broker.sh.roster_dir, self.slot)
         self.publish_due = False
         self.publish()                          # a new owner of the slot: what was published there is stale
         self.locks = QueueLocks(broker.sh.locks_dir)
@@ -88,7 +89,7 @@ class ClientProcessor:
                 self.link.push_group(subscription_group(group))
                 self.groups_sent.add(group)
             retry = "%RETRY%" + group
-            if self.link.topics.lookup(retry) is None:
+            if self.topics.lookup(retry) is None:
                 await self.link.auto_create_topic(topic_config(retry, 1, 1))
             try:
                 joined = self.members.heartbeat(conn, client_id, data, now, who)
@@ -164,7 +165,7 @@ class ClientProcessor:
     def consumed_by(self, cmd, _conn):
         """GroupList: the groups that subscribe to the topic now, and those with offsets on it."""
         topic = headers.decode(cmd)["topic"]
-        groups = roster.groups_subscribed(topic, self._docs()) | self.link.offsets.groups_of(topic)
+        groups = roster.groups_subscribed(topic, self._docs()) | self.offsets.groups_of(topic)
         return cmd.response(body=orjson.dumps({"groupList": sorted(groups)}))
 
     # ------------------------------------------------------------ what only the consumer knows
@@ -189,7 +190,7 @@ class ClientProcessor:
             port = None if HOP in cmd.ext else roster.holder(group, client_id, self._others())
             if port is None or client_id not in self.members.group_members(group):
                 return cmd.response(RC.SYSTEM_ERROR, f"The Consumer <{group}> <{client_id}> not online")
-            req.ext[HOP], where = str(self.link.slot), f"127.0.0.1:{port}"
+            req.ext[HOP], where = str(self.slot), f"127.0.0.1:{port}"
             answer = self._forward(where, req)
         try:
             got = await answer
@@ -221,7 +222,7 @@ class ClientProcessor:
             return f"the client does not support this feature. version={old[0]}"
         self._send_to_group(group, req)
         for port in sorted(p for p in ports if p is not None):
-            fwd = Command(req.code, {**req.ext, HOP: str(self.link.slot)}, req.body, language="JAVA")
+            fwd = Command(req.code, {**req.ext, HOP: str(self.slot)}, req.body, language="JAVA")
             try:
                 got = await self._forward(f"127.0.0.1:{port}", fwd)
             except (OSError, RemotingError) as e:
@@ -267,7 +268,7 @@ class ClientProcessor:
         take the answer out with it, ahead of the publish.)"""
         if not self.publish_due and (self.members.details_changed or self.producers.details_changed):
             self.publish_due = True
-            self.link.loop.call_soon(self.publish)
+            self.loop.call_soon(self.publish)
 
     def publish(self) -> None:
         self.publish_due = False

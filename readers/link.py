@@ -1,30 +1,24 @@
-"""A reader's asyncio face of its ring slot: appends, flush waits, long-poll waits, topic
-creation and consumer-group updates, without ever blocking the event loop on the writer.
+"""A reader's link to the writer: its ring slot seen from asyncio.  Appends, topic creation,
+committed offsets and consumer-group updates go to the writer through it, and the writer's
+replies come back through it, without ever blocking the event loop on the writer.
 
-The slot's waker is a named pipe in the loop's epoll (the writer posts it after answering, the
-flusher when a waited-for offset is on disk, the dispatcher when new messages are dispatched and
-``dispatch_wait`` is set).  On a wake the loop reads every reply in one go and settles what they
-complete; the reader's 1 s tick does the same, so nothing hangs on a lost wake.
+The reader's service reads the replies (``on_wake``) when the slot's waker is posted (the writer
+posts it after answering) and on its 1 s tick, so nothing hangs on a lost wake.
 
 Appends are batched per loop turn: every request that arrives on any connection before the loop
 comes round again goes into one slab (one ring entry; a new one when the entry or its reply would
 not fit), held and growing while the writer still works on this reader's last slab.  No future or
 task per message: each ``append`` (a loop turn's sends, together) carries one ``waiter`` callable,
-called with its requests' outcomes when the slab's reply is read, and SYNC_FLUSH waits are a queue
-ordered by end offset (replies come in append order) with one timer for the oldest.
+called with its requests' outcomes when the slab's reply is read.
 """
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 
 import numpy as np
 
-from readers.holds import HeldPulls
-from readers.storeview import StoreView
 from remoting.codes import ResponseCode as RC
-from shm.layout import C, S
 from shm.tables import OffsetIndex, TopicIndex
 from writer import protocol as P
 from writer.client import LOST, SLAB_SLACK, RingClient
@@ -37,25 +31,21 @@ CLEANED = "[TIMEOUT_CLEAN_QUEUE]broker busy, start flow control for a while, per
 
 
 class WriterLink:
-    def __init__(self, cfg, shared):
-        self.cfg, self.sh, self.ctl = cfg, shared, shared.control
+    def __init__(self, cfg, shared, topics: TopicIndex, offsets: OffsetIndex):
+        """Claims a ring slot (``slot``); ``topics`` and ``offsets``: the reader's views of the
+        shared tables the writer fills, for the room checks before a request goes to it."""
+        self.cfg, self.topics, self.offsets = cfg, topics, offsets
         self.ring = RingClient(cfg, shared).open()
-        self.view = StoreView(cfg, shared, self.ring.slot, f"reader-slot{self.ring.slot}").open()
-        self.topics = TopicIndex(shared.views, shared.control)
-        self.offsets = OffsetIndex(shared.views, shared.control)
-        self.row = shared.slots[self.ring.slot]
+        self.waker = self.ring.waker
         self.loop = asyncio.get_running_loop()
         self.slab: _Slab | None = None                              # this loop turn's appends
         self.slab_budget = self.ring.requests.max_entry - SLAB_SLACK
         self.slab_records = self.ring.responses.capacity // (4 * (P.RESULT.itemsize + 8))   # so its reply fits
-        self.flush_waits: collections.deque = collections.deque()  # (end offset, loop-time deadline, callback)
-        self.flush_timer: asyncio.TimerHandle | None = None
         self.pushed_end = 0                                         # ring position past our last slab
         self.pushed_at = 0.0                                        # loop time it was pushed
         self.busy_after_s = cfg.osPageCacheBusyTimeOutMills / 1000  # writer unfinished that long: refuse sends
         self.held_max_s = cfg.waitTimeMillsInSendQueue / 1000       # a held slab that old: answered busy
         self.clean_timer: asyncio.TimerHandle | None = None
-        self.polls = HeldPulls(self.view.queues, self.loop, self.row, self.view.tags)   # long polls
         self.topic_waits: dict[int, asyncio.Future] = {}
         self.creating: dict[str, asyncio.Future] = {}              # auto-creations under way, by topic
         self.offset_batch: list[tuple[bytes, int, int]] = []
@@ -64,25 +54,15 @@ class WriterLink:
         self.unapplied: dict[tuple[bytes, int], tuple[int, int]] = {}  # committed here, not yet in shm
         self.full_warned_at = float("-inf")   # when a full offset table was last logged
         self.on_topic_change = None                # awaited after a topic this reader created or changed
-        self.on_post = None                        # called after each wake's replies are settled
-        self.loop.add_reader(self.ring.waker.fileno(), self._on_post)
 
     @property
     def slot(self) -> int:
         return self.ring.slot
 
     def close(self) -> None:
-        self.loop.remove_reader(self.ring.waker.fileno())
-        self.view.close()
         self.ring.close()
 
-    # ------------------------------------------------------------ wakes
-    def _on_post(self) -> None:
-        self.ring.waker.drain()
-        self.on_wake()
-        if self.on_post is not None:
-            self.on_post()
-
+    # ------------------------------------------------------------ replies
     def on_wake(self) -> None:
         """Read every reply and settle what is done (on a post, and on the reader's tick)."""
         self.ring.poll()                    # calls each answered slab's _Slab.answered
@@ -96,10 +76,6 @@ class WriterLink:
                 self.ring.topic_replies.pop(rid, None)
                 if not fut.done():
                     fut.set_result(res.status)
-        if self.flush_waits:
-            self._settle_flushes()
-        if self.polls:
-            self.polls.settle()
         if self.unapplied or self.apply_waits:
             done = self.ring.requests.read_pos
             self.unapplied = {k: v for k, v in self.unapplied.items() if v[1] > done}
@@ -111,8 +87,8 @@ class WriterLink:
     # ------------------------------------------------------------ appends
     @property
     def busy(self) -> bool:
-        """Appends or flush waits not answered yet."""
-        return bool(self.slab or self.ring.in_flight or self.flush_waits)
+        """Appends not answered yet."""
+        return bool(self.slab or self.ring.in_flight)
 
     def stalled(self) -> bool:
         """The writer has not finished our last slab for ``osPageCacheBusyTimeOutMills``: new
@@ -153,7 +129,7 @@ class WriterLink:
         while first < len(rows):
             last, end_rec, nbytes, size = first, rec, 0, 0
             while last < len(rows):                      # a lone request always fits (RingClient._fits)
-                count = rows[last][4]
+                count = rows[last][P.REQUEST_AT.count]
                 held = sum(sizes[end_rec:end_rec + count])
                 more = P.REQUEST.itemsize + held + 4 * count
                 if last > first and (nbytes + more > self.slab_budget or end_rec + count - rec > self.slab_records):
@@ -207,54 +183,6 @@ class WriterLink:
             self.pushed_end, self.pushed_at = self.ring.requests.write_pos, self.loop.time()
         except Exception as e:              # e.g. a request larger than a ring entry
             slab.answered(None, None, (RC.SYSTEM_ERROR, str(e)))
-
-    # ------------------------------------------------------------ SYNC_FLUSH
-    def after_flush(self, end_offset: int, timeout_s: float, callback) -> None:
-        """``callback(True)`` once the CommitLog is flushed through ``end_offset``, or
-        ``callback(False)`` after ``timeout_s``.  Called with end offsets in append order."""
-        if self.ctl[C.FLUSHED] >= end_offset:
-            callback(True)
-            return
-        waits = self.flush_waits
-        waits.append((end_offset, self.loop.time() + timeout_s, callback))
-        if len(waits) == 1:
-            self._publish_flush_wait()
-            self.flush_timer = self.loop.call_at(waits[0][1], self._flush_timeouts)
-
-    def _publish_flush_wait(self) -> None:
-        self.row[S.FLUSH_WAIT] = self.flush_waits[0][0] if self.flush_waits else 0
-        if self.flush_waits:
-            self.sh.flusher_waker.post()
-
-    def _settle_flushes(self) -> None:
-        flushed, waits = int(self.ctl[C.FLUSHED]), self.flush_waits
-        if waits[0][0] > flushed:
-            return
-        while waits and waits[0][0] <= flushed:
-            waits.popleft()[2](True)
-        self._rearm_flush_timer()
-
-    def _flush_timeouts(self) -> None:
-        now, waits = self.loop.time(), self.flush_waits
-        while waits and waits[0][1] <= now:
-            waits.popleft()[2](False)
-        self._rearm_flush_timer()
-
-    def _rearm_flush_timer(self) -> None:
-        if self.flush_timer is not None:
-            self.flush_timer.cancel()
-            self.flush_timer = None
-        self._publish_flush_wait()
-        if self.flush_waits:
-            self.flush_timer = self.loop.call_at(self.flush_waits[0][1], self._flush_timeouts)
-
-    # ------------------------------------------------------------ long polling
-    def when_grown(self, topic: str, queue_id: int, offset: int, codes, timeout_s: float, callback) -> None:
-        """``callback(True)`` once the queue's published max offset passes ``offset`` with a
-        message of one of the tag hash ``codes`` (None: any message), checked now, on each
-        dispatcher wake and on the tick; ``callback(False)`` after ``timeout_s``.  A held pull is
-        an entry of ``polls`` and a timer: no task, no future."""
-        self.polls.hold(topic, queue_id, offset, codes, timeout_s, callback)
 
     # ------------------------------------------------------------ topics
     def creation_failed(self, topic: str, status: int) -> str:
@@ -364,7 +292,7 @@ class _Slab:
                 part, got, why, m = None, None, failure, 0
             else:
                 part, why = res[i:i + n], None
-                m = sum([r[7] for r in part])
+                m = sum([r[P.RESULT_AT.count] for r in part])
                 got = phys[j:j + m]
             try:
                 waiter(first, n, part, got, why)

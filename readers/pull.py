@@ -19,6 +19,7 @@ import functools
 from net.server import DEFERRED
 from readers import storeview as SV
 from readers.admin import offset_key
+from readers.holds import HeldPulls
 from readers.send import FAQ
 from remoting import codec, headers
 from remoting.codes import RequestCode as R
@@ -42,20 +43,28 @@ def tag_codes(expression: str | None) -> tuple[int, ...] | None:
 
 class PullProcessor:
     def __init__(self, broker):
-        self.b, self.cfg, self.link, self.view = broker, broker.cfg, broker.link, broker.link.view
+        self.b, self.cfg, self.link, self.view = broker, broker.cfg, broker.link, broker.view
+        self.topics, self.offsets = broker.topics, broker.offsets
+        row = broker.sh.slots[broker.slot]
+        self.polls = HeldPulls(self.view.queues, broker.loop, row, self.view.tags)   # long polls
         self.disk_limits = (self.cfg.maxTransferCountOnMessageInDisk, self.cfg.maxTransferBytesOnMessageInDisk)
         # what a pull counts (shm/stats.py): its slot's row, and its row of the groups' counts, as
         # memoryviews (an int read and written per count, ~3x cheaper than a numpy scalar's)
-        self.counts = memoryview(self.link.row)
-        self.group_pulls = memoryview(self.link.sh.views["offset_pulls"][self.link.slot])
+        self.counts = memoryview(row)
+        self.group_pulls = memoryview(broker.sh.views["offset_pulls"][broker.slot])
 
     def handlers(self) -> dict:
         return {R.PULL_MESSAGE: self.pull}
 
+    def settle(self) -> None:
+        """On a wake: answer the held pulls whose queues grew (or that timed out)."""
+        if self.polls:
+            self.polls.settle()
+
     def pull(self, cmd, conn):
         h = headers.decode(cmd)
         topic, qid, group = h["topic"], h["queueId"], h["consumerGroup"]
-        meta = self.link.topics.live(topic)[1]
+        meta = self.topics.live(topic)[1]
         if meta is None:
             return cmd.response(RC.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please! {FAQ}")
         if not meta[T.PERM] & PERM_READ:
@@ -79,10 +88,10 @@ class PullProcessor:
         key = offset_key(topic, group)
         if h["sysFlag"] & COMMIT_OFFSET and self.cfg.brokerRole != "SLAVE":
             self.link.commit_offset(key, qid, h["commitOffset"])
-        counter = self.link.offsets.slot(key, qid)
+        counter = self.offsets.slot(key, qid)
         code, pieces = self._run(cmd, topic, qid, h["queueOffset"], h["maxMsgNums"], codes, counter)
         if code == RC.PULL_NOT_FOUND and h["sysFlag"] & SUSPEND and h["suspendTimeoutMillis"] > 0:
-            self.link.when_grown(topic, qid, h["queueOffset"], codes, h["suspendTimeoutMillis"] / 1000, functools.partial(
+            self.polls.hold(topic, qid, h["queueOffset"], codes, h["suspendTimeoutMillis"] / 1000, functools.partial(
                 self._held, cmd, conn, topic, qid, h["queueOffset"], h["maxMsgNums"], codes, key))
         else:
             conn.reply_pieces(cmd, pieces)
@@ -91,7 +100,7 @@ class PullProcessor:
     def _held(self, cmd, conn, topic, qid, offset, max_nums, codes, key, _grew: bool) -> None:
         """A held pull's end (the queue grew, or the time-out): run it once more and answer."""
         try:
-            _code, pieces = self._run(cmd, topic, qid, offset, max_nums, codes, self.link.offsets.slot(key, qid))
+            _code, pieces = self._run(cmd, topic, qid, offset, max_nums, codes, self.offsets.slot(key, qid))
         except Exception as e:
             pieces = [codec.encode(conn.failure(cmd, e))]
         conn.reply_pieces(cmd, pieces)

@@ -54,6 +54,7 @@ def _half(props: bytes) -> bool:
 class SendProcessor:
     def __init__(self, broker):
         self.b, self.cfg, self.link = broker, broker.cfg, broker.link
+        self.topics, self.ctl, self.loop, self.flushes = broker.topics, broker.sh.control, broker.loop, broker.flushes
         self.ring = self.link.ring
         self.cluster_prop = f"{_SEP}CLUSTER{message.NAME_VALUE_SEP}{self.cfg.brokerClusterName}"
         self.region = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
@@ -88,15 +89,15 @@ class SendProcessor:
         if waiting is not None:                   # behind the sends that wait for its creation
             waiting.append((cmd, conn, h))
             return DEFERRED
-        tidx, meta = self.link.topics.live(topic)
+        tidx, meta = self.topics.live(topic)
         if tidx is None:
             self.creating[topic] = [(cmd, conn, h)]
-            task = self.link.loop.create_task(self._create_then_append(topic, h))
+            task = self.loop.create_task(self._create_then_append(topic, h))
             self.creations.add(task)
             task.add_done_callback(self.creations.discard)
             return DEFERRED
         if not self.turn:
-            self.link.loop.call_soon(self._turn)
+            self.loop.call_soon(self._turn)
         self.turn.append((cmd, conn, h, tidx, meta))
         return DEFERRED
 
@@ -111,7 +112,7 @@ class SendProcessor:
             for cmd, conn, _h in self.creating.pop(topic):
                 conn.send_reply(cmd, self._refused(cmd, e) if isinstance(e, MessageRejected) else conn.failure(cmd, e))
             return
-        meta = self.link.topics.row(tidx)
+        meta = self.topics.row(tidx)
         self._append([(cmd, conn, hh, tidx, meta) for cmd, conn, hh in self.creating.pop(topic)])
 
     def _refused(self, cmd, e: MessageRejected):
@@ -128,10 +129,10 @@ class SendProcessor:
         if self.link.stalled():
             self._stored([(cmd, conn, False) for cmd, conn, *_ in sends], 0, len(sends), None, None, REJECTED)
             return
-        if self.link.ctl[C.DISK_FULL] or self.link.ctl[C.DISPATCH_NO_ROOM]:   # above diskSpaceWarningLevelRatio,
+        if self.ctl[C.DISK_FULL] or self.ctl[C.DISPATCH_NO_ROOM]:   # above diskSpaceWarningLevelRatio,
             # or the dispatcher cannot make a consume-queue file: nothing is acknowledged that consumers cannot see
             self._stored([(cmd, conn, False) for cmd, conn, *_ in sends], 0, len(sends), None, None,
-                         (RC.SERVICE_NOT_AVAILABLE, disk_remark(self.link.ctl)))
+                         (RC.SERVICE_NOT_AVAILABLE, disk_remark(self.ctl)))
             return
         rows, sizes, parts, sent = [], [], [], []
         for cmd, conn, h, tidx, meta in sends:
@@ -164,8 +165,9 @@ class SendProcessor:
                 conn.send_reply(cmd, cmd.response(code, remark, ext=dict(self.region)))
             return
         j, flush_waits, last_end = 0, [], -1
-        for (cmd, conn, wait), (_rid, status, qid, qoff, _p0, end, _ts, count, _pad) in zip(sent[first:first + n],
-                                                                                            results):
+        at = P.RESULT_AT
+        for (cmd, conn, wait), r in zip(sent[first:first + n], results):
+            status, qid, qoff, count = r[at.status], r[at.queue_id], r[at.queue_offset], r[at.count]
             if status == P.QUEUES_FULL:
                 conn.send_reply(cmd, cmd.response(RC.SYSTEM_ERROR, f"the broker's queue table is full "
                                                   f"({self.cfg.shmQueueSlots} queues, shmQueueSlots): a queue not "
@@ -174,12 +176,12 @@ class SendProcessor:
                 conn.send_reply(cmd, cmd.response(status, f"put failed with status {status}", ext=dict(self.region)))
             elif wait:
                 flush_waits.append((cmd, conn, qid, qoff, phys[j:j + count]))
-                last_end = end
+                last_end = r[at.end_offset]
             elif not cmd.is_oneway:
                 conn.write(self._reply(cmd, qid, qoff, phys[j] if count == 1 else phys[j:j + count], True))
             j += count
         if flush_waits:
-            self.link.after_flush(last_end, self.flush_timeout_s, functools.partial(self._flushed, flush_waits))
+            self.flushes.after_flush(last_end, self.flush_timeout_s, functools.partial(self._flushed, flush_waits))
 
     def _flushed(self, waits: list[tuple], flushed: bool) -> None:
         """SYNC_FLUSH: the CommitLog is on disk through the last of ``waits`` (or the time is up)."""
@@ -236,14 +238,14 @@ class SendProcessor:
         if topic.startswith(RETRY_PREFIX):
             tc = topic_config(topic, 1, 1)
         else:
-            default = self.link.topics.lookup(h["defaultTopic"] or "")
-            meta = self.link.topics.row(default) if default is not None else None
+            default = self.topics.lookup(h["defaultTopic"] or "")
+            meta = self.topics.row(default) if default is not None else None
             if meta is None or not meta[T.PERM] & PERM_INHERIT or not self.cfg.autoCreateTopicEnable:
                 raise MessageRejected(RC.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!{FAQ}")
             nums = max(1, min(h["defaultTopicQueueNums"], meta[T.WRITE_QUEUE_NUMS]))
             tc = topic_config(topic, nums, nums, meta[T.PERM] & ~PERM_INHERIT)
         status = await self.link.auto_create_topic(tc)
-        tidx = self.link.topics.lookup(topic)
+        tidx = self.topics.lookup(topic)
         if status != P.SUCCESS or tidx is None:
             raise MessageRejected(RC.SYSTEM_ERROR, self.link.creation_failed(topic, status))
         return tidx

@@ -21,7 +21,7 @@ import time
 from net.server import RemotingServer
 from readers.admin import AdminProcessor
 from readers.clients import ClientProcessor
-from readers.link import WriterLink
+from readers.context import ReaderContext
 from readers.pull import PullProcessor
 from readers.registration import PERIOD_S, Registrar, addresses
 from readers.send import SendProcessor
@@ -33,9 +33,10 @@ TICK_S = 1.0
 DRAIN_S = 5.0
 
 
-class ReaderService:
+class ReaderService(ReaderContext):
     def __init__(self, cfg, shared, index: int):
-        self.cfg, self.sh, self.index = cfg, shared, index
+        super().__init__(cfg, shared)
+        self.index = index
         self.stop_requested = False
         self._stop: asyncio.Event | None = None
         self._groups_mtime, self._groups = -1.0, set()
@@ -54,20 +55,20 @@ class ReaderService:
     def wake(self) -> None:
         """From the SIGTERM handler (stop_requested is already set)."""
         if self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
+            self.loop.call_soon_threadsafe(self._stop.set)
 
     # ------------------------------------------------------------ serving
     async def serve(self) -> None:
-        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        self.loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
         if self.stop_requested:
             return
-        self.link = WriterLink(self.cfg, self.sh)
+        self.open_context()
         self.rates = Rates(self.sh)                          # GET_BROKER_RUNTIME_INFO's TPS
         self.clients = ClientProcessor(self)
         self.members = self.clients.members
-        self.link.on_post = self.clients.follow_members      # another reader's members moved: notify now
+        self.pulls = PullProcessor(self)
         handlers = {}
-        for proc in (SendProcessor(self), PullProcessor(self), self.clients, AdminProcessor(self)):
+        for proc in (SendProcessor(self), self.pulls, self.clients, AdminProcessor(self)):
             handlers.update(proc.handlers())
         server = RemotingServer(f"reader-{self.index}", handlers, on_close=self.clients.connection_closed)
         registrar = Registrar(self.cfg, self.sh.views) if addresses(self.cfg) else None
@@ -85,7 +86,7 @@ class ReaderService:
                     await registrar.unregister_all()
                 registrar.close()
             self.clients.close()
-            self.link.close()
+            self.close_context()
 
     async def _tick_until_stopped(self, registrar) -> None:
         registered_at, topic_version, pending = 0.0, -1, None
@@ -96,21 +97,29 @@ class ReaderService:
                 # restarting) after its back-off; what changed meanwhile, when the table changes
                 if registrar.retry_due() or time.monotonic() - registered_at >= PERIOD_S:
                     topic_version, registered_at = version, time.monotonic()
-                    pending = self._loop.create_task(registrar.register_all())
+                    pending = self.loop.create_task(registrar.register_all())
                 elif version != topic_version:
                     topic_version = version
-                    pending = self._loop.create_task(registrar.register_changes())
+                    pending = self.loop.create_task(registrar.register_changes())
             try:
                 await asyncio.wait_for(self._stop.wait(), TICK_S)
             except asyncio.TimeoutError:
                 pass
             self.clients.tick(int(time.time() * 1000))
             self.rates.sample()
-            self.link.on_wake()
+            self.settle()
+
+    def _posted(self) -> None:
+        super()._posted()
+        self.clients.follow_members()        # another reader's members moved: notify now
+
+    def settle(self) -> None:
+        super().settle()
+        self.pulls.settle()                  # held pulls whose queues grew
 
     async def _drain(self) -> None:
         deadline = time.monotonic() + DRAIN_S
-        while self.link.busy and time.monotonic() < deadline:
+        while self.busy and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
 
     # ------------------------------------------------------------ shared lookups

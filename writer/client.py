@@ -96,13 +96,15 @@ class Ticket:
 
     def put_results(self) -> list[PutResult]:
         """One PutResult per submitted request, refusals at their positions."""
-        out, sent, i = [], iter(zip(self.results.tolist(), self.counts.tolist())), 0
+        res = self.results
+        out, sent, i = [], iter(zip(res["status"].tolist(), res["queue_id"].tolist(), res["queue_offset"].tolist(),
+                                    res["end_offset"].tolist(), res["store_ts"].tolist(), self.counts.tolist())), 0
         plist = self.phys.tolist()
         for pos in range(len(self.results) + len(self.refused)):
             if pos in self.refused:
                 out.append(self.refused[pos])
                 continue
-            (_rid, status, qid, qoff, _p0, end, ts, _n, _pad), count = next(sent)
+            status, qid, qoff, end, ts, count = next(sent)
             out.append(PutResult(status, qid, qoff, plist[i:i + count] if status == P.SUCCESS else [], end, ts,
                                  self.remark if status != P.SUCCESS else ""))
             i += count
@@ -359,7 +361,7 @@ class RingClient:
                 at = P.RESULT_HEAD.itemsize
                 end = at + nq * P.RESULT.itemsize
                 rows = list(P.RESULT_S.iter_unpack(mv[at:end]))
-                rid = rows[0][0] if rows else None                  # the first row's req_id
+                rid = rows[0][P.RESULT_AT.req_id] if rows else None     # the slab's first request
                 self.awaiting.pop(rid, None)
                 answered = self.in_flight.pop(rid, None)
                 if answered is not None:

@@ -17,6 +17,7 @@ GROUP (request ring, no reply): a SubscriptionGroupConfig JSON (writer/groups.py
 """
 from __future__ import annotations
 
+import collections
 import struct
 
 import numpy as np
@@ -59,14 +60,25 @@ TOPICS_FULL = 1002      # rocketbox's own: a new topic with no topic slot left (
 _CODES = {"<u8": "Q", "<i8": "q", "<u4": "I", "<i4": "i"}
 
 
+def names_of(dtype: np.dtype) -> tuple[str, ...]:
+    """A record dtype's field names, in order."""
+    assert dtype.names is not None, dtype
+    return dtype.names
+
+
 def struct_of(dtype: np.dtype) -> struct.Struct:
     """The same layout as a ``struct`` (for a few rows, packing them costs less than numpy's calls)."""
-    st = struct.Struct("<" + "".join(_CODES[dtype.fields[name][0].str] for name in dtype.names))
+    assert dtype.fields is not None, dtype
+    st = struct.Struct("<" + "".join(_CODES[dtype.fields[name][0].str] for name in names_of(dtype)))
     assert st.size == dtype.itemsize, dtype
     return st
 
 
 SLAB_HEAD_S, REQUEST_S, RESULT_HEAD_S, RESULT_S = (struct_of(d) for d in (SLAB_HEAD, REQUEST, RESULT_HEAD, RESULT))
+# where each field sits in a row as a Python tuple (``struct`` unpacks, ``tolist``): rows are read
+# by name, ``row[RESULT_AT.status]``, at the cost of a tuple index
+REQUEST_AT = collections.namedtuple("RequestAt", names_of(REQUEST))(*range(len(names_of(REQUEST))))
+RESULT_AT = collections.namedtuple("ResultAt", names_of(RESULT))(*range(len(names_of(RESULT))))
 
 
 def align8(n: int) -> int:
@@ -94,16 +106,33 @@ def result_bytes(results: list[tuple], phys: list[int]) -> list:
             struct.pack(f"<{len(phys)}q", *phys)]
 
 
+class BadSlab(ValueError):
+    """A PUT slab that does not hold together.  ``requests``: its request rows when they are
+    readable (each is then answered SYSTEM_ERROR), else None (nobody can be answered)."""
+
+    def __init__(self, why: str, requests: np.ndarray | None = None):
+        super().__init__(why)
+        self.requests = requests
+
+
 def parse_slab(payload: np.ndarray):
-    """-> (requests, sizes, records uint8 view, byte offset of records inside ``payload``)."""
+    """-> (requests, sizes, records uint8 view, byte offset of records inside ``payload``).
+    BadSlab for a slab that does not hold together: too short for what its head claims, a
+    request of no records, request counts that do not add up to the records, record sizes that
+    do not add up to the record bytes."""
     if len(payload) < SLAB_HEAD.itemsize:
-        raise ValueError(f"slab of {len(payload)} bytes has no head")
-    nq, nr, nb = SLAB_HEAD_S.unpack_from(payload, 0)
+        raise BadSlab(f"slab of {len(payload)} bytes has no head")
+    nq, nr, nb = SLAB_HEAD_S.unpack_from(payload, 0)     # type: ignore[arg-type]  # an ndarray is a buffer
     at = SLAB_HEAD.itemsize
+    lead = align8(at + nq * REQUEST.itemsize + nr * 4)
+    if lead + nb > len(payload):
+        readable = at + nq * REQUEST.itemsize <= len(payload)
+        raise BadSlab(f"slab claims {nq} requests, {nr} records and {nb} record bytes but carries {len(payload)} bytes",
+                      payload[at:at + nq * REQUEST.itemsize].view(REQUEST) if readable else None)
     requests = payload[at:at + nq * REQUEST.itemsize].view(REQUEST)
     at += nq * REQUEST.itemsize
     sizes = payload[at:at + nr * 4].view("<u4")
-    at = align8(at + nr * 4)
-    if at + nb > len(payload):
-        raise ValueError(f"slab claims {nb} record bytes but carries {len(payload) - at}")
-    return requests, sizes, payload[at:at + nb], at
+    counts = requests["count"].tolist()
+    if sum(counts) != nr or min(counts, default=1) <= 0 or sum(sizes.tolist()) != nb:
+        raise BadSlab(f"request counts and record sizes disagree ({nq} requests, {nr} records, {nb} bytes)", requests)
+    return requests, sizes, payload[lead:lead + nb], lead

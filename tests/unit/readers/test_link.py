@@ -5,7 +5,9 @@ import asyncio
 
 import numpy as np
 
-from readers.link import OVERLOAD, WriterLink
+from readers.context import ReaderContext
+from readers.link import OVERLOAD
+from readers.pull import PullProcessor
 from remoting.codes import ResponseCode as RC
 from shm.layout import C, S
 from store import message
@@ -20,11 +22,11 @@ def _with_link(tmp_path, tag: str, test, **settings) -> None:
     cfg = small_config(tmp_path / "store", tag, **settings)
     with running_store(cfg) as (sh, w, _d, _c):
         async def main():
-            link = WriterLink(cfg, sh)
+            ctx = ReaderContext(cfg, sh).open_context()
             try:
-                await test(link, w)
+                await test(ctx.link, w)
             finally:
-                link.close()
+                ctx.close_context()
         asyncio.run(main())
 
 
@@ -121,34 +123,35 @@ def test_held_pulls_end_once_each_when_their_queue_grows_or_their_time_is_up(tmp
             _stored(w, d, c, "Grow", queue, [{}])
 
         async def main():
-            link = WriterLink(cfg, sh)
+            ctx = ReaderContext(cfg, sh).open_context()
+            pulls = PullProcessor(ctx)
             ended = []
 
             def hold(name, queue, timeout_s):
-                link.when_grown("Grow", queue, 0, None, timeout_s, lambda grew: ended.append((name, grew)))
+                pulls.polls.hold("Grow", queue, 0, None, timeout_s, lambda grew: ended.append((name, grew)))
 
             def broken(grew):
                 raise RuntimeError("a broken callback")
             try:
                 hold("q0", 0, 1)
                 hold("q1-short", 1, 0.05)
-                link.when_grown("Grow", 0, 0, None, 1, broken)
+                pulls.polls.hold("Grow", 0, 0, None, 1, broken)
                 hold("q1", 1, 1)
-                assert sh.slots[link.slot, S.DISPATCH_WAIT] == 1 and ended == []
+                assert sh.slots[ctx.slot, S.DISPATCH_WAIT] == 1 and ended == []
                 await asyncio.sleep(0.15)
                 assert ended == [("q1-short", False)]              # its time-out, nothing else
                 put(0)                                             # queue 0 grows
-                link.on_wake()                                     # the dispatcher's post, or the tick
+                pulls.settle()                                     # the dispatcher's post, or the tick
                 assert ended == [("q1-short", False), ("q0", True)]   # the broken one did not stop it
-                assert sh.slots[link.slot, S.DISPATCH_WAIT] == 1   # q1 still held
+                assert sh.slots[ctx.slot, S.DISPATCH_WAIT] == 1   # q1 still held
                 put(1)
-                link.on_wake()
+                pulls.settle()
                 assert ended[-1] == ("q1", True) and len(ended) == 3
-                assert len(link.polls) == 0 and sh.slots[link.slot, S.DISPATCH_WAIT] == 0
+                assert len(pulls.polls) == 0 and sh.slots[ctx.slot, S.DISPATCH_WAIT] == 0
                 await asyncio.sleep(1.1)                           # no timer fires for an ended hold
                 assert len(ended) == 3
             finally:
-                link.close()
+                ctx.close_context()
         asyncio.run(main())
 
 
@@ -161,11 +164,12 @@ def test_a_queue_that_grows_ends_only_the_holds_it_has_grown_past(tmp_path):
             _stored(w, d, c, "Grow", queue, [{}] * n)
 
         async def main():
-            link = WriterLink(cfg, sh)
+            ctx = ReaderContext(cfg, sh).open_context()
+            pulls = PullProcessor(ctx)
             ended = []
 
             def hold(offset, queue=0):
-                link.when_grown("Grow", queue, offset, None, 5, lambda grew: ended.append((queue, offset, grew)))
+                pulls.polls.hold("Grow", queue, offset, None, 5, lambda grew: ended.append((queue, offset, grew)))
             try:
                 put(0)                                          # queue 0's max offset: 1
                 hold(0)                                         # already past: ended at once
@@ -173,22 +177,22 @@ def test_a_queue_that_grows_ends_only_the_holds_it_has_grown_past(tmp_path):
                 for offset in (3, 1, 2):
                     hold(offset)
                 hold(0, queue=1)
-                assert len(link.polls) == 4
+                assert len(pulls.polls) == 4
                 put(0)                                          # max 2: past the hold at 1 only
-                link.on_wake()
+                pulls.settle()
                 assert ended[1:] == [(0, 1, True)]
-                assert link.polls.want[link.view.queues.slot("Grow", 0)] == 2
+                assert pulls.polls.want[ctx.view.queues.slot("Grow", 0)] == 2
                 put(0, 2)                                       # max 4: past 2 and 3
-                link.on_wake()
+                pulls.settle()
                 assert sorted(ended[2:]) == [(0, 2, True), (0, 3, True)]
-                assert len(link.polls) == 1 and sh.slots[link.slot, S.DISPATCH_WAIT] == 1
+                assert len(pulls.polls) == 1 and sh.slots[ctx.slot, S.DISPATCH_WAIT] == 1
                 put(1)                                          # queue 1's first message: its slot is new
-                link.on_wake()
+                pulls.settle()
                 assert ended[-1] == (1, 0, True) and len(ended) == 5
-                assert len(link.polls) == 0 and sh.slots[link.slot, S.DISPATCH_WAIT] == 0
-                assert (link.polls.want == np.iinfo(np.int64).max).all()
+                assert len(pulls.polls) == 0 and sh.slots[ctx.slot, S.DISPATCH_WAIT] == 0
+                assert (pulls.polls.want == np.iinfo(np.int64).max).all()
             finally:
-                link.close()
+                ctx.close_context()
         asyncio.run(main())
 
 
@@ -203,28 +207,29 @@ def test_a_filtered_hold_is_woken_only_by_a_tag_it_takes(tmp_path):
             _stored(w, d, c, "Tags", 0, [{"TAGS": t} for t in tags])
 
         async def main():
-            link = WriterLink(cfg, sh)
+            ctx = ReaderContext(cfg, sh).open_context()
+            pulls = PullProcessor(ctx)
             ended = []
             try:
                 put("TagA")                                     # queue end: 1
-                link.when_grown("Tags", 0, 1, (string_hash("TagA"), string_hash("TagC")), 5,
+                pulls.polls.hold("Tags", 0, 1, (string_hash("TagA"), string_hash("TagC")), 5,
                                 lambda grew: ended.append(("AC", grew)))
-                link.when_grown("Tags", 0, 1, None, 5, lambda grew: ended.append(("all", grew)))
+                pulls.polls.hold("Tags", 0, 1, None, 5, lambda grew: ended.append(("all", grew)))
                 put("TagB", "TagB")
-                link.on_wake()
+                pulls.settle()
                 assert ended == [("all", True)]                 # the filtered one is still held...
-                slot = link.view.queues.slot("Tags", 0)
-                assert len(link.polls) == 1 and link.polls.want[slot] == 3    # ...past the two TagBs
+                slot = ctx.view.queues.slot("Tags", 0)
+                assert len(pulls.polls) == 1 and pulls.polls.want[slot] == 3    # ...past the two TagBs
                 put("TagC")
-                link.on_wake()
-                assert ended == [("all", True), ("AC", True)] and len(link.polls) == 0
+                pulls.settle()
+                assert ended == [("all", True), ("AC", True)] and len(pulls.polls) == 0
                 put("TagB")                                     # held at 4 (TagB only to come): time-out
-                link.when_grown("Tags", 0, 4, (string_hash("TagA"),), 0.05, lambda grew: ended.append(("A", grew)))
-                assert len(link.polls) == 1 and link.polls.want[slot] == 5
+                pulls.polls.hold("Tags", 0, 4, (string_hash("TagA"),), 0.05, lambda grew: ended.append(("A", grew)))
+                assert len(pulls.polls) == 1 and pulls.polls.want[slot] == 5
                 await asyncio.sleep(0.15)
                 assert ended[-1] == ("A", False) and len(ended) == 3
             finally:
-                link.close()
+                ctx.close_context()
         asyncio.run(main())
 
 
@@ -289,7 +294,7 @@ def test_a_slab_the_full_ring_cannot_take_is_answered_busy_at_once_not_waited_fo
             link.on_wake()
         assert [c[0] for c in calls if c[3] is not None] == ["a", "b", "c", "e"]
         assert all(r[1] == 0 for c in calls if c[3] for r in c[3]), calls
-        written = int(link.ctl[C.WRITTEN])                              # and only theirs are stored
+        written = int(w.sh.control[C.WRITTEN])                              # and only theirs are stored
         bodies = [r.body[:1] for r in message.decode_records(bytes(w.commitlog.file_for(0).view[:written]))]
         assert len(bodies) == 4 * per and bodies[:3] == [b"A", b"B", b"C"]
     _with_link(tmp_path, "full", test, waitTimeMillsInSendQueue=10_000, maxMessageSize=8192,

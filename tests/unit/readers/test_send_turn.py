@@ -4,9 +4,9 @@ answered with."""
 import asyncio
 
 from bench.e2e import Rocketbox
-from bench.paths import _Broker, _Transport
+from bench.paths import _Transport
 from net.server import Connection, RemotingServer
-from readers.link import WriterLink
+from readers.context import ReaderContext
 from readers.send import SendProcessor
 from remoting import codec
 from remoting.codes import ResponseCode as RC
@@ -42,14 +42,15 @@ def _serve(tmp_path, check) -> None:
         w.topics.upsert(topic_config("BenchE2E", 8, 8))
 
         async def main():
-            link = WriterLink(cfg, sh)
+            ctx = ReaderContext(cfg, sh).open_context()
+            link = ctx.link
             try:
-                conn = Connection(RemotingServer("t", SendProcessor(_Broker(cfg, link)).handlers()))
+                conn = Connection(RemotingServer("t", SendProcessor(ctx).handlers()))
                 conn.head, out = None, _Kept()
                 conn.connection_made(out)
                 await check(w, link, conn, out)
             finally:
-                link.close()
+                ctx.close_context()
 
         asyncio.run(main())
 

@@ -1,10 +1,10 @@
 import pytest
 
-from writer import service
+from writer import append
 
 
 @pytest.fixture(autouse=True, params=["vector", "few"])
 def put_path(request, monkeypatch):
     """Every writer test runs twice: passes appended by the vector path, then by _put_few."""
-    monkeypatch.setattr(service, "FEW_REQUESTS", 0 if request.param == "vector" else 10**6)
+    monkeypatch.setattr(append, "FEW_REQUESTS", 0 if request.param == "vector" else 10**6)
     return request.param

@@ -272,7 +272,7 @@ def test_the_few_requests_path_writes_what_the_vector_path_writes(tmp_path, monk
     """The same passes through both paths: identical CommitLog bytes (store timestamps aside),
     offsets and replies, across batches, transaction records, runs of single sends, refusals and
     file rolls."""
-    from writer import service
+    from writer import append
     if put_path == "few":
         pytest.skip("compares both paths itself")
 
@@ -292,7 +292,7 @@ def test_the_few_requests_path_writes_what_the_vector_path_writes(tmp_path, monk
 
     stores = []
     for name, few in (("v", 0), ("f", 10**6)):
-        monkeypatch.setattr(service, "FEW_REQUESTS", few)
+        monkeypatch.setattr(append, "FEW_REQUESTS", few)
         cfg = small_config(tmp_path / name, "eq" + name)
         with running_store(cfg) as (sh, w, d, c):
             replies = []

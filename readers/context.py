@@ -1,0 +1,57 @@
+"""What every processor of a reader shares: its configuration, the shared state and tables, its
+view of the store, its link to the writer, its SYNC_FLUSH waits and its event loop.
+
+The reader's service is one of these; ``bench.paths`` and the reader tests open one around the
+processors they drive.  Opened inside a running loop (the link claims a ring slot and its waker
+joins the loop).
+"""
+from __future__ import annotations
+
+import asyncio
+
+from readers.flushwaits import FlushWaits
+from readers.link import WriterLink
+from readers.storeview import StoreView
+from shm.tables import OffsetIndex, TopicIndex
+
+
+class ReaderContext:
+    def __init__(self, cfg, shared):
+        self.cfg, self.sh = cfg, shared
+
+    def open_context(self) -> "ReaderContext":
+        self.loop = asyncio.get_running_loop()
+        self.topics = TopicIndex(self.sh.views, self.sh.control)      # the shared tables the writer fills
+        self.offsets = OffsetIndex(self.sh.views, self.sh.control)
+        self.link = WriterLink(self.cfg, self.sh, self.topics, self.offsets)
+        self.slot = self.link.slot                                     # its ring slot, and row of the slot table
+        self.view = StoreView(self.cfg, self.sh, self.slot, f"reader-slot{self.slot}").open()
+        self.flushes = FlushWaits(self.sh, self.slot, self.loop)
+        self.loop.add_reader(self.link.waker.fileno(), self._posted)
+        return self
+
+    def _posted(self) -> None:
+        """The slot's waker was posted: by the writer (replies), the flusher (a waited-for offset
+        is on disk), the dispatcher (queues grew while pulls are held) or another reader."""
+        self.link.waker.drain()
+        self.settle()
+
+    def settle(self) -> None:
+        """What a post may have completed: the writer's replies, flushes (also on the reader's
+        tick: nothing hangs on a lost post)."""
+        self.link.on_wake()
+        self.flushes.settle()
+
+    @property
+    def busy(self) -> bool:
+        """Sends not answered yet: appends the writer has not answered, or waiting for a flush."""
+        return self.link.busy or bool(self.flushes)
+
+    def close_context(self) -> None:
+        self.loop.remove_reader(self.link.waker.fileno())
+        self.view.close()
+        self.link.close()
+
+    def group_exists(self, group: str) -> bool:
+        """A pull's group must exist unless groups are created on demand (autoCreateSubscriptionGroup)."""
+        return True
