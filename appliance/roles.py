@@ -43,6 +43,12 @@ def _cleaner(cfg, sh):
     return svc, svc.wake
 
 
+def _scheduler(cfg, sh):
+    from scheduler.service import SchedulerService
+    svc = SchedulerService(cfg, sh)
+    return svc, svc.wake
+
+
 def _nameserver(cfg, _sh):
     from nameserver.service import NameServer
     host, port = nameserver_address(cfg)
@@ -66,7 +72,7 @@ def _haproxy(cfg, _sh):
 # order is the reverse (HAProxy first so no new clients arrive, then the readers, whose sends the
 # writer still answers; writer before dispatcher and flusher, so they see the end; name server last)
 ROLES = {"nameserver": _nameserver, "flusher": _flusher, "dispatcher": _dispatcher, "writer": _writer,
-         "cleaner": _cleaner, "reader": _reader, "haproxy": _haproxy}
+         "cleaner": _cleaner, "scheduler": _scheduler, "reader": _reader, "haproxy": _haproxy}
 INDEXED = {"reader"}                       # run as reader-0 .. reader-<readerProcessNums - 1>
 NO_STORE = {"nameserver", "haproxy"}       # roles that do not attach the store's shared memory
 FINISH_STOP = {"flusher", "dispatcher", "writer"}   # restarted during a stop if down: they finish it
@@ -95,8 +101,9 @@ def nameserver_address(cfg) -> tuple[str, int]:
 def roles_for(cfg) -> list[str]:
     """What ``appliance start`` runs, in start order: a name server when the first address in
     ``namesrvAddr`` is on this host (unless ``startNameServer`` is false), the store roles, the
-    readers, HAProxy."""
-    out = ["flusher", "dispatcher", "writer", "cleaner", *(f"reader-{i}" for i in range(cfg.readerProcessNums)),
+    readers, HAProxy; the scheduler (delayed messages) on a master only, as RocketMQ's."""
+    scheduler = [] if cfg.brokerRole == "SLAVE" else ["scheduler"]
+    out = ["flusher", "dispatcher", "writer", "cleaner", *scheduler, *(f"reader-{i}" for i in range(cfg.readerProcessNums)),
            "haproxy"]
     from net.client import split_addrs
     if cfg.startNameServer and split_addrs(cfg.namesrvAddr):

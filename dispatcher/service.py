@@ -24,13 +24,13 @@ from shm.layout import C, S
 from shm.tables import QueueIndex
 from store import configfile, indexfile, message, propscan, salvage
 from store.consumequeue import ConsumeQueue, file_size_for
+from store.delay import SCHEDULE_TOPIC_BYTES, deliver_ts
 from store.errors import Condition, CorruptData, StoreError, no_space
 from store.javahash import BufferHashes, index_abs, index_abs_one, string_hash, string_hashes
 from store.mappedfile import MappedFileQueue
 from store.topicconfig import queue_nums
 
 log = logging.getLogger("rocketbox.dispatcher")
-SCHEDULE_TOPIC = b"SCHEDULE_TOPIC_XXXX"
 _NAMES = (b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY")     # the properties the dispatcher reads
 _TOMBSTONE = salvage.TOMBSTONE_PROPERTY.encode()       # read too during recovery: only it writes tombstones
 FEW_RECORDS = 48        # a pass of at most this many records goes record by record (_dispatch_few): the
@@ -177,7 +177,7 @@ class DispatcherService:
             tags[found[_TOMBSTONE].rows] = salvage.TOMBSTONE_TAGS
         d = found[b"DELAY"]
         for i, row in enumerate(d.rows.tolist()):            # delayed messages: rare, one by one
-            if group_topic[group[row]] == SCHEDULE_TOPIC:
+            if group_topic[group[row]] == SCHEDULE_TOPIC_BYTES:
                 delay = bytes(p.buf[d.starts[i]:d.starts[i] + d.lens[i]])
                 tags[row] = self._deliver_ts(delay, int(b.store_ts[row]), int(tags[row]))
         if not self.cfg.messageIndexEnable:
@@ -236,7 +236,7 @@ class DispatcherService:
                 tag = props.get("TAGS")
                 code = self._tag_code(tag) if tag else 0
                 delay = props.get("DELAY")
-                if delay is not None and topic == SCHEDULE_TOPIC:
+                if delay is not None and topic == SCHEDULE_TOPIC_BYTES:
                     code = self._deliver_ts(delay.encode(), store_ts, code)
                 if self.tombstones and salvage.TOMBSTONE_PROPERTY in props:
                     code = salvage.TOMBSTONE_TAGS
@@ -271,7 +271,7 @@ class DispatcherService:
         """Delayed message in SCHEDULE_TOPIC_XXXX: its tag code is the delivery time."""
         if not delay.isdigit() or int(delay) <= 0:
             return default
-        return store_ts + self.delays[min(int(delay), len(self.delays)) - 1]
+        return deliver_ts(store_ts, int(delay), self.delays)
 
     def _tag_code(self, tag: str) -> int:
         """A tag's hash code, remembered: a topic's messages carry a few tags, over and over."""

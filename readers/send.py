@@ -29,7 +29,7 @@ from remoting.codes import RequestCode as R
 from remoting.codes import ResponseCode as RC
 from shm.layout import C, T
 from shm.tables import queue_nums_of
-from store import message
+from store import delay, message
 from store.errors import MessageRejected
 from store.topicconfig import PERM_INHERIT, PERM_WRITE, topic_config
 from writer import protocol as P
@@ -62,6 +62,7 @@ class SendProcessor:
         self.stored_reply = codec.ResponseTemplate(("msgId", "queueId", "queueOffset"), self.region)
         self.msg_id = message.MsgIds(self.ring.store_ip, self.ring.store_port)
         self.sync_flush, self.flush_timeout_s = self.cfg.sync_flush, self.cfg.syncFlushTimeout / 1000
+        self.max_level = len(self.cfg.delay_levels_ms)   # a DELAY past it is the last level
         self.topic_bytes: dict[str, bytes] = {}      # names that passed the checks, encoded
         self.turn: list[tuple] = []                  # this loop turn's sends: (cmd, conn, header, topic index, row)
         self.creating: dict[str, list[tuple]] = {}   # topic being auto-created -> its sends so far: (cmd, conn, header)
@@ -127,17 +128,17 @@ class SendProcessor:
         or, while the writer is stalled, refuse them all (flow control: the client tries again,
         elsewhere or later, instead of waiting out its time-out)."""
         if self.link.stalled():
-            self._stored([(cmd, conn, False) for cmd, conn, *_ in sends], 0, len(sends), None, None, REJECTED)
+            self._stored([(cmd, conn, False, 0) for cmd, conn, *_ in sends], 0, len(sends), None, None, REJECTED)
             return
         if self.ctl[C.DISK_FULL] or self.ctl[C.DISPATCH_NO_ROOM]:   # above diskSpaceWarningLevelRatio,
             # or the dispatcher cannot make a consume-queue file: nothing is acknowledged that consumers cannot see
-            self._stored([(cmd, conn, False) for cmd, conn, *_ in sends], 0, len(sends), None, None,
+            self._stored([(cmd, conn, False, 0) for cmd, conn, *_ in sends], 0, len(sends), None, None,
                          (RC.SERVICE_NOT_AVAILABLE, disk_remark(self.ctl)))
             return
         rows, sizes, parts, sent = [], [], [], []
         for cmd, conn, h, tidx, meta in sends:
             try:
-                row, records, wait = self._request(cmd, conn, h, tidx, meta)
+                row, records, wait, qid = self._request(cmd, conn, h, tidx, meta)
             except MessageRejected as e:          # a check here or in store.message refused it
                 conn.send_reply(cmd, self._refused(cmd, e))
                 continue
@@ -147,7 +148,7 @@ class SendProcessor:
             rows.append(row)
             sizes += records.sizes
             parts += records.parts
-            sent.append((cmd, conn, wait))
+            sent.append((cmd, conn, wait, qid))
         if not rows:
             return
         try:
@@ -161,13 +162,13 @@ class SendProcessor:
         """The writer's answer to ``sent[first:first + n]`` (a WriterLink waiter)."""
         if results is None:
             code, remark = failure
-            for cmd, conn, _wait in sent[first:first + n]:
+            for cmd, conn, *_ in sent[first:first + n]:
                 conn.send_reply(cmd, cmd.response(code, remark, ext=dict(self.region)))
             return
         j, flush_waits, last_end = 0, [], -1
         at = P.RESULT_AT
-        for (cmd, conn, wait), r in zip(sent[first:first + n], results):
-            status, qid, qoff, count = r[at.status], r[at.queue_id], r[at.queue_offset], r[at.count]
+        for (cmd, conn, wait, qid), r in zip(sent[first:first + n], results):     # qid: the queue the producer named
+            status, qoff, count = r[at.status], r[at.queue_offset], r[at.count]
             if status == P.QUEUES_FULL:
                 conn.send_reply(cmd, cmd.response(RC.SYSTEM_ERROR, f"the broker's queue table is full "
                                                   f"({self.cfg.shmQueueSlots} queues, shmQueueSlots): a queue not "
@@ -198,9 +199,11 @@ class SendProcessor:
         return self.stored_reply.encode(cmd, RC.FLUSH_DISK_TIMEOUT, "FLUSH_DISK_TIMEOUT",
                                         (ids.decode(), str(qid), str(qoff)))
 
-    def _request(self, cmd, conn, h, tidx: int, meta: list[int]) -> tuple[tuple, message.Records, bool]:
-        """-> (the P.REQUEST row, the stored records, whether the producer waits for the flush);
-        ``meta``: the topic's row, as read when the send arrived this loop turn."""
+    def _request(self, cmd, conn, h, tidx: int, meta: list[int]) -> tuple[tuple, message.Records, bool, int]:
+        """-> (the P.REQUEST row, the stored records, whether the producer waits for the flush,
+        the queue id its reply names); ``meta``: the topic's row, as read when the send arrived
+        this loop turn.  A delayed message goes to SCHEDULE_TOPIC_XXXX (``_scheduled``), and its
+        reply names the queue the producer chose, as 4.9.8's does."""
         topic = h["topic"]
         if not meta[T.PERM] & PERM_WRITE:
             raise MessageRejected(RC.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
@@ -228,10 +231,31 @@ class SendProcessor:
                 raise MessageRejected(RC.MESSAGE_ILLEGAL, "batch message does not support transaction message")
             records = self.ring.batch_records(tb, qid, sys_flag, cmd.body, pbytes, born_ts, born_host,
                                               h["reconsumeTimes"] or 0)
+            stored_qid = qid
         else:
-            records = self.ring.record(tb, qid, sys_flag, cmd.body, pbytes, h["flag"], born_ts, born_host,
+            tidx, tb, stored_qid, pbytes = self._scheduled(tidx, tb, topic, qid, sys_flag, pbytes)
+            records = self.ring.record(tb, stored_qid, sys_flag, cmd.body, pbytes, h["flag"], born_ts, born_host,
                                        h["reconsumeTimes"] or 0)
-        return RingClient.row(tidx, qid, sys_flag, born_host, len(records.sizes), wait), records, wait
+        return RingClient.row(tidx, stored_qid, sys_flag, born_host, len(records.sizes), wait), records, wait, qid
+
+    def _scheduled(self, tidx: int, tb: bytes, topic: str, qid: int, sys_flag: int, pbytes: bytes):
+        """Where a message is stored: as sent, or, with a DELAY level > 0 (and not a transaction's
+        half or rollback), in SCHEDULE_TOPIC_XXXX queue level-1 with its real topic and queue in
+        its properties (FACTS §9.1) -> (topic index, topic bytes, queue id, properties)."""
+        if b"DELAY\x01" not in pbytes:
+            return tidx, tb, qid, pbytes
+        try:
+            level = delay.level_of(message.property_value(pbytes, delay.DELAY))
+        except ValueError as e:
+            raise MessageRejected(RC.SYSTEM_ERROR, str(e)) from None       # Java's parseInt throws: 1
+        tx = sys_flag & message.TX_MASK
+        if level <= 0 or tx == message.TX_PREPARED or tx == message.TX_ROLLBACK:
+            return tidx, tb, qid, pbytes
+        scheduled = self.topics.lookup(delay.SCHEDULE_TOPIC)
+        if scheduled is None:
+            raise MessageRejected(RC.SYSTEM_ERROR, f"{delay.SCHEDULE_TOPIC} is missing from the topic table")
+        props = delay.scheduled_properties(pbytes, level, self.max_level, topic, qid)
+        return scheduled, delay.SCHEDULE_TOPIC_BYTES, min(level, self.max_level) - 1, props
 
     async def _create_topic(self, topic: str, h) -> int:
         """Auto-create an unknown topic as RocketMQ does (FACTS §3.1); its table index."""

@@ -4,6 +4,8 @@ attributes, and the built-in topics.  Every role reads these; the writer alone w
 the shared table (``writer/topics.py``)."""
 from __future__ import annotations
 
+from store.delay import SCHEDULE_QUEUES, SCHEDULE_TOPIC
+
 PERM_INHERIT, PERM_WRITE, PERM_READ = 1, 2, 4
 PERM_RW = PERM_READ | PERM_WRITE
 
@@ -53,6 +55,6 @@ def builtin_topics(cfg) -> list[dict]:
     if cfg.brokerTopicEnable:
         out.append(topic_config(cfg.brokerName, 1, 1, 7))
     out += [topic_config("OFFSET_MOVED_EVENT", 1, 1),
-            topic_config("SCHEDULE_TOPIC_XXXX", 18, 18),
+            topic_config(SCHEDULE_TOPIC, *[max(SCHEDULE_QUEUES, len(cfg.delay_levels_ms))] * 2),   # a queue a level
             topic_config(f"{cfg.brokerClusterName}_REPLY_TOPIC", 1, 1)]
     return out

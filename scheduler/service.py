@@ -1,0 +1,201 @@
+"""The scheduler (``appliance run scheduler``): delivers delayed messages when they are due, as
+RocketMQ 4.9.8's ScheduleMessageService does (FACTS §9.1, FACTS-wave2 §2.1).
+
+A delayed message is stored in ``SCHEDULE_TOPIC_XXXX`` queue level-1 (``store/delay.py``), and
+the dispatcher writes its delivery time as the entry's tag code.  A level's messages all wait as
+long, so each queue is in delivery order: the scheduler looks at the head of each level's queue,
+puts every due message again, in its real topic and queue with the same properties, body, flags,
+born time and hosts (a new store time and offsets), through its own ring into the writer, and
+moves the level's offset past it once the writer has stored it.  Then it sleeps until the
+earliest head is due or the dispatcher posts new entries (its slot's ``dispatch_wait``): no
+polling while messages wait.  A delivery time later than now plus the level's delay (a clock that
+went back) counts as now, as in 4.9.8.
+
+Owns ``config/delayOffset.json`` (``{"offsetTable":{<level>:<next queue offset>}}``, RocketMQ's
+format), written every ``PERSIST_S`` when it moved and at stop; at start each offset is clamped
+into its queue's [min, max].  After a crash the deliveries since the last write are made again
+(at least once, as RocketMQ); a clean stop delivers none twice.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+
+import numpy as np
+
+from readers.storeview import StoreView
+from shm.layout import S
+from shm.tables import TopicIndex
+from store import configfile, delay, message
+from store.salvage import TOMBSTONE_TAGS
+from writer import protocol as P
+from writer.client import RingClient
+
+log = logging.getLogger("rocketbox.scheduler")
+PERSIST_S = 10.0          # flushDelayOffsetInterval
+RETRY_S = 0.1             # a put that failed (flow control, a full disk) is tried again after this
+IDLE_S = 10.0             # the longest sleep: the offsets are written at least this often
+BATCH = 256               # entries of one level looked at, and put, at a time
+_LEVEL_KEY = re.compile(rb'\n\t\t"(\d+)":')
+
+
+class SchedulerService:
+    def __init__(self, cfg, shared):
+        self.cfg, self.sh, self.ctl = cfg, shared, shared.control
+        self.delays = cfg.delay_levels_ms
+        self.path = os.path.join(cfg.config_dir, "delayOffset.json")
+        self.offsets: dict[int, int] = {}           # level -> next queue offset to deliver
+        self.stop_requested = False
+        self.ring: RingClient | None = None
+        self.persisted_at, self.dirty = time.monotonic(), False
+
+    # ------------------------------------------------------------ lifecycle
+    def open(self) -> "SchedulerService":
+        self.ring = RingClient(self.cfg, self.sh).open()
+        self.view = StoreView(self.cfg, self.sh, self.ring.slot, "scheduler").open()
+        self.topics = TopicIndex(self.sh.views, self.ctl)
+        data = configfile.read(self.path) or {}
+        table = data.get("offsetTable") or {}
+        for level in range(1, len(self.delays) + 1):
+            lo, hi = self._bounds(level)
+            saved = int(table.get(str(level), table.get(level, 0)))
+            self.offsets[level] = min(max(saved, lo), hi)          # correctDelayOffset
+        return self
+
+    def close(self) -> None:
+        if self.ring is not None:
+            self.persist()
+            self.view.close()
+            self.ring.close()
+            self.ring = None
+
+    def wake(self) -> None:
+        """From the SIGTERM handler: end the sleep."""
+        if self.ring is not None:
+            self.ring.waker.post()
+
+    def run(self) -> None:
+        while not self.stop_requested:
+            due_in = self.step()
+            if time.monotonic() - self.persisted_at >= PERSIST_S:
+                self.persist()
+            self._sleep(min(due_in, IDLE_S))
+
+    # ------------------------------------------------------------ a pass
+    def step(self) -> float:
+        """Deliver what is due on every level; -> seconds until the next delivery (IDLE_S when
+        nothing waits)."""
+        due_in = IDLE_S
+        for level in range(1, len(self.delays) + 1):
+            due_in = min(due_in, self._deliver(level))
+            if self.stop_requested:
+                break
+        return due_in
+
+    def _deliver(self, level: int) -> float:
+        """Put the level's due messages; -> seconds until its head is due."""
+        lo, hi = self._bounds(level)
+        off = self.offsets[level] = max(self.offsets[level], lo)     # retention may have moved the queue's start
+        while off < hi and not self.stop_requested:
+            entries = self.view.entries(delay.SCHEDULE_TOPIC, level - 1, off, min(BATCH, hi - off))
+            now = int(time.time() * 1000)
+            when = np.minimum(entries["tags"].astype(np.int64), now + self.delays[level - 1])   # a clock gone back: now
+            later = when > now
+            due = int(later.argmax()) if later.any() else len(entries)      # the due ones lead (FIFO per level)
+            if due == 0:
+                return (int(when[0]) - now) / 1000
+            done = self._put(entries[:due])
+            if done:
+                off = self.offsets[level] = off + done
+                self.dirty = True
+            if done < due:
+                return RETRY_S
+            if due < len(entries):
+                return (int(when[due]) - now) / 1000
+        return IDLE_S
+
+    def _put(self, entries: np.ndarray) -> int:
+        """Store the messages of ``entries`` in their real topics and queues -> how many of them,
+        from the first, are done (stored, or dropped with a log line); the rest are tried again
+        (the writer refused them for now: flow control, a full disk, a stop)."""
+        rows, sizes, records, at = [], [], [], []
+        for i, (phys, size, tags) in enumerate(zip(entries["phys"].tolist(), entries["size"].tolist(),
+                                                   entries["tags"].tolist())):
+            if tags == TOMBSTONE_TAGS:
+                continue                                   # lost to damage (quarantined)
+            try:
+                real = self._real(bytes(self.view.record(phys, size)))
+            except Exception as e:                         # deleted by retention, damaged: logged, skipped
+                log.error("delayed message at %d cannot be read (%s): not delivered", phys, e)
+                continue
+            if real is not None:
+                tidx, qid, rec, sys_flag = real
+                rows.append((0, tidx, qid, sys_flag, 1, 0, 0))          # a P.REQUEST row, no flush wait
+                sizes.append(len(rec))
+                records.append(rec)
+                at.append(i)
+        if not rows:
+            return len(entries)
+        try:
+            ticket = self.ring.submit_encoded(np.array(rows, P.REQUEST), np.array(sizes, "<u4"), b"".join(records))
+            results = self.ring.collect(ticket, 30.0)
+        except TimeoutError:
+            log.warning("no answer from the writer for %d delayed messages: trying again", len(rows))
+            return 0
+        for i, r in zip(at, results):
+            if r.status in (P.SERVICE_NOT_AVAILABLE, P.QUEUES_FULL):
+                return i                                   # this one and what follows: again later
+            if r.status != P.SUCCESS:
+                log.error("the writer refused a delayed message (status %d, %s): not delivered", r.status, r.remark)
+        return len(entries)
+
+    def _real(self, stored: bytes):
+        """The record to put for a stored delayed one: its real topic and queue, everything else
+        as stored -> (topic index, queue id, record bytes, sysflag), or None (dropped)."""
+        h, body, _topic, props = next(message.record_fields(stored, "delayed message"))
+        real_topic = message.property_value(props, delay.REAL_TOPIC)
+        real_qid = message.property_value(props, delay.REAL_QID)
+        if real_topic is None or real_qid is None or not real_qid.isdigit():
+            log.error("delayed message without a REAL_TOPIC and REAL_QID: not delivered")
+            return None
+        topic = real_topic.decode("utf-8", "replace")
+        if topic == delay.HALF_TOPIC:
+            return None                                  # 4.9.8 drops these
+        tidx = self.topics.lookup(topic)
+        if tidx is None:
+            log.error("delayed message for topic %s, which no longer exists: not delivered", topic)
+            return None
+        (_total, _magic, _crc, _qid, flag, _qoff, _phys, sys_flag, born_ts, born_ip, born_port, _sts,
+         store_ip, store_port, reconsume, prepared, _blen) = h
+        rec = message.encode_record(topic=real_topic, queue_id=int(real_qid), body=body, properties=props, flag=flag,
+                                    sys_flag=sys_flag, born_ts=born_ts, born_ip=born_ip, born_port=born_port,
+                                    store_ip=store_ip, store_port=store_port, reconsume_times=reconsume,
+                                    prepared_offset=prepared)
+        return tidx, int(real_qid), rec, sys_flag
+
+    # ------------------------------------------------------------ state
+    def _bounds(self, level: int) -> tuple[int, int]:
+        """The level's queue's [min, max] offsets (0, 0 before its first message)."""
+        return self.view.offsets(delay.SCHEDULE_TOPIC, level - 1) or (0, 0)
+
+    def persist(self) -> None:
+        """delayOffset.json as RocketMQ writes it: the level keys unquoted (``{1:0,2:17}``)."""
+        self.persisted_at = time.monotonic()
+        if not self.dirty and os.path.exists(self.path):
+            return
+        text = configfile.dumps({"offsetTable": {str(k): v for k, v in sorted(self.offsets.items())}})
+        configfile.write_bytes(self.path, _LEVEL_KEY.sub(rb"\n\t\t\1:", text))
+        self.dirty = False
+
+    def _sleep(self, seconds: float) -> None:
+        """Until ``seconds`` pass, the dispatcher posts new entries, or a stop."""
+        if seconds <= 0 or self.stop_requested:
+            return
+        row = self.sh.slots[self.ring.slot]
+        row[S.DISPATCH_WAIT] = 1                 # the dispatcher posts our waker after each pass
+        try:
+            self.ring.waker.wait(seconds)
+        finally:
+            row[S.DISPATCH_WAIT] = 0

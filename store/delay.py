@@ -1,0 +1,45 @@
+"""Delay levels (FACTS §9.1, FACTS-wave2 §2.1; store:schedule/ScheduleMessageService.java): the
+names and rules the send path, the dispatcher and the scheduler share.
+
+A message whose ``DELAY`` property is a level n > 0 (n past the last level: the last) is stored in
+``SCHEDULE_TOPIC_XXXX`` queue n-1, with ``REAL_TOPIC`` and ``REAL_QID`` saying where it goes; its
+consume-queue tag code is its delivery time, the store timestamp plus level n's delay.  When that
+time comes the scheduler stores it again, in its real topic and queue, with the same properties.
+"""
+from __future__ import annotations
+
+from store import message
+
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+SCHEDULE_TOPIC_BYTES = SCHEDULE_TOPIC.encode()
+HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"       # a delayed message bound for it is dropped, as 4.9.8 does
+DELAY, REAL_TOPIC, REAL_QID = b"DELAY", b"REAL_TOPIC", b"REAL_QID"
+SCHEDULE_QUEUES = 18                          # SCHEDULE_TOPIC_XXXX's queues with the default levels
+
+
+def level_of(value: bytes | None) -> int:
+    """The level a ``DELAY`` property asks for: 0 when absent; ValueError when not a whole number
+    (Java's ``Integer.parseInt`` throws)."""
+    if value is None:
+        return 0
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"the DELAY property {value.decode('utf-8', 'replace')!r} is not a delay level (a whole number)") \
+            from None
+
+
+def deliver_ts(store_ts: int, level: int, delays_ms: tuple[int, ...]) -> int:
+    """When a message stored at ``store_ts`` with ``level`` (1-based, clamped) is due."""
+    return store_ts + delays_ms[min(level, len(delays_ms)) - 1]
+
+
+def scheduled_properties(props: bytes, level: int, max_level: int, topic: str, queue_id: int) -> bytes:
+    """A delayed message's stored properties: ``DELAY`` clamped to the last level, then
+    ``REAL_TOPIC`` and ``REAL_QID`` (``props`` carries no trailing separator)."""
+    nv, sep = message.NAME_VALUE_SEP.encode(), message.PROPERTY_SEP.encode()
+    if level > max_level:
+        pairs = [p for p in props.split(sep) if p and not p.startswith(DELAY + nv)]
+        props = sep.join(pairs + [DELAY + nv + b"%d" % max_level])
+    extra = REAL_TOPIC + nv + topic.encode() + sep + REAL_QID + nv + b"%d" % queue_id
+    return props + sep + extra if props else extra

@@ -1,0 +1,78 @@
+"""Delay levels through the whole appliance (FACTS §9.1): a producer's DELAY=n message is held in
+SCHEDULE_TOPIC_XXXX and arrives in the queue it was sent to after level n's delay, not before, with
+the properties 4.9.8 gives it; a level past the last is the last; a DELAY that is not a number is
+refused with 1 and nothing is stored."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+from client.errors import MQBrokerError
+from client.message import Message
+from client.producer import Producer
+from remoting.codes import ResponseCode as RC
+from tests.integration import javaclient
+from tests.integration.harness import read_topic
+
+
+async def _producer(app, topic: str) -> Producer:
+    p = await Producer("pg", app.namesrv).start()
+    await p.send(Message(topic, b"init"))                   # auto-creates the topic
+    return p
+
+
+async def _arrival(app, topic: str, body: bytes, timeout: float = 10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = [m for m in await read_topic(app, topic) if m.body == body]
+        if got:
+            return time.time(), got
+        await asyncio.sleep(0.05)
+    return None, []
+
+
+def test_a_delay_level_holds_a_message_for_its_delay_then_delivers_it_to_its_queue(appliance_factory):
+    app = appliance_factory(namesrv=True, messageDelayLevel="1s 2s 3s").start()
+
+    async def run():
+        p = await _producer(app, "Delayed")
+        queues = await p.instance.route("Delayed")
+        mq = queues.write_queues[3]
+        sent_at = time.time()
+        res = await p.send(Message("Delayed", b"two-seconds", tags="TagD", delay_level=2), queue=mq)
+        assert res.status == "SEND_OK" and res.queue.queue_id == 3          # the queue it was sent to
+        over = await p.send(Message("Delayed", b"past-the-last", delay_level=99), queue=mq)
+        try:
+            await p.send(Message("Delayed", b"bad", properties={"DELAY": "soon"}), queue=mq)
+            raise AssertionError("a DELAY that is not a number was taken")
+        except MQBrokerError as e:
+            assert e.code == RC.SYSTEM_ERROR and "DELAY" in str(e)
+        early = [m.body for m in await read_topic(app, "Delayed")]
+        arrived, got = await _arrival(app, "Delayed", b"two-seconds")
+        late_at, late = await _arrival(app, "Delayed", b"past-the-last")
+        await p.shutdown()
+        return sent_at, res, over, early, arrived, got, late_at, late
+
+    sent_at, res, over, early, arrived, got, late_at, late = asyncio.run(run())
+    assert b"two-seconds" not in early and b"past-the-last" not in early and b"bad" not in early
+    assert got and 2.0 <= arrived - sent_at < 2.6, arrived - sent_at        # level 2: 2 s, on time
+    m = got[0]
+    assert m.queue_id == 3 and m.tags == "TagD" and m.msg_id == res.msg_id
+    assert m.properties["DELAY"] == "2" and m.properties["REAL_TOPIC"] == "Delayed" and m.properties["REAL_QID"] == "3"
+    assert m.store_timestamp - m.born_timestamp >= 1990
+    assert late and late[0].properties["DELAY"] == "3" and 3.0 <= late_at - sent_at < 3.8    # clamped to the last level
+    scheduled = asyncio.run(read_topic(app, "SCHEDULE_TOPIC_XXXX"))
+    assert sorted((s.queue_id, s.body) for s in scheduled) == [(1, b"two-seconds"), (2, b"past-the-last")]
+    assert app.stop() == 0
+
+
+def test_the_java_client_gets_a_level_2_message_five_seconds_after_its_send(appliance_factory, java_classes, tmp_path):
+    """The real RocketMQ 4.9.8 client with the default levels: level 2 is 5 s (the issue: ± 0.3 s)."""
+    app = appliance_factory(namesrv=True).start()
+    out = javaclient.run(java_classes, "DelayRoundTrip", app.namesrv, "JavaDelayed", "2", "12000",
+                         logs=str(tmp_path / "java-logs"))
+    lines = dict(line.split("=", 1) for line in out.split() if "=" in line)
+    assert lines["status"] == "SEND_OK" and lines["received"] == "true", out
+    assert 4700 <= int(lines["received_after_ms"]) <= 5300, out
+    assert lines["delay"] == "2" and lines["real_topic"] == "JavaDelayed" and lines["body"] == "delayed", out
+    assert app.stop() == 0
