@@ -8,16 +8,20 @@ joins the loop).
 from __future__ import annotations
 
 import asyncio
+import os
 
 from readers.flushwaits import FlushWaits
 from readers.link import WriterLink
 from readers.storeview import StoreView
 from shm.tables import OffsetIndex, TopicIndex
+from store import configfile
+from store.groupconfig import subscription_group
 
 
 class ReaderContext:
     def __init__(self, cfg, shared):
         self.cfg, self.sh = cfg, shared
+        self._groups_mtime, self._groups = -1.0, {}
 
     def open_context(self) -> "ReaderContext":
         self.loop = asyncio.get_running_loop()
@@ -52,6 +56,23 @@ class ReaderContext:
         self.view.close()
         self.link.close()
 
+    def group(self, name: str) -> dict | None:
+        """A consumer group's SubscriptionGroupConfig: subscriptionGroup.json's (the writer's, read
+        again when it changes), else RocketMQ's defaults when groups are created on demand
+        (autoCreateSubscriptionGroup), else None."""
+        path = os.path.join(self.cfg.config_dir, "subscriptionGroup.json")
+        try:
+            mtime = os.stat(path).st_mtime
+        except OSError:
+            mtime = -1.0
+        if mtime != self._groups_mtime:
+            data = (configfile.read(path) or {}) if mtime >= 0 else {}
+            self._groups, self._groups_mtime = data.get("subscriptionGroupTable") or {}, mtime
+        found = self._groups.get(name)
+        if found is None and self.cfg.autoCreateSubscriptionGroup:
+            return subscription_group(name)
+        return found
+
     def group_exists(self, group: str) -> bool:
         """A pull's group must exist unless groups are created on demand (autoCreateSubscriptionGroup)."""
-        return True
+        return self.group(group) is not None

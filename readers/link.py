@@ -184,6 +184,20 @@ class WriterLink:
         except Exception as e:              # e.g. a request larger than a ring entry
             slab.answered(None, None, (RC.SYSTEM_ERROR, str(e)))
 
+    async def put(self, tidx: int, queue_id: int, sys_flag: int, record: bytes) -> str | None:
+        """One whole record (a send-back's copy) through this loop turn's slab -> None once the
+        writer stored it, else why not."""
+        done: asyncio.Future = self.loop.create_future()
+
+        def answered(_first, _n, results, _phys, failure):
+            if not done.done():
+                done.set_result(failure[1] if results is None else results[0][P.RESULT_AT.status])
+        self.append([(0, tidx, queue_id, sys_flag, 1, 0, 0)], [len(record)], [record], answered)   # a P.REQUEST row
+        got = await done
+        if isinstance(got, str):
+            return got
+        return None if got == P.SUCCESS else f"PUT_MESSAGE_FAILED (writer status {got})"
+
     # ------------------------------------------------------------ topics
     def creation_failed(self, topic: str, status: int) -> str:
         """The remark for a topic the writer did not create."""

@@ -20,8 +20,8 @@ from net.server import DEFERRED
 from readers import storeview as SV
 from readers.admin import offset_key
 from readers.holds import HeldPulls
-from readers.send import FAQ
 from remoting import codec, headers
+from remoting.codes import FAQ
 from remoting.codes import RequestCode as R
 from remoting.codes import ResponseCode as RC
 from remoting.subscription import parse_expression

@@ -24,7 +24,9 @@ import time
 from cleaner.service import disk_remark
 from net.server import DEFERRED
 from readers.link import REJECTED
+from readers.sendback import DLQ_PREFIX, RETRY_PREFIX, max_reconsume_times
 from remoting import codec, headers
+from remoting.codes import FAQ
 from remoting.codes import RequestCode as R
 from remoting.codes import ResponseCode as RC
 from shm.layout import C, T
@@ -35,10 +37,8 @@ from store.topicconfig import PERM_INHERIT, PERM_WRITE, topic_config
 from writer import protocol as P
 from writer.client import RingClient
 
-FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 SYSTEM_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
                            "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT"})
-RETRY_PREFIX = "%RETRY%"
 _SEP = message.PROPERTY_SEP
 _SUCCESS, _BATCH = int(RC.SUCCESS), int(R.SEND_BATCH_MESSAGE)    # per send: an enum member's lookup costs 4x an int's
 log = logging.getLogger("rocketbox.reader")
@@ -76,6 +76,11 @@ class SendProcessor:
         which are encoded and appended together."""
         h = headers.decode(cmd)
         topic = h["topic"]
+        if topic.startswith(RETRY_PREFIX):
+            try:
+                topic = self._dead_letter(cmd, h)
+            except MessageRejected as e:
+                return self._refused(cmd, e)
         if topic not in self.topic_bytes:
             try:
                 message.check_topic(topic)
@@ -101,6 +106,21 @@ class SendProcessor:
             self.loop.call_soon(self._turn)
         self.turn.append((cmd, conn, h, tidx, meta))
         return DEFERRED
+
+    def _dead_letter(self, cmd, h) -> str:
+        """A send to a group's retry topic (a consumer's fallback when its send-back failed) whose
+        reconsume count has reached the group's limit goes to its dead-letter topic instead,
+        queue 0, as 4.9.8's handleRetryAndDLQ -> the topic it goes to."""
+        topic = h["topic"]
+        group = topic[len(RETRY_PREFIX):]
+        sg = self.b.group(group)
+        if sg is None:
+            raise MessageRejected(RC.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group} {FAQ}")
+        limit = max_reconsume_times(sg, h["maxReconsumeTimes"], cmd.version)
+        if (h["reconsumeTimes"] or 0) < limit:
+            return topic
+        h["topic"], h["queueId"] = DLQ_PREFIX + group, 0
+        return h["topic"]
 
     async def _create_then_append(self, topic: str, h) -> None:
         """Create ``topic`` as its first send ``h`` asks, then append every send that came for
@@ -259,8 +279,8 @@ class SendProcessor:
 
     async def _create_topic(self, topic: str, h) -> int:
         """Auto-create an unknown topic as RocketMQ does (FACTS §3.1); its table index."""
-        if topic.startswith(RETRY_PREFIX):
-            tc = topic_config(topic, 1, 1)
+        if topic.startswith((RETRY_PREFIX, DLQ_PREFIX)):
+            tc = topic_config(topic, 1, 1)                  # a group's retry or dead-letter topic: 1 queue, RW
         else:
             default = self.topics.lookup(h["defaultTopic"] or "")
             meta = self.topics.row(default) if default is not None else None

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 
 from net.server import RemotingServer
@@ -25,6 +24,7 @@ from readers.context import ReaderContext
 from readers.pull import PullProcessor
 from readers.registration import PERIOD_S, Registrar, addresses
 from readers.send import SendProcessor
+from readers.sendback import SendBackProcessor
 from shm.layout import C
 from shm.stats import Rates
 
@@ -39,7 +39,6 @@ class ReaderService(ReaderContext):
         self.index = index
         self.stop_requested = False
         self._stop: asyncio.Event | None = None
-        self._groups_mtime, self._groups = -1.0, set()
 
     def open(self) -> "ReaderService":
         return self
@@ -68,7 +67,7 @@ class ReaderService(ReaderContext):
         self.members = self.clients.members
         self.pulls = PullProcessor(self)
         handlers = {}
-        for proc in (SendProcessor(self), self.pulls, self.clients, AdminProcessor(self)):
+        for proc in (SendProcessor(self), SendBackProcessor(self), self.pulls, self.clients, AdminProcessor(self)):
             handlers.update(proc.handlers())
         server = RemotingServer(f"reader-{self.index}", handlers, on_close=self.clients.connection_closed)
         registrar = Registrar(self.cfg, self.sh.views) if addresses(self.cfg) else None
@@ -121,19 +120,3 @@ class ReaderService(ReaderContext):
         deadline = time.monotonic() + DRAIN_S
         while self.busy and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
-
-    # ------------------------------------------------------------ shared lookups
-    def group_exists(self, group: str) -> bool:
-        """A pull's group must exist unless groups are created on demand (autoCreateSubscriptionGroup)."""
-        if self.cfg.autoCreateSubscriptionGroup:
-            return True
-        from store import configfile
-        path = os.path.join(self.cfg.config_dir, "subscriptionGroup.json")
-        try:
-            mtime = os.stat(path).st_mtime
-        except OSError:
-            return False
-        if mtime != self._groups_mtime:
-            data = configfile.read(path) or {}
-            self._groups, self._groups_mtime = set(data.get("subscriptionGroupTable") or {}), mtime
-        return group in self._groups

@@ -133,3 +133,7 @@ V3_1_8_SNAPSHOT = 62          # a consumer older than this cannot answer the bro
 V4_9_4 = 401
 SERVER_VERSION = 409          # what rocketbox says it is: 4.9.8
 SERVER_VERSION_DESC = "V4_9_8"  # its name (MQVersion.getVersionDesc)
+
+
+# what a Java broker appends to the remarks of some refusals (FAQUrl.suggestTodo)
+FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."

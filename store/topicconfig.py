@@ -47,6 +47,7 @@ def queue_nums(tc: dict) -> int:
 
 
 def builtin_topics(cfg) -> list[dict]:
+    levels = max(SCHEDULE_QUEUES, len(cfg.delay_levels_ms))
     out = [topic_config("SELF_TEST_TOPIC", 1, 1)]
     if cfg.autoCreateTopicEnable:
         out.append(topic_config("TBW102", cfg.defaultTopicQueueNums, cfg.defaultTopicQueueNums, 7))
@@ -55,6 +56,6 @@ def builtin_topics(cfg) -> list[dict]:
     if cfg.brokerTopicEnable:
         out.append(topic_config(cfg.brokerName, 1, 1, 7))
     out += [topic_config("OFFSET_MOVED_EVENT", 1, 1),
-            topic_config(SCHEDULE_TOPIC, *[max(SCHEDULE_QUEUES, len(cfg.delay_levels_ms))] * 2),   # a queue a level
+            topic_config(SCHEDULE_TOPIC, levels, levels),       # a queue a delay level
             topic_config(f"{cfg.brokerClusterName}_REPLY_TOPIC", 1, 1)]
     return out

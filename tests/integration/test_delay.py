@@ -76,3 +76,23 @@ def test_the_java_client_gets_a_level_2_message_five_seconds_after_its_send(appl
     assert 4700 <= int(lines["received_after_ms"]) <= 5300, out
     assert lines["delay"] == "2" and lines["real_topic"] == "JavaDelayed" and lines["body"] == "delayed", out
     assert app.stop() == 0
+
+
+def test_the_java_client_retries_a_failed_message_with_back_off_then_dead_letters_it(appliance_factory, java_classes,
+                                                                                     tmp_path):
+    """RECONSUME_LATER: the client sends the message back (CONSUMER_SEND_MSG_BACK, delay level 0),
+    the broker stores a copy in %RETRY%<group> after level 3 + reconsumeTimes; past the group's
+    maxReconsumeTimes (2) the copy goes to %DLQ%<group>, where a consumer reads it.  Levels 3 and 4
+    are 1 s and 2 s here (10 s and 30 s by default) to keep the test short."""
+    app = appliance_factory(namesrv=True, messageDelayLevel="1s 1s 1s 2s 3s").start()
+    out = javaclient.run(java_classes, "RetryRoundTrip", app.namesrv, "Retried", "retry-group", "2", "20000",
+                         logs=str(tmp_path / "java-logs"), timeout=120)
+    deliveries = [dict(kv.split("=", 1) for kv in line.split()) for line in out.splitlines() if line.startswith("delivery=")]
+    assert [d["delivery"] for d in deliveries] == ["0", "1", "2"], out
+    assert all(d["topic"] == "Retried" and d["body"] == "retried" for d in deliveries), out    # RETRY_TOPIC restored
+    first, second, third = (int(d["after_ms"]) for d in deliveries)
+    assert 900 <= second - first <= 1600 and 1900 <= third - second <= 2600, out     # levels 3 and 4
+    assert "failed_all=true" in out and "in_dlq=true" in out, out
+    dlq = dict(kv.split("=", 1) for line in out.splitlines() if line.startswith("dlq_") for kv in line.split())
+    assert dlq["dlq_body"] == "retried" and dlq["dlq_reconsume"] == "3" and dlq["dlq_retry_topic"] == "Retried", out
+    assert app.stop() == 0
