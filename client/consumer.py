@@ -38,6 +38,7 @@ from remoting.subscription import parse_expression
 from store.javahash import string_hash
 
 log = logging.getLogger("rocketbox.client")
+RETRY_PREFIX = "%RETRY%"
 REBALANCE_S, COMMIT_S, PULL_ERROR_DELAY_S, RETRY_DELAY_S = 20.0, 5.0, 3.0, 1.0
 LOCK_S, LOCK_LIVE_S, LOCK_RETRY_S = 20.0, 30.0, 1.0    # Java's REBALANCE_LOCK_INTERVAL, REBALANCE_LOCK_MAX_LIVE_TIME
 DRAIN_S = 1.0         # how long a rebalance waits for an orderly batch in the listener (Java: its consume lock)
@@ -99,12 +100,14 @@ def _by_broker(mqs: list[MessageQueue]) -> dict[str, list[MessageQueue]]:
 class PushConsumer:
     def __init__(self, group: str, namesrv: str, *, model: str = "CLUSTERING",
                  consume_from: str = "CONSUME_FROM_LAST_OFFSET", pull_batch: int = 32, suspend_ms: int = 15000,
-                 offset_dir: str | None = None, orderly: bool = False, instance: ClientInstance | None = None):
+                 offset_dir: str | None = None, orderly: bool = False, instance: ClientInstance | None = None,
+                 max_reconsume_times: int = -1):
         if model not in ("CLUSTERING", "BROADCASTING"):
             raise ValueError(f"message model '{model}' is not CLUSTERING or BROADCASTING")
         self.group, self.model, self.consume_from, self.orderly = group, model, consume_from, orderly
         self.locking = orderly and model == "CLUSTERING"     # queues consumed only under the broker's lock
         self.pull_batch, self.suspend_ms = pull_batch, suspend_ms
+        self.max_reconsume_times = max_reconsume_times    # -1: the group's (16), as Java's
         self.instance = instance or ClientInstance(namesrv)
         self.subs: dict[str, tuple[str, list[str], int]] = {}      # topic -> (expression, tags, subVersion)
         self.listener = None
@@ -202,6 +205,8 @@ class PushConsumer:
             raise ValueError(f"consumer group {self.group} already runs in this client instance")
         self.instance.consumers[self.group] = self
         self.started_ms = int(time.time() * 1000)
+        if self.model == "CLUSTERING" and not self.orderly:   # failed messages come back through it (Java's copySubscription)
+            self.subs.setdefault(RETRY_PREFIX + self.group, ("*", [], self.started_ms))
         await self.instance.start()
         for topic in self.subs:
             try:
@@ -448,7 +453,14 @@ class PushConsumer:
 
     async def _consume(self, mq: MessageQueue, msgs: list[MessageExt], me: asyncio.Task) -> bool:
         """Hand ``msgs`` to the listener until it takes them (True), or until the queue is given
-        up while they wait to be offered again (False).  Orderly, each offer waits for the lock."""
+        up while they wait to be offered again (False).  Orderly, each offer waits for the lock.
+        A concurrent CLUSTERING consumer sends a refused batch back to the broker, which offers it
+        again through the group's retry topic after a back-off (``_send_back``), and moves on;
+        what cannot be sent back is offered again here.  BROADCASTING drops a refused batch
+        (logged), as Java's does."""
+        if mq.topic.startswith(RETRY_PREFIX):
+            for m in msgs:                       # a retried message shows the topic it was sent to
+                m.topic = m.properties.get("RETRY_TOPIC", m.topic)
         while await self._hold(mq, me):
             self.in_listener.add(me)
             began = time.monotonic()
@@ -464,10 +476,31 @@ class PushConsumer:
             self.stats.consumed(mq.topic, len(msgs), (time.monotonic() - began) * 1000, ok is not False)
             if ok is not False:
                 return True
+            if not self.orderly:
+                if self.model == "BROADCASTING":
+                    log.warning("%d messages of %s not consumed: dropped (BROADCASTING)", len(msgs), mq)
+                    return True
+                msgs = [m for m in msgs if not await self._send_back(mq, m)]
+                if not msgs:
+                    return True
             if self.pullers.get(mq) is not me:
                 break
             await asyncio.sleep(RETRY_DELAY_S)
         return False
+
+    async def _send_back(self, mq: MessageQueue, msg: MessageExt) -> bool:
+        """CONSUMER_SEND_MSG_BACK: the broker stores ``msg`` again for a later try (its retry topic
+        after level 3 + reconsume times, or past the limit its dead-letter topic); False when it
+        could not be asked (the message is then offered again here)."""
+        try:
+            addr = await _master(self.instance, mq)
+            await self.instance.call(addr, R.CONSUMER_SEND_MSG_BACK, {
+                "offset": msg.commit_log_offset, "group": self.group, "delayLevel": 0, "originMsgId": msg.msg_id,
+                "originTopic": msg.topic, "unitMode": False, "maxReconsumeTimes": self.max_reconsume_times})
+            return True
+        except (MQClientError, KeyError) as e:
+            log.warning("sending %s back to the broker failed (%s): offered again here", msg.msg_id, e)
+            return False
 
     # ------------------------------------------------------------ offsets
     async def _commit(self, mq: MessageQueue) -> None:

@@ -96,3 +96,75 @@ def test_the_java_client_retries_a_failed_message_with_back_off_then_dead_letter
     dlq = dict(kv.split("=", 1) for line in out.splitlines() if line.startswith("dlq_") for kv in line.split())
     assert dlq["dlq_body"] == "retried" and dlq["dlq_reconsume"] == "3" and dlq["dlq_retry_topic"] == "Retried", out
     assert app.stop() == 0
+
+
+def test_send_back_on_the_wire_retries_dead_letters_and_refuses_what_it_cannot_find(appliance_factory):
+    """CONSUMER_SEND_MSG_BACK's answers (FACTS-wave2 §3): level 0 -> %RETRY%<group> after level
+    3 + reconsumeTimes, a negative level -> %DLQ%<group> at once, an offset that holds no message
+    -> 1 ``look message by offset failed``; a fallback send to the retry topic at the limit -> the DLQ."""
+    from remoting.codes import RequestCode as R
+    from store import message as M
+    from tests.integration.test_readers import send_v2
+    from tests.integration.wire import Wire
+    app = appliance_factory(namesrv=True, messageDelayLevel="1s 1s 1s").start()
+    w = Wire("127.0.0.1", app.cfg.listenPort)
+    try:
+        sent = send_v2(w, "Orders", b"give-back", "TAGS\x01T1\x02UNIQ_KEY\x01U-1")
+        assert sent.code == RC.SUCCESS, sent.remark
+        offset = M.parse_offset_msg_id(sent.ext["msgId"])[2]
+
+        def back(level, at=offset, group="g1"):
+            return w.call(R.CONSUMER_SEND_MSG_BACK, {"offset": str(at), "group": group, "delayLevel": str(level),
+                                                     "originMsgId": "U-1", "originTopic": "Orders", "maxReconsumeTimes": "3"})
+        r = back(-1)
+        assert r.code == RC.SUCCESS, r.remark
+        r = back(0)
+        assert r.code == RC.SUCCESS, r.remark
+        r = back(0, at=offset + 1)
+        assert r.code == RC.SYSTEM_ERROR and r.remark == f"look message by offset failed, {offset + 1}"
+        r = send_v2(w, "%RETRY%g1", b"fallback", "RETRY_TOPIC\x01Orders\x02DELAY\x013", j="16")   # reconsumed 16 times
+        assert r.code == RC.SUCCESS, r.remark
+        time.sleep(1.5)                                      # level 3 is 1 s here
+        dlq = sorted(asyncio.run(read_topic(app, "%DLQ%g1")), key=lambda m: m.body)
+        retried = asyncio.run(read_topic(app, "%RETRY%g1"))
+    finally:
+        w.close()
+    assert [m.body for m in dlq] == [b"fallback", b"give-back"]
+    m = dlq[1]
+    assert m.reconsume_times == 1 and m.properties["RETRY_TOPIC"] == "Orders" and m.properties["DELAY"] == "0"
+    assert m.properties["ORIGIN_MESSAGE_ID"] == sent.ext["msgId"] and m.properties["UNIQ_KEY"] == "U-1"
+    assert [(r.body, r.reconsume_times, r.properties["DELAY"], r.properties["REAL_TOPIC"]) for r in retried] == [
+        (b"give-back", 1, "3", "%RETRY%g1")]
+    assert app.stop() == 0
+
+
+def test_the_python_push_consumer_gets_a_refused_message_back_through_its_retry_topic(appliance_factory):
+    """Our PushConsumer as Java's: it subscribes to %RETRY%<group>, sends a refused message back,
+    and gets it again after the back-off with reconsume_times one more and its own topic."""
+    from client.consumer import PushConsumer
+    app = appliance_factory(namesrv=True, messageDelayLevel="1s 1s 1s 1s").start()
+    seen = []
+
+    async def run():
+        p = await _producer(app, "Refused")
+        c = PushConsumer("refusing", app.namesrv, consume_from="CONSUME_FROM_FIRST_OFFSET")
+
+        def listener(msgs):
+            seen.extend((m.body, m.topic, m.reconsume_times, time.time()) for m in msgs if m.body == b"twice")
+            return not any(m.body == b"twice" and m.reconsume_times < 2 for m in msgs)
+        c.subscribe("Refused", "*").register(listener)
+        await c.start()
+        await asyncio.sleep(1)
+        await p.send(Message("Refused", b"twice"))
+        deadline = time.monotonic() + 15
+        while len(seen) < 3 and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(1.5)                              # no fourth delivery
+        await c.shutdown()
+        await p.shutdown()
+
+    asyncio.run(run())
+    assert [(b, t, n) for b, t, n, _ in seen] == [(b"twice", "Refused", 0), (b"twice", "Refused", 1),
+                                                  (b"twice", "Refused", 2)], seen
+    assert all(0.9 <= later[3] - earlier[3] <= 2.5 for earlier, later in zip(seen, seen[1:])), seen
+    assert app.stop() == 0
