@@ -19,7 +19,7 @@ from remoting.codes import RequestCode as R
 from remoting.codes import ResponseCode as RC
 from remoting.headers import HeaderError
 from shm.layout import C, T
-from store import configfile, groupconfig, message
+from store import configfile, delay, groupconfig, message
 from store.errors import StoreError
 from store.topicconfig import QueueNumsOutOfRange, check_queue_nums, topic_config
 
@@ -291,6 +291,19 @@ class AdminProcessor:
                     "lastTimestamp": (self._store_ts(topic, qid, consumed - 1) or 0) if consumed > 0 else 0}
         return cmd.response(body=mqtable.encode({"consumeTps": self.b.rates.group_tps(counters)}, "offsetTable", table))
 
+    def _schedule_offsets(self) -> dict:
+        """``scheduleMessageOffset_<level>`` = "<delivered up to>,<queue's max offset>" of each
+        level in delayOffset.json (what rocketmq-exporter reads; the scheduler writes the file)."""
+        try:
+            table = (configfile.read(os.path.join(self.cfg.config_dir, "delayOffset.json")) or {}).get("offsetTable") or {}
+        except Exception:
+            return {}
+        out = {}
+        for level, done in table.items():
+            off = self.view.offsets(delay.SCHEDULE_TOPIC, int(level) - 1)
+            out[f"scheduleMessageOffset_{level}"] = f"{done},{off[1] if off else 0}"
+        return out
+
     def runtime_info(self, cmd, _conn):
         """KVTable of BrokerController.prepareRuntimeInfo's keys that this broker has, among them
         every one ``mqadmin clusterList`` reads (counts and rates: ``shm.stats``).  A send waits
@@ -311,6 +324,6 @@ class AdminProcessor:
             "readerProcessNums": str(self.cfg.readerProcessNums),
             "sendThreadPoolQueueSize": "0", "sendThreadPoolQueueHeadWaitTimeMills": "0",
             "pullThreadPoolQueueSize": "0", "pullThreadPoolQueueHeadWaitTimeMills": "0",
-            "pageCacheLockTimeMills": "0", **self.b.rates.runtime(),
+            "pageCacheLockTimeMills": "0", **self.b.rates.runtime(), **self._schedule_offsets(),
         }
         return cmd.response(body=json.dumps({"table": table}, sort_keys=True).encode())

@@ -5,6 +5,7 @@ refused with 1 and nothing is stored."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 from client.errors import MQBrokerError
@@ -61,9 +62,21 @@ def test_a_delay_level_holds_a_message_for_its_delay_then_delivers_it_to_its_que
     assert m.properties["DELAY"] == "2" and m.properties["REAL_TOPIC"] == "Delayed" and m.properties["REAL_QID"] == "3"
     assert m.store_timestamp - m.born_timestamp >= 1990
     assert late and late[0].properties["DELAY"] == "3" and 3.0 <= late_at - sent_at < 3.8    # clamped to the last level
+    from remoting.codes import RequestCode as R
+    from tests.integration.wire import Wire
+    w = Wire("127.0.0.1", app.cfg.listenPort)
+    try:
+        time.sleep(0.2)
+        import json
+        info = json.loads(w.call(R.GET_BROKER_RUNTIME_INFO).body)["table"]
+    finally:
+        w.close()
     scheduled = asyncio.run(read_topic(app, "SCHEDULE_TOPIC_XXXX"))
     assert sorted((s.queue_id, s.body) for s in scheduled) == [(1, b"two-seconds"), (2, b"past-the-last")]
     assert app.stop() == 0
+    text = open(os.path.join(app.cfg.config_dir, "delayOffset.json")).read()
+    assert "\t\t2: 1," in text and "\t\t3: 1" in text, text          # both delivered, in RocketMQ's format
+    assert info.get("scheduleMessageOffset_3") in ("0,1", "1,1"), info    # (the file is written every 10 s)
 
 
 def test_the_java_client_gets_a_level_2_message_five_seconds_after_its_send(appliance_factory, java_classes, tmp_path):
