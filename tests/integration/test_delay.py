@@ -5,6 +5,7 @@ refused with 1 and nothing is stored."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 
@@ -67,7 +68,6 @@ def test_a_delay_level_holds_a_message_for_its_delay_then_delivers_it_to_its_que
     w = Wire("127.0.0.1", app.cfg.listenPort)
     try:
         time.sleep(0.2)
-        import json
         info = json.loads(w.call(R.GET_BROKER_RUNTIME_INFO).body)["table"]
     finally:
         w.close()
