@@ -181,3 +181,38 @@ def test_the_python_push_consumer_gets_a_refused_message_back_through_its_retry_
                                                   (b"twice", "Refused", 2)], seen
     assert all(0.9 <= later[3] - earlier[3] <= 2.5 for earlier, later in zip(seen, seen[1:])), seen
     assert app.stop() == 0
+
+
+def test_an_orderly_consumer_retries_locally_then_dead_letters_at_its_limit(appliance_factory):
+    """As Java's orderly consumer: a refused batch blocks its queue and is offered again (reconsume
+    count one more each time, no broker call); at max_reconsume_times the message goes to the
+    retry topic, which the broker turns into %DLQ%<group>; the queue then moves on."""
+    from client.consumer import PushConsumer
+    app = appliance_factory(namesrv=True).start()
+    seen = []
+
+    async def run():
+        p = await _producer(app, "Ordered")
+        c = PushConsumer("ordered-group", app.namesrv, consume_from="CONSUME_FROM_FIRST_OFFSET", orderly=True,
+                         max_reconsume_times=2)
+
+        def listener(msgs):
+            seen.extend((m.body, m.reconsume_times) for m in msgs if m.body != b"init")
+            return all(m.body != b"poison" for m in msgs)
+        c.subscribe("Ordered", "*").register(listener)
+        await c.start()
+        mq = (await p.instance.route("Ordered")).write_queues[0]
+        await p.send(Message("Ordered", b"poison"), queue=mq)
+        await p.send(Message("Ordered", b"after"), queue=mq)
+        deadline = time.monotonic() + 20
+        while (b"after", 0) not in seen and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        await c.shutdown()
+        await p.shutdown()
+        return await read_topic(app, "%DLQ%ordered-group")
+
+    dlq = asyncio.run(run())
+    assert [s for s in seen if s[0] == b"poison"] == [(b"poison", 0), (b"poison", 1), (b"poison", 2)], seen
+    assert (b"after", 0) in seen, seen                               # the queue moved on
+    assert [(m.body, m.reconsume_times, m.properties["RETRY_TOPIC"]) for m in dlq] == [(b"poison", 2, "Ordered")]
+    assert app.stop() == 0
