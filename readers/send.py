@@ -24,7 +24,7 @@ import time
 from cleaner.service import disk_remark
 from net.server import DEFERRED
 from readers.link import REJECTED
-from readers.sendback import DLQ_PREFIX, RETRY_PREFIX, max_reconsume_times
+from readers.sendback import DLQ_PREFIX, RETRY_PREFIX, max_reconsume_times, with_properties
 from remoting import codec, headers
 from remoting.codes import FAQ
 from remoting.codes import RequestCode as R
@@ -110,7 +110,8 @@ class SendProcessor:
     def _dead_letter(self, cmd, h) -> str:
         """A send to a group's retry topic (a consumer's fallback when its send-back failed) whose
         reconsume count has reached the group's limit goes to its dead-letter topic instead,
-        queue 0, as 4.9.8's handleRetryAndDLQ -> the topic it goes to."""
+        queue 0, as 4.9.8's handleRetryAndDLQ, and is not delayed (its DELAY becomes 0: a
+        message given up is kept at once) -> the topic it goes to."""
         topic = h["topic"]
         group = topic[len(RETRY_PREFIX):]
         sg = self.b.group(group)
@@ -120,6 +121,9 @@ class SendProcessor:
         if (h["reconsumeTimes"] or 0) < limit:
             return topic
         h["topic"], h["queueId"] = DLQ_PREFIX + group, 0
+        if h["properties"] and "DELAY\x01" in h["properties"]:   # stored at once, as a send-back's DLQ copy (DELAY=0)
+            h["properties"] = with_properties(h["properties"].encode("utf-8", "surrogateescape"),
+                                              {b"DELAY": b"0"}).decode("utf-8", "surrogateescape")
         return h["topic"]
 
     async def _create_then_append(self, topic: str, h) -> None:
