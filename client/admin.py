@@ -311,3 +311,20 @@ class Admin:
                         n["msgGetTotalTodayMorning"] - n["msgGetTotalYesterdayMorning"],
                         int(t.get("earliestMessageTimeStamp", -1)), float(t.get("commitLogDiskRatio", 0))))
         return out
+
+    async def delayed(self) -> list[tuple[str, int, int, int]]:
+        """Every broker's delayed messages by level: (broker name, level, delivered through, stored)
+        queue offsets of SCHEDULE_TOPIC_XXXX's queue of the level (``scheduleMessageOffset_<level>``
+        of GET_BROKER_RUNTIME_INFO; the scheduler writes its progress every 10 s)."""
+        resp = await self.instance.call_namesrv(R.GET_BROKER_CLUSTER_INFO, what="the cluster")
+        info, out = loads_tolerant(resp.body.decode()), []
+        for name, broker in sorted((info.get("brokerAddrTable") or {}).items()):
+            addr = (broker.get("brokerAddrs") or {}).get("0") or (broker.get("brokerAddrs") or {}).get(0)
+            if addr is None:
+                continue
+            t = json.loads((await self.instance.call(addr, R.GET_BROKER_RUNTIME_INFO)).body)["table"]
+            for key, value in t.items():
+                if key.startswith("scheduleMessageOffset_"):
+                    done, stored = (int(v) for v in value.split(","))
+                    out.append((name, int(key.rsplit("_", 1)[1]), done, stored))
+        return sorted(out)

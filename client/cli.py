@@ -4,7 +4,8 @@ brokers and their traffic, a topic's queues and the groups that consume it, how 
 consumer group is, who its members are and what each says of itself (``mqadmin clusterList``,
 ``topicStatus``, ``consumerProgress``, ``consumerConnection`` and ``consumerStatus``); ``resend``:
 one member consumes a stored message again (``mqadmin queryMsgById -d``); ``reset-offset``: a group
-starts over from a time (``mqadmin resetOffsetByTime``)."""
+starts over from a time (``mqadmin resetOffsetByTime``); ``delayed``: delayed messages waiting by
+level; ``dlq`` and ``dlq-resend``: what a group gave up on, and sending one back to its topic."""
 from __future__ import annotations
 
 import argparse
@@ -96,6 +97,23 @@ def add_arguments(sub) -> None:
     p.add_argument("-f", "--force", default="true", choices=("true", "false"),
                    help="false: only move offsets back (default true)")
     p.add_argument("--cpp", action="store_true", help="the members are C++ clients (mqadmin -c)")
+    p.add_argument("-n", "--namesrv")
+    p.add_argument("-c", "--config")
+    _add_delay_commands(sub)
+
+
+def _add_delay_commands(sub) -> None:
+    p = sub.add_parser("delayed", help="delayed messages by level: how many are stored, delivered and waiting")
+    p.add_argument("-n", "--namesrv")
+    p.add_argument("-c", "--config")
+    p = sub.add_parser("dlq", help="the messages a consumer group gave up on (its %%DLQ%% topic)")
+    p.add_argument("-g", "--group", required=True)
+    p.add_argument("--max-body", type=int, default=MAX_BODY, metavar="N")
+    p.add_argument("-n", "--namesrv")
+    p.add_argument("-c", "--config")
+    p = sub.add_parser("dlq-resend", help="send a dead-lettered message again to the topic it was first sent to")
+    p.add_argument("-g", "--group", required=True)
+    p.add_argument("-m", "--msg-id", required=True, help="its msgId (UNIQ_KEY) or offsetMsgId, as `dlq` prints them")
     p.add_argument("-n", "--namesrv")
     p.add_argument("-c", "--config")
 
@@ -339,9 +357,65 @@ async def _consume(args, namesrv: str) -> int:
     return 0
 
 
+async def _delayed(args, namesrv: str) -> int:
+    async with Admin(namesrv) as admin:
+        levels = await admin.delayed()
+    names = args.delay_names
+    print(f"{'#Broker Name':<24} {'#Level':>6} {'#Delay':>7} {'#Stored':>12} {'#Delivered':>12} {'#Waiting':>10}")
+    for broker, level, done, stored in levels:
+        label = names[level - 1] if level <= len(names) else "?"
+        print(f"{broker:<24} {level:>6} {label:>7} {stored:>12} {done:>12} {max(stored - done, 0):>10}")
+    return 0
+
+
+async def _dead_letters(namesrv: str, group: str) -> list:
+    """Every message of the group's %DLQ% topic, read from the start without committing."""
+    from client.consumer import PullConsumer
+    pc = await PullConsumer(CLI_GROUP + "_dlq", namesrv).start()
+    out = []
+    try:
+        for mq in await pc.queues("%DLQ%" + group):
+            await pc.assign([mq])
+            pc.seek(mq, 0)
+            while (res := await pc.pull(mq, 32)).messages:
+                out += res.messages
+    finally:
+        await pc.shutdown()
+    return out
+
+
+async def _dlq(args, namesrv: str) -> int:
+    msgs = await _dead_letters(namesrv, args.group)
+    for m in msgs:
+        print(f"msgId={m.msg_id} offsetMsgId={m.offset_msg_id} topic={m.properties.get('RETRY_TOPIC', '')} "
+              f"reconsumeTimes={m.reconsume_times} born={_when(m.born_timestamp)} {shown_body(m.body, args.max_body)}")
+    print(f"{len(msgs)} dead-lettered messages of group {args.group}")
+    return 0
+
+
+# what the broker and the consumer added to a message on its way to the DLQ: left out of a resend
+_RETRY_PROPERTIES = {"RETRY_TOPIC", "ORIGIN_MESSAGE_ID", "DELAY", "REAL_TOPIC", "REAL_QID", "WAIT", "RECONSUME_TIME",
+                     "MAX_RECONSUME_TIMES", "CLUSTER", "MIN_OFFSET", "MAX_OFFSET"}
+
+
+async def _dlq_resend(args, namesrv: str) -> int:
+    found = [m for m in await _dead_letters(namesrv, args.group) if args.msg_id in (m.msg_id, m.offset_msg_id)]
+    if not found:
+        print(f"appliance dlq-resend: no message {args.msg_id} in %DLQ%{args.group}", file=sys.stderr)
+        return 1
+    m = found[0]
+    topic = m.properties.get("RETRY_TOPIC") or m.topic
+    props = {k: v for k, v in m.properties.items() if k not in _RETRY_PROPERTIES}
+    async with Producer(CLI_GROUP, namesrv) as p:
+        r = await p.send(Message(topic, m.body, properties=props, flag=m.flag))
+    print(f"{r.status} to {topic}: msgId={r.msg_id} queue={r.queue.queue_id} offset={r.queue_offset}")
+    return 0
+
+
 COMMANDS = {"produce": _produce, "consume": _consume, "topic-status": _topic_status, "progress": _progress,
             "connections": _connections, "cluster": _cluster, "consumer-status": _consumer_status,
-            "resend": _resend, "reset-offset": _reset_offset, "retention": _retention}
+            "resend": _resend, "reset-offset": _reset_offset, "retention": _retention, "delayed": _delayed,
+            "dlq": _dlq, "dlq-resend": _dlq_resend}
 
 
 def main(args, cfg) -> int:
@@ -349,6 +423,7 @@ def main(args, cfg) -> int:
     if not namesrv:
         print("appliance: no name server: pass --namesrv or set namesrvAddr", file=sys.stderr)
         return 2
+    args.delay_names = cfg.messageDelayLevel.split()     # the levels as this config names them (``delayed``)
     try:
         return asyncio.run(COMMANDS[args.cmd](args, namesrv))
     except KeyboardInterrupt:

@@ -1,0 +1,146 @@
+"""Delayed messages: how late the appliance delivers them, under other traffic.
+
+The appliance as it ships (HAProxy, ``readerProcessNums`` readers, the scheduler; no name server:
+requests go to the broker address) in a temp dir.  While ``bench.e2e``'s load generator sends
+single messages to another topic at ``--rate`` msgs/s, one connection sends ``--delayed`` messages
+paced over ``--seconds``, each with delay level ``--level`` (``--levels``: the broker's
+``messageDelayLevel``).  Afterwards every delivered copy is read back from the destination topic:
+a copy's lateness is its store time minus when it was due (its born time plus the level's delay;
+born and store times are the same host's clock).  Prints the configuration, the load achieved,
+the deliveries (count, missing, duplicated), lateness p50 / p99 / max, and the scheduler's CPU
+and memory.
+
+    .venv/bin/python -m bench.delay [--seconds 10] [--delayed 2000] [--level 1] [--rate 20000]
+"""
+from __future__ import annotations
+
+import collections
+import socket
+import threading
+import time
+
+import numpy as np
+
+from bench.appliance import BenchAppliance
+from bench.e2e import QUEUES, TOPIC, Rocketbox, create_topic, load_arguments, run_load
+from remoting import codec
+from remoting.codec import Command
+from remoting.codes import RequestCode as R
+from store import message
+
+DELAYED = "BenchDelayed"
+
+
+def _send_delayed(port: int, n: int, seconds: float, level: int) -> list[int]:
+    """``n`` single sends with DELAY=level, paced over ``seconds`` on one connection, pipelined
+    (replies read as they come) -> the response codes."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    dec, codes = codec.Decoder(), []
+    t0 = time.monotonic()
+    for i in range(n):
+        due = t0 + seconds * i / n
+        while time.monotonic() < due:
+            time.sleep(min(0.001, due - time.monotonic()))
+        props = message.encode_properties({"DELAY": str(level), "UNIQ_KEY": f"D{i:012d}", "TAGS": "Late"})
+        ext = {"a": "bench-delay", "b": DELAYED, "c": "TBW102", "d": "4", "e": str(i % 4), "f": "0",
+               "g": str(int(time.time() * 1000)), "h": "0", "i": props, "j": "0", "k": "false"}
+        s.sendall(codec.encode(Command(R.SEND_MESSAGE_V2, ext, b"d" * 128)))
+        s.setblocking(False)
+        try:
+            codes += [r.code for r in dec.feed(s.recv(1 << 20))]
+        except BlockingIOError:
+            pass
+        s.setblocking(True)
+    while len(codes) < n:
+        codes += [r.code for r in dec.feed(s.recv(1 << 20))]
+    s.close()
+    return codes
+
+
+def _read_all(port: int, topic: str, queues: int) -> list[message.Record]:
+    """Every record of ``topic``, queue by queue from offset 0, through PULL_MESSAGE."""
+    out = []
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        dec = codec.Decoder()
+        for q in range(queues):
+            offset = 0
+            while True:
+                s.sendall(codec.encode(Command(R.PULL_MESSAGE, {
+                    "consumerGroup": "bench-delay-audit", "topic": topic, "queueId": str(q), "queueOffset": str(offset),
+                    "maxMsgNums": "32", "sysFlag": "0", "commitOffset": "0", "suspendTimeoutMillis": "0",
+                    "subscription": "*", "subVersion": "0"})))
+                resp = None
+                while resp is None:
+                    got = dec.feed(s.recv(1 << 22))
+                    resp = got[0] if got else None
+                if resp.code != 0:
+                    break
+                out += message.decode_records(resp.body)
+                offset = int(resp.ext["nextBeginOffset"])
+    return out
+
+
+def main() -> None:
+    ap = load_arguments(__doc__)
+    ap.set_defaults(seconds=10)
+    ap.add_argument("--delayed", type=int, default=2000, help="delayed messages sent over --seconds")
+    ap.add_argument("--level", type=int, default=1, help="their delay level")
+    ap.add_argument("--levels", default="1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h",
+                    help="the broker's messageDelayLevel")
+    ap.add_argument("--readers", type=int, default=2)
+    ap.add_argument("--port", type=int, default=29900)
+    args = ap.parse_args()
+    delays = [message_delay_ms(tok) for tok in args.levels.split()]
+    delay_ms = delays[min(args.level, len(delays)) - 1]
+    print(f"# delay benchmark: {args.delayed} messages of level {args.level} ({delay_ms} ms) over {args.seconds} s, "
+          f"beside single sends of {args.body} B paced at {args.rate:.0f} msgs/s ({args.procs} procs x {args.conns} conns); "
+          f"ASYNC_FLUSH, readers={args.readers}, levels='{args.levels}'")
+    app = BenchAppliance("rbx-delay-", args.dir, {
+        "flushDiskType": "ASYNC_FLUSH", "listenPort": args.port, "brokerName": "bench", "brokerIP1": "127.0.0.1",
+        "shmPrefix": "/rbx-delay", "namesrvAddr": "", "readerProcessNums": args.readers, "messageDelayLevel": args.levels})
+
+    def ready():
+        app.wait_serving()
+        create_topic(args.port, TOPIC, QUEUES)
+        create_topic(args.port, DELAYED, 4)
+    app.start(ready=ready)
+    try:
+        load: dict = {}
+        frames = Rocketbox.send_frames(b"x" * args.body, 1, codec.JSON)
+        t = threading.Thread(target=lambda: load.update(run_load("rocketbox", args.port, frames, args, args.window,
+                                                                 args.rate)))
+        cpu0 = app.role_cpu()
+        t.start()
+        time.sleep(args.warmup)
+        codes = _send_delayed(args.port, args.delayed, args.seconds, args.level)
+        t.join()
+        time.sleep(delay_ms / 1000 + 2)                     # the last ones are due, and delivered
+        cpu1 = app.role_cpu()
+        memory = app.role_memory()
+        records = _read_all(args.port, DELAYED, 4)
+    finally:
+        app.stop()
+    keys = collections.Counter(r.properties.get("UNIQ_KEY") for r in records)
+    late = np.array([r.store_ts - (r.born_ts + delay_ms) for r in records], dtype=np.float64)
+    refused = sum(c != 0 for c in codes)
+    print(f"load: {load.get('msgs_per_s', 0):,.0f} msgs/s acknowledged, p99 {load.get('p99', float('nan')):.2f} ms, "
+          f"errors {load.get('errors')}")
+    print(f"delayed: {len(codes) - refused} acknowledged ({refused} refused), {len(keys)} delivered, "
+          f"{sum(n > 1 for n in keys.values())} delivered twice, {len(codes) - refused - len(keys)} missing")
+    if len(late):
+        p50, p99 = np.percentile(late, [50, 99])
+        print(f"lateness (store time of the delivered copy - due time): p50 {p50:.0f} ms  p99 {p99:.0f} ms  "
+              f"max {late.max():.0f} ms  early {int((late < 0).sum())}")
+    sched = cpu1.get("scheduler", 0) - cpu0.get("scheduler", 0)
+    anon, fds = memory.get("scheduler", (0, 0))
+    print(f"scheduler: {sched:.2f} CPU s over the run ({sched / max(len(keys), 1) * 1e6:.0f} us a delivery), "
+          f"{anon / 1024:.1f} MiB anonymous memory, {fds} open files")
+
+
+def message_delay_ms(tok: str) -> int:
+    from appliance.config import parse_delay_levels
+    return parse_delay_levels(tok)[0]
+
+
+if __name__ == "__main__":
+    main()
