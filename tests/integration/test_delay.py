@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
+import sys
 import time
 
 from client.errors import MQBrokerError
@@ -14,7 +16,7 @@ from client.message import Message
 from client.producer import Producer
 from remoting.codes import ResponseCode as RC
 from tests.integration import javaclient
-from tests.integration.harness import read_topic
+from tests.integration.harness import ROOT, read_topic
 
 
 async def _producer(app, topic: str) -> Producer:
@@ -148,6 +150,20 @@ def test_send_back_on_the_wire_retries_dead_letters_and_refuses_what_it_cannot_f
     assert m.properties["ORIGIN_MESSAGE_ID"] == sent.ext["msgId"] and m.properties["UNIQ_KEY"] == "U-1"
     assert [(r.body, r.reconsume_times, r.properties["DELAY"], r.properties["REAL_TOPIC"]) for r in retried] == [
         (b"give-back", 1, "3", "%RETRY%g1")]
+
+    def cli(*argv):
+        return subprocess.run([sys.executable, "-m", "appliance", *argv, "-n", app.namesrv, "-c", app.conf],
+                              cwd=ROOT, capture_output=True, text=True, timeout=60)
+    listed = cli("dlq", "-g", "g1")
+    assert listed.returncode == 0 and "2 dead-lettered messages of group g1" in listed.stdout, listed
+    assert "msgId=U-1 " in listed.stdout and "topic=Orders reconsumeTimes=1" in listed.stdout, listed.stdout
+    resent = cli("dlq-resend", "-g", "g1", "-m", "U-1")
+    assert resent.returncode == 0 and resent.stdout.startswith("SEND_OK to Orders: msgId=U-1"), resent
+    again = [m for m in asyncio.run(read_topic(app, "Orders")) if m.body == b"give-back"]
+    assert len(again) == 2 and "RETRY_TOPIC" not in again[1].properties and again[1].tags == "T1"
+    assert cli("dlq-resend", "-g", "g1", "-m", "NOPE").returncode == 1
+    waiting = cli("delayed")
+    assert waiting.returncode == 0 and "#Waiting" in waiting.stdout, waiting
     assert app.stop() == 0
 
 
