@@ -219,6 +219,12 @@ class PushConsumer:
             except MQClientError as e:        # not created yet: rebalance keeps asking
                 log.warning("no route for %s yet: %s", topic, e)
         await self.instance.heartbeat_all()
+        for topic in self.subs:                  # the broker makes the group's retry topic at the heartbeat
+            if topic not in self.instance.routes:
+                try:
+                    await self.instance.route(topic, refresh=True)
+                except MQClientError:
+                    pass
         loop = asyncio.get_running_loop()
         self.tasks = [loop.create_task(self._rebalance_loop()), loop.create_task(self._commit_loop())]
         if self.locking:
@@ -504,12 +510,16 @@ class PushConsumer:
         try:
             addr = await _master(self.instance, mq)
             await self.instance.call(addr, R.CONSUMER_SEND_MSG_BACK, {
-                "offset": msg.commit_log_offset, "group": self.group, "delayLevel": 0, "originMsgId": msg.msg_id,
-                "originTopic": msg.topic, "unitMode": False, "maxReconsumeTimes": self.max_reconsume_times})
+                "offset": str(msg.commit_log_offset), "group": self.group, "delayLevel": "0", "originMsgId": msg.msg_id,
+                "originTopic": msg.topic, "unitMode": "false", "maxReconsumeTimes": str(self._limit())})
             return True
         except (MQClientError, KeyError) as e:
             log.warning("sending %s back to the broker failed (%s): sending it to the retry topic", msg.msg_id, e)
             return await self._to_retry_topic(msg, msg.reconsume_times + 1)
+
+    def _limit(self) -> int:
+        """The reconsume limit the broker is told: ``max_reconsume_times``, 16 when it is -1 (Java's)."""
+        return self.max_reconsume_times if self.max_reconsume_times >= 0 else 16
 
     async def _past_limit(self, msgs: list[MessageExt]) -> list[MessageExt]:
         """An orderly batch the listener refused: each message is retried here, its reconsume count
@@ -531,7 +541,7 @@ class PushConsumer:
         from client.producer import Producer
         if self.inner_producer is None:
             self.inner_producer = Producer("CLIENT_INNER_PRODUCER", "", instance=self.instance)
-        limit = self.max_reconsume_times if self.max_reconsume_times >= 0 else 16
+        limit = self._limit()
         props = {k: v for k, v in msg.properties.items() if k != "TRAN_MSG"}
         props.setdefault("RETRY_TOPIC", msg.topic)
         props.setdefault("ORIGIN_MESSAGE_ID", msg.msg_id)

@@ -12,9 +12,9 @@ polling while messages wait.  A delivery time later than now plus the level's de
 went back) counts as now, as in 4.9.8.
 
 Owns ``config/delayOffset.json`` (``{"offsetTable":{<level>:<next queue offset>}}``, RocketMQ's
-format), written every ``PERSIST_S`` when it moved and at stop; at start each offset is clamped
+format), written at start, every ``PERSIST_S`` when it moved, and at stop; at start each offset is clamped
 into its queue's [min, max].  After a crash the deliveries since the last write are made again
-(at least once, as RocketMQ); a clean stop delivers none twice.
+(at least once, as RocketMQ, whose window is 10 s); a clean stop delivers none twice.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 from readers.storeview import StoreView
-from shm.layout import S
+from shm.layout import C, S
 from shm.tables import TopicIndex
 from store import configfile, delay, message
 from store.salvage import TOMBSTONE_TAGS
@@ -34,7 +34,7 @@ from writer import protocol as P
 from writer.client import RingClient
 
 log = logging.getLogger("rocketbox.scheduler")
-PERSIST_S = 10.0          # flushDelayOffsetInterval
+PERSIST_S = 1.0           # (RocketMQ's flushDelayOffsetInterval is 10 s: a crash then delivers up to 10 s again)
 RETRY_S = 0.1             # a put that failed (flow control, a full disk) is tried again after this
 IDLE_S = 10.0             # the longest sleep: the offsets are written at least this often
 BATCH = 256               # entries of one level looked at, and put, at a time
@@ -50,6 +50,7 @@ class SchedulerService:
         self.stop_requested = False
         self.ring: RingClient | None = None
         self.persisted_at, self.dirty = time.monotonic(), False
+        self.seen_dispatched = 0
 
     # ------------------------------------------------------------ lifecycle
     def open(self) -> "SchedulerService":
@@ -62,6 +63,8 @@ class SchedulerService:
             lo, hi = self._bounds(level)
             saved = int(table.get(str(level), table.get(level, 0)))
             self.offsets[level] = min(max(saved, lo), hi)          # correctDelayOffset
+        self.dirty = True
+        self.persist()                                             # the file exists from the start
         return self
 
     def close(self) -> None:
@@ -88,6 +91,7 @@ class SchedulerService:
         """Deliver what is due on every level; -> seconds until the next delivery (IDLE_S when
         nothing waits)."""
         due_in = IDLE_S
+        self.seen_dispatched = int(self.ctl[C.DISPATCHED])      # what this pass can see, at least
         for level in range(1, len(self.delays) + 1):
             due_in = min(due_in, self._deliver(level))
             if self.stop_requested:
@@ -196,6 +200,8 @@ class SchedulerService:
         row = self.sh.slots[self.ring.slot]
         row[S.DISPATCH_WAIT] = 1                 # the dispatcher posts our waker after each pass
         try:
+            if int(self.ctl[C.DISPATCHED]) != self.seen_dispatched:
+                return                           # dispatched after the pass looked, before the flag: no post came
             self.ring.waker.wait(seconds)
         finally:
             row[S.DISPATCH_WAIT] = 0
