@@ -40,7 +40,7 @@ def _send_delayed(port: int, n: int, seconds: float, level: int) -> list[int]:
     for i in range(n):
         due = t0 + seconds * i / n
         while time.monotonic() < due:
-            time.sleep(min(0.001, due - time.monotonic()))
+            time.sleep(max(0.0, min(0.001, due - time.monotonic())))
         props = message.encode_properties({"DELAY": str(level), "UNIQ_KEY": f"D{i:012d}", "TAGS": "Late"})
         ext = {"a": "bench-delay", "b": DELAYED, "c": "TBW102", "d": "4", "e": str(i % 4), "f": "0",
                "g": str(int(time.time() * 1000)), "h": "0", "i": props, "j": "0", "k": "false"}
