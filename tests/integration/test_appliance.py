@@ -99,7 +99,7 @@ def test_ctrl_c_stops_role_by_role_and_roles_never_outlive_the_supervisor(applia
 
     app.start()                                    # now the supervisor alone dies
     from appliance.roles import roles_for
-    assert len(psutil.Process(app.proc.pid).children()) == len(roles_for(app.cfg)) == 7
+    assert len(psutil.Process(app.proc.pid).children()) == len(roles_for(app.cfg)) == 8      # with the scheduler
     roles = psutil.Process(app.proc.pid).children(recursive=True)        # haproxy itself too
     os.kill(app.proc.pid, signal.SIGKILL)
     app.proc.wait()
