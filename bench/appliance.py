@@ -3,6 +3,8 @@ start`` as a child process (log in the temp dir), up when ``appliance status`` s
 and stopped with SIGTERM (the temp dir removed).  A start that fails halfway stops what it began."""
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import shutil
 import signal
@@ -32,7 +34,7 @@ class BenchAppliance:
         """Start and wait until every role is up, then for ``ready()`` if given (e.g. ports)."""
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "appliance", "start", "-c", self.conf], cwd=ROOT,
-                                         stdout=log, stderr=subprocess.STDOUT)
+                                         stdout=log, stderr=subprocess.STDOUT, preexec_fn=_stop_with_parent)
         try:
             deadline = time.monotonic() + timeout
             while subprocess.run([sys.executable, "-m", "appliance", "status", "-c", self.conf], cwd=ROOT,
@@ -89,6 +91,13 @@ class BenchAppliance:
             self.proc.send_signal(signal.SIGTERM)
             self.proc.wait(120)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _stop_with_parent() -> None:
+    """In the appliance's process, before it runs: SIGTERM (a clean stop) when the benchmark that
+    started it dies, as when a test's time-out kills it with -9; else the appliance outlived it,
+    holding its ports (the next run could not start) and its temp dir's broker.conf gone."""
+    ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").prctl(1, signal.SIGTERM)   # PR_SET_PDEATHSIG
 
 
 def _anon_kib(p: psutil.Process) -> int:
