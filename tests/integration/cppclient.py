@@ -2,7 +2,8 @@
 integration tests, one scenario per process: the native library runs its own threads, logs under
 ``$HOME/logs`` and can hang or crash on shutdown, none of which may touch the pytest process.
 
-    python cppclient.py '{"do": "produce", "namesrv": ..., "topic": ..., "sync": 5, "oneway": 3, "batch": 4}'
+    python cppclient.py '{"do": "produce", "namesrv": ..., "topic": ..., "sync": 5, "oneway": 3, "batch": 4,
+                          "delay": 0}'   (delay: the sync sends' delay level)
     python cppclient.py '{"do": "push", "namesrv": ..., "topic": ..., "group": ..., "expr": "*",
                           "expect": 10, "seconds": 20, "linger": 1}'
     python cppclient.py '{"do": "pull", "namesrv": ..., "topic": ..., "group": ..., "expr": "*"}'
@@ -16,11 +17,13 @@ import time
 from rocketmq.client import Message, Producer, PullConsumer, PushConsumer
 
 
-def _msg(topic: str, body: str, tags: str, keys: str) -> Message:
+def _msg(topic: str, body: str, tags: str, keys: str, delay: int = 0) -> Message:
     m = Message(topic)
     m.set_body(body.encode())
     m.set_tags(tags)
     m.set_keys(keys)
+    if delay:
+        m.set_delay_time_level(delay)
     return m
 
 
@@ -31,7 +34,7 @@ def produce(a: dict) -> dict:
     p.start()
     out = {"sync": [], "batch": None}
     for i in range(a["sync"]):
-        r = p.send_sync(_msg(a["topic"], f"sync-{i}", "TagA", f"sk{i}"))
+        r = p.send_sync(_msg(a["topic"], f"sync-{i}", "TagA", f"sk{i}", a.get("delay", 0)))
         out["sync"].append({"status": r.status.name, "msg_id": r.msg_id, "offset": r.offset})
     for i in range(a["oneway"]):
         p.send_oneway(_msg(a["topic"], f"oneway-{i}", "TagB", f"ok{i}"))

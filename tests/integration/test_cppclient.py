@@ -76,6 +76,23 @@ def test_cpp_producer_sync_oneway_and_batch_are_stored_once_each(appliance_facto
     assert [m.queue_offset for m in batch] == list(range(res["batch"]["offset"], res["batch"]["offset"] + 16))
 
 
+def test_cpp_producer_delay_level_holds_its_messages_for_the_levels_delay(appliance_factory, tmp_path):
+    """The C++ client's setDelayTimeLevel: level 2 (2 s here) arrives 2 s after its send, not before."""
+    app = appliance_factory(namesrv=True, messageDelayLevel="1s 2s").start()
+    sent_at = time.time()
+    res = cpp(tmp_path, do="produce", namesrv=app.namesrv, topic="CppDelay", sync=5, oneway=0, batch=0, delay=2)
+    assert [r["status"] for r in res["sync"]] == ["OK"] * 5
+    assert time.time() - sent_at > 2.0 or not asyncio.run(read_topic(app, "CppDelay"))     # none before its time
+    msgs: list = []
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and len(msgs) < 5:
+        msgs = asyncio.run(read_topic(app, "CppDelay"))
+        time.sleep(0.2)
+    assert sorted(m.body.decode() for m in msgs) == [f"sync-{i}" for i in range(5)]
+    assert all(m.properties["DELAY"] == "2" and m.store_timestamp - m.born_timestamp >= 1990 for m in msgs), msgs
+    assert app.stop() == 0
+
+
 def test_cpp_push_consumer_filters_by_tag_and_resumes_and_pull_consumer_reads_all(appliance_factory, tmp_path):
     app = appliance_factory(namesrv=True).start()
     first = [f"m{i}" for i in range(30)]
