@@ -5,16 +5,20 @@ file; concurrently or in order) and ``PullConsumer`` (assign, seek, pull).
 A push consumer rebalances every 20 s and whenever a broker says the group changed
 (NOTIFY_CONSUMER_IDS_CHANGED).  Each owned queue has one pull loop: pull (held by the broker up to
 15 s), re-check tags on strings, hand the batch to the listener, move the offset; a concurrent
-consumer's next pull is already out while the listener has the batch.  A batch the
-listener fails is offered again after 1 s (sending it back to a retry topic arrives with retry and
-dead-letter queues).  Offsets are committed every 5 s, when a queue is given up and at shutdown.
+consumer's next pull is already out while the listener has the batch.  A batch the listener
+refuses is sent back to the broker (CONSUMER_SEND_MSG_BACK), which offers it again through the
+group's retry topic after a back-off, or, past ``max_reconsume_times``, keeps it in the group's
+dead-letter topic; a CLUSTERING consumer subscribes to its retry topic for that.  Offsets are
+committed every 5 s, when a queue is given up and at shutdown.
 
 An orderly consumer (``orderly=True``, Java's MessageListenerOrderly) in CLUSTERING also holds
 each queue's lock on the broker (LOCK_BATCH_MQ, renewed every 20 s) and consumes a queue only
 while it holds it, so that two members never consume one queue at once, not even while they
 rebalance: a queue given up is unlocked only after its batch in the listener is done and its
 offset committed, and its next owner reads the offset once it has the lock.  A batch the listener
-refuses blocks its queue until it is consumed (SUSPEND_CURRENT_QUEUE_A_MOMENT).
+refuses blocks its queue and is offered again after 1 s (SUSPEND_CURRENT_QUEUE_A_MOMENT), each
+message's reconsume count one more, until a message reaches ``max_reconsume_times`` (no limit by
+default, as Java's): then it goes to the dead-letter topic through the retry topic.
 """
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ from dataclasses import dataclass
 from client import running
 from client.errors import MQClientError
 from client.instance import ClientInstance, MessageQueue, stop_tasks
-from client.message import MessageExt, decode_messages
+from client.message import Message, MessageExt, decode_messages
 from client.offsets import LocalOffsets, RemoteOffsets
 from client.rebalance import allocate_averagely
 from remoting.codes import RequestCode as R
@@ -38,6 +42,7 @@ from remoting.subscription import parse_expression
 from store.javahash import string_hash
 
 log = logging.getLogger("rocketbox.client")
+RETRY_PREFIX = "%RETRY%"
 REBALANCE_S, COMMIT_S, PULL_ERROR_DELAY_S, RETRY_DELAY_S = 20.0, 5.0, 3.0, 1.0
 LOCK_S, LOCK_LIVE_S, LOCK_RETRY_S = 20.0, 30.0, 1.0    # Java's REBALANCE_LOCK_INTERVAL, REBALANCE_LOCK_MAX_LIVE_TIME
 DRAIN_S = 1.0         # how long a rebalance waits for an orderly batch in the listener (Java: its consume lock)
@@ -99,12 +104,15 @@ def _by_broker(mqs: list[MessageQueue]) -> dict[str, list[MessageQueue]]:
 class PushConsumer:
     def __init__(self, group: str, namesrv: str, *, model: str = "CLUSTERING",
                  consume_from: str = "CONSUME_FROM_LAST_OFFSET", pull_batch: int = 32, suspend_ms: int = 15000,
-                 offset_dir: str | None = None, orderly: bool = False, instance: ClientInstance | None = None):
+                 offset_dir: str | None = None, orderly: bool = False, instance: ClientInstance | None = None,
+                 max_reconsume_times: int = -1):
         if model not in ("CLUSTERING", "BROADCASTING"):
             raise ValueError(f"message model '{model}' is not CLUSTERING or BROADCASTING")
         self.group, self.model, self.consume_from, self.orderly = group, model, consume_from, orderly
         self.locking = orderly and model == "CLUSTERING"     # queues consumed only under the broker's lock
         self.pull_batch, self.suspend_ms = pull_batch, suspend_ms
+        self.max_reconsume_times = max_reconsume_times    # -1: the group's (16), as Java's; orderly: no limit
+        self.inner_producer = None                        # for a retry the broker could not be asked for
         self.instance = instance or ClientInstance(namesrv)
         self.subs: dict[str, tuple[str, list[str], int]] = {}      # topic -> (expression, tags, subVersion)
         self.listener = None
@@ -202,6 +210,8 @@ class PushConsumer:
             raise ValueError(f"consumer group {self.group} already runs in this client instance")
         self.instance.consumers[self.group] = self
         self.started_ms = int(time.time() * 1000)
+        if self.model == "CLUSTERING" and not self.orderly:   # failed messages come back through it (Java's copySubscription)
+            self.subs.setdefault(RETRY_PREFIX + self.group, ("*", [], self.started_ms))
         await self.instance.start()
         for topic in self.subs:
             try:
@@ -209,6 +219,12 @@ class PushConsumer:
             except MQClientError as e:        # not created yet: rebalance keeps asking
                 log.warning("no route for %s yet: %s", topic, e)
         await self.instance.heartbeat_all()
+        for topic in self.subs:                  # the broker makes the group's retry topic at the heartbeat
+            if topic not in self.instance.routes:
+                try:
+                    await self.instance.route(topic, refresh=True)
+                except MQClientError:
+                    pass
         loop = asyncio.get_running_loop()
         self.tasks = [loop.create_task(self._rebalance_loop()), loop.create_task(self._commit_loop())]
         if self.locking:
@@ -448,7 +464,14 @@ class PushConsumer:
 
     async def _consume(self, mq: MessageQueue, msgs: list[MessageExt], me: asyncio.Task) -> bool:
         """Hand ``msgs`` to the listener until it takes them (True), or until the queue is given
-        up while they wait to be offered again (False).  Orderly, each offer waits for the lock."""
+        up while they wait to be offered again (False).  Orderly, each offer waits for the lock.
+        A concurrent CLUSTERING consumer sends a refused batch back to the broker, which offers it
+        again through the group's retry topic after a back-off (``_send_back``), and moves on;
+        what cannot be sent back is offered again here.  BROADCASTING drops a refused batch
+        (logged), as Java's does."""
+        if mq.topic.startswith(RETRY_PREFIX):
+            for m in msgs:                       # a retried message shows the topic it was sent to
+                m.topic = m.properties.get("RETRY_TOPIC", m.topic)
         while await self._hold(mq, me):
             self.in_listener.add(me)
             began = time.monotonic()
@@ -464,10 +487,71 @@ class PushConsumer:
             self.stats.consumed(mq.topic, len(msgs), (time.monotonic() - began) * 1000, ok is not False)
             if ok is not False:
                 return True
+            if self.orderly:
+                msgs = await self._past_limit(msgs)
+                if not msgs:
+                    return True
+            elif self.model == "BROADCASTING":
+                log.warning("%d messages of %s not consumed: dropped (BROADCASTING)", len(msgs), mq)
+                return True
+            else:
+                msgs = [m for m in msgs if not await self._send_back(mq, m)]
+                if not msgs:
+                    return True
             if self.pullers.get(mq) is not me:
                 break
             await asyncio.sleep(RETRY_DELAY_S)
         return False
+
+    async def _send_back(self, mq: MessageQueue, msg: MessageExt) -> bool:
+        """CONSUMER_SEND_MSG_BACK: the broker stores ``msg`` again for a later try (its retry topic
+        after level 3 + reconsume times, or past the limit its dead-letter topic); False when it
+        could not be asked (the message is then offered again here)."""
+        try:
+            addr = await _master(self.instance, mq)
+            await self.instance.call(addr, R.CONSUMER_SEND_MSG_BACK, {
+                "offset": str(msg.commit_log_offset), "group": self.group, "delayLevel": "0", "originMsgId": msg.msg_id,
+                "originTopic": msg.topic, "unitMode": "false", "maxReconsumeTimes": str(self._limit())})
+            return True
+        except (MQClientError, KeyError) as e:
+            log.warning("sending %s back to the broker failed (%s): sending it to the retry topic", msg.msg_id, e)
+            return await self._to_retry_topic(msg, msg.reconsume_times + 1)
+
+    def _limit(self) -> int:
+        """The reconsume limit the broker is told: ``max_reconsume_times``, 16 when it is -1 (Java's)."""
+        return self.max_reconsume_times if self.max_reconsume_times >= 0 else 16
+
+    async def _past_limit(self, msgs: list[MessageExt]) -> list[MessageExt]:
+        """An orderly batch the listener refused: each message is retried here, its reconsume count
+        one more, until it reaches ``max_reconsume_times`` (none by default, as Java's orderly
+        consumer); then it goes to the retry topic, which the broker turns into the dead-letter
+        topic.  -> the messages to offer again."""
+        again = []
+        for m in msgs:
+            if 0 <= self.max_reconsume_times <= m.reconsume_times and await self._to_retry_topic(m, m.reconsume_times):
+                continue
+            m.reconsume_times += 1
+            again.append(m)
+        return again
+
+    async def _to_retry_topic(self, msg: MessageExt, reconsume_times: int) -> bool:
+        """A copy of ``msg`` sent to ``%RETRY%<group>`` by this client itself, as Java's consumer
+        does when the broker cannot take a send-back (and an orderly one at its limit): the
+        broker sends it on to the dead-letter topic when ``reconsume_times`` has reached the limit."""
+        from client.producer import Producer
+        if self.inner_producer is None:
+            self.inner_producer = Producer("CLIENT_INNER_PRODUCER", "", instance=self.instance)
+        limit = self._limit()
+        props = {k: v for k, v in msg.properties.items() if k != "TRAN_MSG"}
+        props.setdefault("RETRY_TOPIC", msg.topic)
+        props.setdefault("ORIGIN_MESSAGE_ID", msg.msg_id)
+        props.update(RECONSUME_TIME=str(reconsume_times), MAX_RECONSUME_TIMES=str(limit), DELAY=str(3 + msg.reconsume_times))
+        try:
+            await self.inner_producer.send(Message(RETRY_PREFIX + self.group, msg.body, properties=props, flag=msg.flag))
+            return True
+        except MQClientError as e:
+            log.warning("sending %s to the retry topic failed (%s): offered again here", msg.msg_id, e)
+            return False
 
     # ------------------------------------------------------------ offsets
     async def _commit(self, mq: MessageQueue) -> None:

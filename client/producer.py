@@ -119,6 +119,10 @@ class Producer:
             ext = {"a": self.group, "b": topic, "c": DEFAULT_TOPIC, "d": str(self.default_queue_nums),
                    "e": str(mq.queue_id), "f": "0", "g": str(int(time.time() * 1000)), "h": str(flag),
                    "i": codec.encode_properties(props), "j": "0", "k": "false", "m": "true" if batch else "false"}
+            if topic.startswith("%RETRY%"):      # a consumer's own retry: its counts ride in the header, as Java's
+                ext["j"] = props.get("RECONSUME_TIME", "0")
+                if "MAX_RECONSUME_TIMES" in props:
+                    ext["l"] = props["MAX_RECONSUME_TIMES"]
             code = R.SEND_BATCH_MESSAGE if batch else R.SEND_MESSAGE_V2
             try:
                 if oneway:
