@@ -232,3 +232,8 @@ def read_acks(path: str) -> list[str]:
         return []
     with open(path) as f:
         return [line.strip() for line in f if line.endswith("\n")]
+
+
+def owned(consumer) -> list:
+    """The queues a push consumer consumes now, its group's retry topic's left out."""
+    return [q for q in consumer.pullers if not q.topic.startswith("%RETRY%")]

@@ -25,7 +25,7 @@ from remoting.codes import RequestCode as R
 from remoting.codes import ResponseCode as RC
 from store import message
 from store.javahash import string_hash
-from tests.integration.harness import create_topic, dispatched
+from tests.integration.harness import create_topic, dispatched, owned
 from tests.integration.wire import Wire
 
 TOPIC, GROUP = "Stats", "stats_group"
@@ -306,7 +306,7 @@ def test_the_admin_client_and_cli_list_a_groups_real_members(appliance_factory):
     assert {(c.language, c.client_addr.split(":")[0]) for c in cc.connections} == {("PYTHON", "127.0.0.1")}
     assert (cc.consume_type, cc.message_model, cc.consume_from) == ("CONSUME_PASSIVELY", "CLUSTERING",
                                                                      "CONSUME_FROM_FIRST_OFFSET")
-    assert cc.subscriptions == {TOPIC: "TagA"}
+    assert cc.subscriptions == {TOPIC: "TagA", f"%RETRY%{GROUP}": "*"}      # the retry topic, as a Java member's
     assert [c.client_id for c in producers] == [producer_id]
     assert groups == [GROUP]
     assert out.returncode == 0, out.stderr
@@ -439,8 +439,8 @@ def test_real_consumers_report_their_running_info_and_the_cli_checks_them(applia
             await c.subscribe(TOPIC, "TagA").register(lambda msgs: got.extend(msgs) or True).start()
         try:
             deadline = time.monotonic() + 30
-            while sorted(len(c.pullers) for c in consumers) != [2, 2]:       # each owns two queues
-                assert time.monotonic() < deadline, [list(c.pullers) for c in consumers]
+            while sorted(len(owned(c)) for c in consumers) != [2, 2]:       # each owns two queues
+                assert time.monotonic() < deadline, [owned(c) for c in consumers]
                 await asyncio.sleep(0.1)
             async with Producer("running_producer", app.namesrv) as p:
                 for i in range(20):
@@ -448,7 +448,7 @@ def test_real_consumers_report_their_running_info_and_the_cli_checks_them(applia
             while len(got) < 20:
                 assert time.monotonic() < deadline + 30
                 await asyncio.sleep(0.05)
-            owned = {c.instance.client_id: set(c.pullers) for c in consumers}
+            mine = {c.instance.client_id: set(owned(c)) for c in consumers}
             async with Admin(app.namesrv) as admin:
                 infos = {c.instance.client_id: await admin.consumer_running_info(GROUP, c.instance.client_id, i == 0)
                          for i, c in enumerate(consumers)}
@@ -458,18 +458,21 @@ def test_real_consumers_report_their_running_info_and_the_cli_checks_them(applia
                 except MQBrokerError as e:
                     missing = e
             out = await asyncio.to_thread(app.cmd, "consumer-status", "-g", GROUP)
-            return owned, [c.started_ms for c in consumers], infos, missing, out
+            return mine, [c.started_ms for c in consumers], infos, missing, out
         finally:
             for c in consumers:
                 await c.shutdown()
 
-    owned, started, infos, missing, out = asyncio.run(run())
+    mine, started, infos, missing, out = asyncio.run(run())
     assert missing is not None and (missing.code, missing.remark) == \
         (RC.SYSTEM_ERROR, f"The Consumer <{GROUP}> <10.9.9.9@nobody> not online")
-    assert set().union(*owned.values()) == {MessageQueue(TOPIC, "b1", q) for q in range(4)}
+    assert set().union(*mine.values()) == {MessageQueue(TOPIC, "b1", q) for q in range(4)}
     for (client_id, info), start_ms in zip(infos.items(), started):
-        assert set(info.queues) == owned[client_id]
-        for pq in info.queues.values():           # 5 messages each, all consumed
+        assert {q for q in info.queues if not q.topic.startswith("%RETRY%")} == mine[client_id]
+        for mq, pq in info.queues.items():        # 5 messages each, all consumed; none retried
+            if mq.topic.startswith("%RETRY%"):
+                assert (pq["commitOffset"], pq["cachedMsgCount"]) == (0, 0)
+                continue
             assert (pq["commitOffset"], pq["cachedMsgCount"], pq["locked"]) == (5, 0, False)
             assert pq["lastConsumeTimestamp"] >= start_ms and pq["lastPullTimestamp"] >= start_ms
         p = info.properties
@@ -477,7 +480,8 @@ def test_real_consumers_report_their_running_info_and_the_cli_checks_them(applia
             (GROUP, "CLUSTERING", "CONSUME_PASSIVELY", "false")
         assert (p["PROP_CLIENT_VERSION"], p["PROP_NAMESERVER_ADDR"], p["PROP_CONSUMER_START_TIMESTAMP"]) == \
             ("V4_9_8", app.namesrv + ";", str(start_ms))
-        assert [(s["topic"], s["subString"], s["tagsSet"]) for s in info.subscriptions] == [(TOPIC, "TagA", ["TagA"])]
+        assert [(s["topic"], s["subString"], s["tagsSet"]) for s in info.subscriptions] == [
+            (f"%RETRY%{GROUP}", "*", []), (TOPIC, "TagA", ["TagA"])]
         st = info.status[TOPIC]
         assert st["pullTPS"] > 0 and st["consumeOKTPS"] > 0 and st["consumeFailedMsgs"] == 0
         assert info.problems(client_id) == []
@@ -486,7 +490,7 @@ def test_real_consumers_report_their_running_info_and_the_cli_checks_them(applia
     assert out.returncode == 0, out.stderr
     for client_id in infos:
         assert f"#Consumer {client_id}" in out.stdout
-    assert re.search(rf"^001 Topic: {TOPIC}\s+ClassFilter: false\s+SubExpression: TagA$", out.stdout, re.M)
+    assert re.search(rf"^002 Topic: {TOPIC}\s+ClassFilter: false\s+SubExpression: TagA$", out.stdout, re.M)   # after the retry topic
     assert re.search(rf"^{TOPIC}\s+b1\s+0\s+5$", out.stdout, re.M), out.stdout      # queue 0's offset
     assert out.stdout.rstrip().endswith("Same subscription in the same group of consumer\nRebalance OK")
     out = app.cmd("consumer-status", "-g", GROUP, "-i", "10.9.9.9@nobody")

@@ -12,14 +12,14 @@ import time
 
 import pytest
 
-from client.consumer import RETRY_DELAY_S, PullConsumer, PushConsumer
+from client.consumer import PullConsumer, PushConsumer
 from client.errors import MQBrokerError, MQClientError
 from client.instance import ClientInstance
 from client.message import Message
 from client.producer import Producer
 from remoting.codes import RequestCode as R
 from remoting.codes import ResponseCode as RC
-from tests.integration.harness import create_topic, dispatched, read_topic, wait_route
+from tests.integration.harness import create_topic, dispatched, owned, read_topic, wait_route
 
 
 async def wait_for(cond, timeout: float = 15.0, step: float = 0.1) -> bool:
@@ -64,8 +64,8 @@ async def settled(consumers, queues: int) -> bool:
     async def check():
         for c in consumers:
             await c.rebalance()
-        owned = [q for c in consumers for q in c.pullers]
-        return len(owned) == queues and len(set(owned)) == queues
+        mine = [q for c in consumers for q in owned(c)]
+        return len(mine) == queues and len(set(mine)) == queues
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         if await check():
@@ -82,7 +82,7 @@ def test_three_consumers_get_each_message_once_and_rebalance(appliance_factory):
         seen = collections.Counter()
         group = [await consumer(app, "workers", "Work", seen).start() for _ in range(3)]
         assert await settled(group, 4)
-        assert sorted(len(c.pullers) for c in group) == [1, 1, 2]      # averagely: 4 queues over 3
+        assert sorted(len(owned(c)) for c in group) == [1, 1, 2]      # averagely: 4 queues over 3
         sent = [f"m{i}".encode() for i in range(300)]
         for b in sent:
             assert (await p.send(Message("Work", b, tags="T"))).status == "SEND_OK"
@@ -178,7 +178,7 @@ def test_broadcasting_and_tag_filters(appliance_factory, tmp_path):
         ct = await consumer(app, "sports", "News", tagged, expr="Sport || Chess").start()
         for c in (ca, cb, ct):
             await c.rebalance()
-            assert await wait_for(lambda c=c: len(c.pullers) == 4, 10)
+            assert await wait_for(lambda c=c: len(owned(c)) == 4, 10)
         for i in range(60):
             await p.send(Message("News", f"x{i}".encode(), tags=["Sport", "Chess", "Weather"][i % 3]))
         want = {f"x{i}".encode() for i in range(60)}
@@ -295,15 +295,18 @@ def test_consumers_resume_from_committed_offsets_after_a_restart(appliance_facto
     assert set(seen.values()) == {1} and len(seen) == 201
 
 
-def test_a_batch_the_listener_refuses_or_fails_on_is_offered_again_and_then_committed(appliance_factory, caplog):
-    """A listener that returns False, or raises, has its batch offered again after 1 s (locally; the
-    broker's retry topic comes with the retry issue); the queue moves on once it is consumed."""
-    app = appliance_factory(namesrv=True).start()
-    seen, refused = collections.Counter(), []
+def test_a_batch_the_listener_refuses_or_fails_on_is_sent_back_and_offered_again_through_the_retry_topic(
+        appliance_factory, caplog):
+    """A listener that returns False, or raises, has its batch sent back to the broker (as Java's
+    RECONSUME_LATER); the queue moves on at once, and the batch comes again through the group's
+    retry topic after level 3 (1 s here), under its own topic, reconsume count 1."""
+    app = appliance_factory(namesrv=True, messageDelayLevel="1s 1s 1s 1s").start()
+    seen, refused, again = collections.Counter(), [], []
 
     def listener(msgs):
         bodies = [m.body for m in msgs]
         seen.update(bodies)
+        again.extend((m.body, m.topic, m.reconsume_times) for m in msgs if m.reconsume_times)
         if b"x3" in bodies and seen[b"x3"] == 1:
             refused.append("False")
             return False
@@ -319,20 +322,21 @@ def test_a_batch_the_listener_refuses_or_fails_on_is_offered_again_and_then_comm
             await p.send(Message("Flaky", f"x{i}".encode()), queue=q)
         c = PushConsumer("flaky", app.namesrv, consume_from="CONSUME_FROM_FIRST_OFFSET", pull_batch=2)
         await c.subscribe("Flaky", "*").register(listener).start()
-        t0 = time.monotonic()
-        assert await wait_for(lambda: {f"x{i}".encode() for i in range(8)} <= set(seen)), tally(seen)
-        took = time.monotonic() - t0
+        assert await wait_for(lambda: {f"x{i}".encode() for i in range(8)} <= set(seen) and len(again) >= 4), tally(seen)
+        await asyncio.sleep(0.5)
         await c.shutdown()                                    # commits what was consumed
         pc = await PullConsumer("flaky", app.namesrv).start()
         await pc.assign([q])
         committed = pc.positions[q]
         await pc.shutdown()
         await p.shutdown()
-        return q, took, committed
+        return q, committed
 
-    q, took, committed = asyncio.run(run())
-    assert refused == ["False", "raised"] and took >= 2 * RETRY_DELAY_S
-    assert (seen[b"x3"], seen[b"x5"]) == (2, 2) and committed == 8, (tally(seen), committed)
+    q, committed = asyncio.run(run())
+    assert refused == ["False", "raised"] and committed == 8, (refused, committed)
+    retried = {b for b, n in seen.items() if n == 2}
+    assert len(retried) == 4 and {b"x3", b"x5"} <= retried, tally(seen)      # each refused batch: 2 messages
+    assert sorted(again) == sorted((b, "Flaky", 1) for b in retried)
     assert [r.getMessage() for r in caplog.records if r.name == "rocketbox.client" and r.exc_info] == [
         f"listener failed on 2 messages of {q}"]
 
@@ -427,7 +431,7 @@ def test_a_record_corrupted_in_the_store_is_reported_and_pulled_again_not_the_en
             assert await wait_for(lambda: seen == [b"t0"]), seen
             await asyncio.sleep(2 * PULL_ERROR_DELAY_S + 0.5)    # the pull of t1 fails, and again
             stuck = list(seen)
-            loop_alive = not next(iter(c.pullers.values())).done()
+            loop_alive = not c.pullers[owned(c)[0]].done()
         finally:
             os.pwrite(fd, whole, phys % size + 4)
             os.close(fd)

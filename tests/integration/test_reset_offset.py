@@ -17,7 +17,7 @@ from client.producer import Producer
 from remoting import mqtable
 from remoting.codes import RequestCode as R
 from remoting.codes import ResponseCode as RC
-from tests.integration.harness import create_topic, dispatched
+from tests.integration.harness import create_topic, dispatched, owned
 from tests.integration.test_admin import _heartbeat, _wait_for
 from tests.integration.wire import Wire
 
@@ -139,8 +139,8 @@ def test_real_consumers_start_over_from_a_time_and_an_offline_group_is_committed
             await c.subscribe(TOPIC).register(lambda msgs: got.extend(msgs) or True).start()
         try:
             deadline = time.monotonic() + 30
-            while len(got) < 14 or sorted(len(c.pullers) for c in consumers) != [1, 1]:
-                assert time.monotonic() < deadline, (len(got), [list(c.pullers) for c in consumers])
+            while len(got) < 14 or sorted(len(owned(c)) for c in consumers) != [1, 1]:
+                assert time.monotonic() < deadline, (len(got), [owned(c) for c in consumers])
                 await asyncio.sleep(0.05)
             n = len(got)         # (a queue that moved while the group settled may have been read twice)
             first = [m.body for m in got]
