@@ -24,7 +24,7 @@ import time
 from cleaner.service import disk_remark
 from net.server import DEFERRED
 from readers.link import REJECTED
-from readers.sendback import DLQ_PREFIX, RETRY_PREFIX, max_reconsume_times, with_properties
+from readers.sendback import DLQ_PREFIX, RETRY_PREFIX, max_reconsume_times
 from remoting import codec, headers
 from remoting.codes import FAQ
 from remoting.codes import RequestCode as R
@@ -122,7 +122,7 @@ class SendProcessor:
             return topic
         h["topic"], h["queueId"] = DLQ_PREFIX + group, 0
         if h["properties"] and "DELAY\x01" in h["properties"]:   # stored at once, as a send-back's DLQ copy (DELAY=0)
-            h["properties"] = with_properties(h["properties"].encode("utf-8", "surrogateescape"),
+            h["properties"] = message.with_properties(h["properties"].encode("utf-8", "surrogateescape"),
                                               {b"DELAY": b"0"}).decode("utf-8", "surrogateescape")
         return h["topic"]
 

@@ -27,7 +27,6 @@ from store.topicconfig import PERM_RW, PERM_WRITE, topic_config
 
 RETRY_PREFIX, DLQ_PREFIX = "%RETRY%", "%DLQ%"
 VERSION_WITH_MAX = 121          # MQVersion V3_4_9: from it the header's maxReconsumeTimes counts
-_NV, _SEP = message.NAME_VALUE_SEP.encode(), message.PROPERTY_SEP.encode()
 
 
 def max_reconsume_times(group_config: dict, header_max: int | None, version: int) -> int:
@@ -35,21 +34,6 @@ def max_reconsume_times(group_config: dict, header_max: int | None, version: int
     if version >= VERSION_WITH_MAX and header_max is not None:
         return header_max
     return int(group_config.get("retryMaxTimes", 16))
-
-
-def with_properties(props: bytes, updates: dict[bytes, bytes], only_if_absent: set[bytes] = frozenset()) -> bytes:
-    """``props`` (``k\\x01v\\x02...``) with ``updates`` set: a key already there keeps its place
-    (and its value, if it is in ``only_if_absent``), a new one goes at the end."""
-    pairs = [p.split(_NV, 1) for p in props.split(_SEP) if p]
-    seen = set()
-    for kv in pairs:
-        key = kv[0]
-        if key in updates:
-            seen.add(key)
-            if key not in only_if_absent:
-                kv[1:] = [updates[key]]
-    pairs += [[k, v] for k, v in updates.items() if k not in seen]
-    return _SEP.join(_NV.join(kv) for kv in pairs)
 
 
 class SendBackProcessor:
@@ -88,9 +72,9 @@ class SendBackProcessor:
         else:
             target, level = retry, level or 3 + reconsume
         origin = message.offset_msg_id(head[12], head[13], h["offset"])
-        props = with_properties(props, {b"RETRY_TOPIC": topic, b"ORIGIN_MESSAGE_ID": origin.encode()},
+        props = message.with_properties(props, {b"RETRY_TOPIC": topic, b"ORIGIN_MESSAGE_ID": origin.encode()},
                                 only_if_absent={b"RETRY_TOPIC", b"ORIGIN_MESSAGE_ID"})
-        props = with_properties(props, {b"WAIT": b"false", delay.DELAY: b"%d" % level})
+        props = message.with_properties(props, {b"WAIT": b"false", delay.DELAY: b"%d" % level})
         qid = random.randrange(max(1, self.topics.row(tidx)[T.WRITE_QUEUE_NUMS]))     # (1 queue: 0)
         if level > 0:
             tidx = self.topics.lookup(delay.SCHEDULE_TOPIC)
@@ -100,12 +84,9 @@ class SendBackProcessor:
             stored_topic, stored_qid = delay.SCHEDULE_TOPIC_BYTES, min(level, self.max_level) - 1
         else:
             stored_topic, stored_qid = target.encode(), qid
-        (_total, _magic, _crc, _qid, flag, _qoff, _phys, sys_flag, born_ts, born_ip, born_port, _sts,
-         store_ip, store_port, _reconsume, _prepared, _blen) = head
-        record = message.encode_record(topic=stored_topic, queue_id=stored_qid, body=body, properties=props, flag=flag,
-                                       sys_flag=sys_flag, born_ts=born_ts, born_ip=born_ip, born_port=born_port,
-                                       store_ip=store_ip, store_port=store_port, reconsume_times=reconsume + 1)
-        failed = await self.link.put(tidx, stored_qid, sys_flag, record)
+        record = message.record_again(head, body, props, topic=stored_topic, queue_id=stored_qid,
+                                      reconsume_times=reconsume + 1)
+        failed = await self.link.put(tidx, stored_qid, head[7], record)       # (its sysflag)
         if failed is not None:
             return cmd.response(RC.SYSTEM_ERROR, failed)
         return cmd.response(RC.SUCCESS, None)

@@ -171,13 +171,8 @@ class SchedulerService:
         if tidx is None:
             log.error("delayed message for topic %s, which no longer exists: not delivered", topic)
             return None
-        (_total, _magic, _crc, _qid, flag, _qoff, _phys, sys_flag, born_ts, born_ip, born_port, _sts,
-         store_ip, store_port, reconsume, prepared, _blen) = h
-        rec = message.encode_record(topic=real_topic, queue_id=int(real_qid), body=body, properties=props, flag=flag,
-                                    sys_flag=sys_flag, born_ts=born_ts, born_ip=born_ip, born_port=born_port,
-                                    store_ip=store_ip, store_port=store_port, reconsume_times=reconsume,
-                                    prepared_offset=prepared)
-        return tidx, int(real_qid), rec, sys_flag
+        rec = message.record_again(h, body, props, topic=real_topic, queue_id=int(real_qid))
+        return tidx, int(real_qid), rec, h[7]                  # (its sysflag)
 
     # ------------------------------------------------------------ state
     def _bounds(self, level: int) -> tuple[int, int]:

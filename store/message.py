@@ -159,6 +159,37 @@ def property_value(props: bytes, key: bytes) -> bytes | None:
         i += 1
 
 
+def with_properties(props: bytes, updates: dict[bytes, bytes], only_if_absent: frozenset[bytes] = frozenset()) -> bytes:
+    """``props`` (``k\\x01v\\x02...``, as stored) with ``updates`` set, as Java's putProperty sets
+    them: a key already there keeps its place (and its value, if it is in ``only_if_absent``), a
+    new one goes at the end."""
+    nv, sep = NAME_VALUE_SEP.encode(), PROPERTY_SEP.encode()
+    pairs = [p.split(nv, 1) for p in props.split(sep) if p]
+    seen = set()
+    for kv in pairs:
+        key = kv[0]
+        if key in updates:
+            seen.add(key)
+            if key not in only_if_absent:
+                kv[1:] = [updates[key]]
+    pairs += [[k, v] for k, v in updates.items() if k not in seen]
+    return sep.join(nv.join(kv) for kv in pairs)
+
+
+def record_again(fields: tuple, body: bytes, props: bytes, *, topic: bytes, queue_id: int,
+                 reconsume_times: int | None = None) -> bytes:
+    """A stored record (``record_fields``' header tuple, body, properties) stored again under
+    ``topic`` and ``queue_id``: flag, sysflag, born time and host, store host and prepared offset
+    as they were (queue and physical offsets and store time for the writer to fill), its
+    reconsume count ``reconsume_times`` or as it was."""
+    (_total, _magic, _crc, _qid, flag, _qoff, _phys, sys_flag, born_ts, born_ip, born_port, _sts,
+     store_ip, store_port, reconsume, prepared, _blen) = fields
+    return encode_record(topic=topic, queue_id=queue_id, body=body, properties=props, flag=flag, sys_flag=sys_flag,
+                         born_ts=born_ts, born_ip=born_ip, born_port=born_port, store_ip=store_ip,
+                         store_port=store_port, reconsume_times=reconsume if reconsume_times is None else reconsume_times,
+                         prepared_offset=prepared)
+
+
 _BATCH_HEAD = struct.Struct(">iiiii")        # totalSize, magic (0), bodyCRC (0), flag, bodyLen
 
 
