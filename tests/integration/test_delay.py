@@ -170,6 +170,80 @@ def test_send_back_on_the_wire_retries_dead_letters_and_refuses_what_it_cannot_f
     assert app.stop() == 0
 
 
+def test_the_python_push_consumer_gets_a_refused_message_back_through_its_retry_topic(appliance_factory):
+    """Our PushConsumer as Java's: it subscribes to %RETRY%<group>, sends a refused message back,
+    and gets it again after the back-off with reconsume_times one more and its own topic."""
+    from client.consumer import PushConsumer
+    app = appliance_factory(namesrv=True, messageDelayLevel="1s 1s 1s 1s").start()
+    seen = []
+
+    async def run():
+        p = await _producer(app, "Refused")
+        c = PushConsumer("refusing", app.namesrv, consume_from="CONSUME_FROM_FIRST_OFFSET")
+
+        def listener(msgs):
+            seen.extend((m.body, m.topic, m.reconsume_times, time.time()) for m in msgs if m.body == b"twice")
+            return not any(m.body == b"twice" and m.reconsume_times < 2 for m in msgs)
+        c.subscribe("Refused", "*").register(listener)
+        await c.start()
+        await asyncio.sleep(1)
+        await p.send(Message("Refused", b"twice"))
+        deadline = time.monotonic() + 15
+        while len(seen) < 3 and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(1.5)                              # no fourth delivery
+        await c.shutdown()
+        await p.shutdown()
+
+    asyncio.run(run())
+    assert [(b, t, n) for b, t, n, _ in seen] == [(b"twice", "Refused", 0), (b"twice", "Refused", 1),
+                                                  (b"twice", "Refused", 2)], seen
+    assert all(0.9 <= later[3] - earlier[3] <= 2.5 for earlier, later in zip(seen, seen[1:])), seen
+    assert app.stop() == 0
+
+
+def test_an_orderly_consumer_retries_locally_then_dead_letters_at_its_limit(appliance_factory):
+    """As Java's orderly consumer: a refused batch blocks its queue and is offered again (reconsume
+    count one more each time, no broker call); at max_reconsume_times the message goes to the
+    retry topic, which the broker turns into %DLQ%<group>; the queue then moves on."""
+    from client.consumer import PushConsumer
+    app = appliance_factory(namesrv=True).start()
+    seen = []
+
+    async def run():
+        p = await _producer(app, "Ordered")
+        c = PushConsumer("ordered-group", app.namesrv, consume_from="CONSUME_FROM_FIRST_OFFSET", orderly=True,
+                         max_reconsume_times=2)
+
+        def listener(msgs):
+            seen.extend((m.body, m.reconsume_times) for m in msgs if m.body != b"init")
+            ok = all(m.body != b"poison" for m in msgs)
+            if ok and any(m.body == b"after" for m in msgs):
+                done.append(True)
+            return ok
+        done = []
+        c.subscribe("Ordered", "*").register(listener)
+        await c.start()
+        mq = (await p.instance.route("Ordered")).write_queues[0]
+        await p.send(Message("Ordered", b"poison"), queue=mq)
+        deadline = time.monotonic() + 20
+        while len(seen) < 3 and time.monotonic() < deadline:       # (a refused batch counts for all its messages)
+            await asyncio.sleep(0.1)
+        await p.send(Message("Ordered", b"after"), queue=mq)
+        while not done and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        await c.shutdown()
+        await p.shutdown()
+        return await read_topic(app, "%DLQ%ordered-group")
+
+    dlq = asyncio.run(run())
+    assert [s for s in seen if s[0] == b"poison"] == [(b"poison", 0), (b"poison", 1), (b"poison", 2)], seen
+    assert seen[-1] == (b"after", 0), seen                           # the queue moved on, past the poison
+    assert [(m.body, m.reconsume_times, m.properties["RETRY_TOPIC"]) for m in dlq if m.body != b"init"] == [
+        (b"poison", 2, "Ordered")]                                  # (init, if its batch held the poison, too)
+    assert app.stop() == 0
+
+
 def test_delayed_messages_survive_kill9_of_the_scheduler_and_of_the_whole_appliance(appliance_factory):
     """Delayed messages pending while the scheduler is killed -9, then the whole appliance: after
     the restarts each acknowledged one is delivered, none before its time; a clean restart after
