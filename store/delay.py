@@ -35,11 +35,10 @@ def deliver_ts(store_ts: int, level: int, delays_ms: tuple[int, ...]) -> int:
 
 
 def scheduled_properties(props: bytes, level: int, max_level: int, topic: str, queue_id: int) -> bytes:
-    """A delayed message's stored properties: ``DELAY`` clamped to the last level, then
-    ``REAL_TOPIC`` and ``REAL_QID`` (``props`` carries no trailing separator)."""
-    nv, sep = message.NAME_VALUE_SEP.encode(), message.PROPERTY_SEP.encode()
+    """A delayed message's stored properties: ``DELAY`` clamped to the last level, ``REAL_TOPIC``
+    and ``REAL_QID`` set (replaced where a message delayed before, then sent back, carries them
+    already), as Java's putProperty sets them."""
+    updates = {REAL_TOPIC: topic.encode(), REAL_QID: b"%d" % queue_id}
     if level > max_level:
-        pairs = [p for p in props.split(sep) if p and not p.startswith(DELAY + nv)]
-        props = sep.join(pairs + [DELAY + nv + b"%d" % max_level])
-    extra = REAL_TOPIC + nv + topic.encode() + sep + REAL_QID + nv + b"%d" % queue_id
-    return props + sep + extra if props else extra
+        updates = {DELAY: b"%d" % max_level, **updates}
+    return message.with_properties(props, updates)

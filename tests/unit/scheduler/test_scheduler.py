@@ -110,3 +110,6 @@ def test_a_level_past_the_last_is_the_last_and_real_topic_and_queue_are_recorded
     props = delay.scheduled_properties(b"TAGS\x01a\x02DELAY\x0199", 99, 18, "T", 3)
     assert message.parse_properties(props.decode()) == {"TAGS": "a", "DELAY": "18", "REAL_TOPIC": "T", "REAL_QID": "3"}
     assert delay.scheduled_properties(b"DELAY\x012", 2, 18, "T", 0) == b"DELAY\x012\x02REAL_TOPIC\x01T\x02REAL_QID\x010"
+    # a message delayed once, delivered, then sent back with a delay: its real topic is the retry topic now
+    again = delay.scheduled_properties(b"REAL_TOPIC\x01Orders\x02REAL_QID\x013\x02DELAY\x013", 3, 18, "%RETRY%g", 0)
+    assert message.property_value(again, b"REAL_TOPIC") == b"%RETRY%g" and again.count(b"REAL_TOPIC") == 1
