@@ -117,6 +117,8 @@ TABLE = (
     ("diskSpaceWarningLevelRatio", _int_in(10, 100), "90", "percent: a fuller disk refuses sends (RocketMQ's "
                                                              "system property rocketmq.broker.diskSpaceWarningLevelRatio, 0.90)"),
     ("messageDelayLevel", _str, DEFAULT_DELAY_LEVELS, "delay levels, e.g. '1s 5s 1m'"),
+    ("timerMaxDelaySec", _int_in(1, 100 * 365 * 86_400), "34560000",
+     "the furthest a timer (TIMER_DELAY_SEC/_MS, TIMER_DELIVER_MS) may ask, seconds (400 days; 5.x's is 3 days)"),
     ("maxHashSlotNum", _int_in(1, 50_000_000), "5000000", "IndexFile hash slots"),
     ("maxIndexNum", _int_in(2, 200_000_000), "20000000", "IndexFile entries"),
     ("messageIndexEnable", _bool, "true", ""),
@@ -196,6 +198,7 @@ class BrokerConfig:
     scrubIntervalHours: int
     diskSpaceWarningLevelRatio: int
     messageDelayLevel: str
+    timerMaxDelaySec: int
     maxHashSlotNum: int
     maxIndexNum: int
     messageIndexEnable: bool

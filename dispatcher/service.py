@@ -22,12 +22,13 @@ import numpy as np
 
 from shm.layout import C, S
 from shm.tables import QueueIndex
-from store import configfile, indexfile, message, propscan, salvage
+from store import configfile, indexfile, message, propscan, salvage, timer
 from store.consumequeue import ConsumeQueue, file_size_for
 from store.delay import SCHEDULE_TOPIC_BYTES, deliver_ts
 from store.errors import Condition, CorruptData, StoreError, no_space
 from store.javahash import BufferHashes, index_abs, index_abs_one, string_hash, string_hashes
 from store.mappedfile import MappedFileQueue
+from store.timer import TIMER_TOPIC_BYTES
 from store.topicconfig import queue_nums
 
 log = logging.getLogger("rocketbox.dispatcher")
@@ -80,6 +81,7 @@ class DispatcherService:
         self.cq_file_size = file_size_for(cfg.mappedFileSizeConsumeQueue)
         self.key_seeds: dict[bytes, int] = {}                 # topic -> hash of "topic#"
         self.tag_codes: dict[str, int] = {}                   # tag -> its hash (_dispatch_few)
+        self.scheduled = False                                # this pass dispatched delayed messages or timers
         self.slot_of: dict[tuple[bytes, int], int] = {}      # (topic bytes, queue id) -> slot
         self.slot_key: dict[int, tuple[str, int]] = {}
         self.delays = cfg.delay_levels_ms
@@ -180,6 +182,13 @@ class DispatcherService:
             if group_topic[group[row]] == SCHEDULE_TOPIC_BYTES:
                 delay = bytes(p.buf[d.starts[i]:d.starts[i] + d.lens[i]])
                 tags[row] = self._deliver_ts(delay, int(b.store_ts[row]), int(tags[row]))
+                self.scheduled = True
+        timers = [g for g, name in enumerate(group_topic) if name == TIMER_TOPIC_BYTES]
+        if timers:                                           # timers and their cancellations
+            self.scheduled = True
+            offs = p.offs
+            for row in np.flatnonzero(np.isin(group, timers)).tolist():
+                tags[row] = timer.tag_code(bytes(p.buf[offs[row]:offs[row + 1]]), int(tags[row]))
         if not self.cfg.messageIndexEnable:
             return slots, tags, None, None
         skip_below = self.index.h("end_phys") if self.index is not None and self.index.h("index_count") > 1 else -1
@@ -238,6 +247,10 @@ class DispatcherService:
                 delay = props.get("DELAY")
                 if delay is not None and topic == SCHEDULE_TOPIC_BYTES:
                     code = self._deliver_ts(delay.encode(), store_ts, code)
+                    self.scheduled = True
+                elif topic == TIMER_TOPIC_BYTES:
+                    code = timer.tag_code(bytes(mm[props_at:props_at + i16(mm, props_at - 2)[0]]), code)
+                    self.scheduled = True
                 if self.tombstones and salvage.TOMBSTONE_PROPERTY in props:
                     code = salvage.TOMBSTONE_TAGS
                 q = queues.get(slot)
@@ -372,13 +385,17 @@ class DispatcherService:
         numpy calls, so small passes waste the box), unless a long poll waits for new messages
         or the last pass stopped short of ``written`` (catching up: no pause)."""
         left = until - time.monotonic()
-        if left > 0 and not self.short and not self.sh.slots[:, S.DISPATCH_WAIT].any():
+        if left > 0 and not self.short and not (self.sh.slots[:, S.DISPATCH_WAIT] == 1).any():
             time.sleep(left)
 
     def _wake_waiters(self) -> None:
+        """Post every slot waiting for new messages; one waiting for delayed ones only (the
+        scheduler: ``DISPATCH_WAIT`` 2) only when the pass dispatched some."""
         slots = self.sh.slots
-        for i in np.flatnonzero(slots[:, S.DISPATCH_WAIT] != 0).tolist():
+        want = slots[:, S.DISPATCH_WAIT]
+        for i in np.flatnonzero((want == 1) | (want == 2) & self.scheduled).tolist():
             self.sh.slot_wakers[i].post()
+        self.scheduled = False
 
     # ------------------------------------------------------------ loop
     def retire(self, min_phys: int) -> None:

@@ -31,13 +31,13 @@ from remoting.codes import RequestCode as R
 from remoting.codes import ResponseCode as RC
 from shm.layout import C, T
 from shm.tables import queue_nums_of
-from store import delay, message
+from store import delay, message, timer
 from store.errors import MessageRejected
 from store.topicconfig import PERM_INHERIT, PERM_WRITE, topic_config
 from writer import protocol as P
 from writer.client import RingClient
 
-SYSTEM_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+SYSTEM_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", timer.TIMER_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
                            "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT"})
 _SEP = message.PROPERTY_SEP
 _SUCCESS, _BATCH = int(RC.SUCCESS), int(R.SEND_BATCH_MESSAGE)    # per send: an enum member's lookup costs 4x an int's
@@ -63,6 +63,7 @@ class SendProcessor:
         self.msg_id = message.MsgIds(self.ring.store_ip, self.ring.store_port)
         self.sync_flush, self.flush_timeout_s = self.cfg.sync_flush, self.cfg.syncFlushTimeout / 1000
         self.max_level = len(self.cfg.delay_levels_ms)   # a DELAY past it is the last level
+        self.max_timer_ms = self.cfg.timerMaxDelaySec * 1000
         self.topic_bytes: dict[str, bytes] = {}      # names that passed the checks, encoded
         self.turn: list[tuple] = []                  # this loop turn's sends: (cmd, conn, header, topic index, row)
         self.creating: dict[str, list[tuple]] = {}   # topic being auto-created -> its sends so far: (cmd, conn, header)
@@ -251,6 +252,8 @@ class SendProcessor:
         if batch:
             if message.property_value(pbytes, b"DELAY") is not None:
                 raise MessageRejected(RC.MESSAGE_ILLEGAL, "batch message does not support delay message")
+            if any(message.property_value(pbytes, name) is not None for name in timer.ASKS):
+                raise MessageRejected(RC.MESSAGE_ILLEGAL, "batch message does not support timer message")
             if sys_flag & message.TX_MASK:
                 raise MessageRejected(RC.MESSAGE_ILLEGAL, "batch message does not support transaction message")
             records = self.ring.batch_records(tb, qid, sys_flag, cmd.body, pbytes, born_ts, born_host,
@@ -263,23 +266,41 @@ class SendProcessor:
         return RingClient.row(tidx, stored_qid, sys_flag, born_host, len(records.sizes), wait), records, wait, qid
 
     def _scheduled(self, tidx: int, tb: bytes, topic: str, qid: int, sys_flag: int, pbytes: bytes):
-        """Where a message is stored: as sent, or, with a DELAY level > 0 (and not a transaction's
-        half or rollback), in SCHEDULE_TOPIC_XXXX queue level-1 with its real topic and queue in
-        its properties (FACTS §9.1) -> (topic index, topic bytes, queue id, properties)."""
-        if b"DELAY\x01" not in pbytes:
+        """Where a message is stored: as sent; or, with a DELAY level > 0, in SCHEDULE_TOPIC_XXXX
+        queue level-1 (FACTS §9.1); or, with a timer due later than now, in the timer queue
+        (``store/timer.py``); a delayed one with its real topic and queue in its properties.
+        A transaction's half or rollback is stored as sent.  -> (topic index, topic bytes, queue
+        id, properties)."""
+        if b"DELAY\x01" not in pbytes and b"TIMER_" not in pbytes:
+            return tidx, tb, qid, pbytes
+        tx = sys_flag & message.TX_MASK
+        if tx == message.TX_PREPARED or tx == message.TX_ROLLBACK:
             return tidx, tb, qid, pbytes
         try:
             level = delay.level_of(message.property_value(pbytes, delay.DELAY))
         except ValueError as e:
             raise MessageRejected(RC.SYSTEM_ERROR, str(e)) from None       # Java's parseInt throws: 1
-        tx = sys_flag & message.TX_MASK
-        if level <= 0 or tx == message.TX_PREPARED or tx == message.TX_ROLLBACK:
-            return tidx, tb, qid, pbytes
-        scheduled = self.topics.lookup(delay.SCHEDULE_TOPIC)
-        if scheduled is None:
-            raise MessageRejected(RC.SYSTEM_ERROR, f"{delay.SCHEDULE_TOPIC} is missing from the topic table")
-        props = delay.scheduled_properties(pbytes, level, self.max_level, topic, qid)
-        return scheduled, delay.SCHEDULE_TOPIC_BYTES, min(level, self.max_level) - 1, props
+        if level > 0:
+            if b"TIMER_" in pbytes:
+                pbytes = timer.without_timer(pbytes)                      # the level wins, as in 5.x
+            props = delay.scheduled_properties(pbytes, level, self.max_level, topic, qid)
+            return self._system_topic(delay.SCHEDULE_TOPIC), delay.SCHEDULE_TOPIC_BYTES, \
+                min(level, self.max_level) - 1, props
+        now = int(time.time() * 1000)
+        try:
+            when = timer.deliver_ms(pbytes, now, self.max_timer_ms)
+        except ValueError as e:
+            raise MessageRejected(RC.MESSAGE_ILLEGAL, str(e)) from None
+        if when is None or when <= now:
+            return tidx, tb, qid, pbytes                                  # due already: stored as sent
+        return self._system_topic(timer.TIMER_TOPIC), timer.TIMER_TOPIC_BYTES, 0, \
+            timer.timer_properties(pbytes, when, topic, qid)
+
+    def _system_topic(self, name: str) -> int:
+        tidx = self.topics.lookup(name)
+        if tidx is None:
+            raise MessageRejected(RC.SYSTEM_ERROR, f"{name} is missing from the topic table")
+        return tidx
 
     async def _create_topic(self, topic: str, h) -> int:
         """Auto-create an unknown topic as RocketMQ does (FACTS §3.1); its table index."""

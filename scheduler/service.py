@@ -1,5 +1,6 @@
 """The scheduler (``appliance run scheduler``): delivers delayed messages when they are due, as
-RocketMQ 4.9.8's ScheduleMessageService does (FACTS §9.1, FACTS-wave2 §2.1).
+RocketMQ 4.9.8's ScheduleMessageService does (FACTS §9.1, FACTS-wave2 §2.1), and timers, to any
+time within ``timerMaxDelaySec`` (``scheduler/timers.py``, which owns their state).
 
 A delayed message is stored in ``SCHEDULE_TOPIC_XXXX`` queue level-1 (``store/delay.py``), and
 the dispatcher writes its delivery time as the entry's tag code.  A level's messages all wait as
@@ -26,9 +27,10 @@ import time
 import numpy as np
 
 from readers.storeview import StoreView
-from shm.layout import C, S
+from scheduler.timers import Timers
+from shm.layout import S
 from shm.tables import TopicIndex
-from store import configfile, delay, message
+from store import configfile, delay, message, timer
 from store.salvage import TOMBSTONE_TAGS
 from writer import protocol as P
 from writer.client import RingClient
@@ -38,6 +40,7 @@ PERSIST_S = 1.0           # (RocketMQ's flushDelayOffsetInterval is 10 s: a cras
 RETRY_S = 0.1             # a put that failed (flow control, a full disk) is tried again after this
 IDLE_S = 10.0             # the longest sleep: the offsets are written at least this often
 BATCH = 256               # entries of one level looked at, and put, at a time
+ROLL_CHECK_S = 60.0       # how often the timers' copies are checked against retention
 _LEVEL_KEY = re.compile(rb'\n\t\t"(\d+)":')
 
 
@@ -50,7 +53,8 @@ class SchedulerService:
         self.stop_requested = False
         self.ring: RingClient | None = None
         self.persisted_at, self.dirty = time.monotonic(), False
-        self.seen_dispatched = 0
+        self.seen: tuple = ()                       # the delayed queues' ends the last pass saw
+        self.roll_at = time.monotonic() + ROLL_CHECK_S
 
     # ------------------------------------------------------------ lifecycle
     def open(self) -> "SchedulerService":
@@ -64,7 +68,8 @@ class SchedulerService:
             saved = int(table.get(str(level), table.get(level, 0)))
             self.offsets[level] = min(max(saved, lo), hi)          # correctDelayOffset
         self.dirty = True
-        self.persist()                                             # the file exists from the start
+        self.timers = Timers(self.cfg, self.view).open()
+        self.persist()                                             # the files exist from the start
         return self
 
     def close(self) -> None:
@@ -88,15 +93,94 @@ class SchedulerService:
 
     # ------------------------------------------------------------ a pass
     def step(self) -> float:
-        """Deliver what is due on every level; -> seconds until the next delivery (IDLE_S when
-        nothing waits)."""
+        """Deliver what is due on every level and every due timer (roll the timers whose copies
+        get old); -> seconds until the next delivery (IDLE_S when nothing waits)."""
         due_in = IDLE_S
-        self.seen_dispatched = int(self.ctl[C.DISPATCHED])      # what this pass can see, at least
+        self.seen = self._ends()                                # what this pass can see, at least
         for level in range(1, len(self.delays) + 1):
             due_in = min(due_in, self._deliver(level))
             if self.stop_requested:
-                break
+                return due_in
+        due_in = min(due_in, self._deliver_timers())
+        if time.monotonic() >= self.roll_at and not self.stop_requested:
+            self.roll_at = time.monotonic() + ROLL_CHECK_S
+            due_in = min(due_in, self._roll())
         return due_in
+
+    def _ends(self) -> tuple:
+        """The ends of the queues the scheduler reads (the levels' and the timers')."""
+        view = self.view
+        return tuple((view.offsets(delay.SCHEDULE_TOPIC, q) or (0, 0))[1] for q in range(len(self.delays))) + \
+            ((view.offsets(timer.TIMER_TOPIC, 0) or (0, 0))[1],)
+
+    def _deliver_timers(self) -> float:
+        """Put the due timers, earliest first; -> seconds until the next one is due.  The queue is
+        read after the clock: a cancellation dispatched before a timer's time is read before
+        the timer can be picked (``readers/admin.py``'s cancel relies on it)."""
+        timers, pending = self.timers, self.timers.pending
+        while not self.stop_requested:
+            now = int(time.time() * 1000)
+            timers.ingest()
+            entries, end = pending.due(now, BATCH)
+            if end == pending.head:
+                timers.delivered_through(now)
+                nxt = pending.next_due()
+                return IDLE_S if nxt is None else max(0.0, (nxt - now) / 1000)
+            done = self._put(entries)
+            pending.done(done, end)
+            timers.dirty = True
+            if done < len(entries):
+                return RETRY_S
+        return RETRY_S
+
+    def _roll(self) -> float:
+        """Store again, each with a marker cancelling its old copy, the timers whose copies lie in
+        CommitLog files retention will soon delete."""
+        line = self.timers.roll_line()
+        while line and not self.stop_requested:
+            entries = self.timers.pending.below(line, BATCH)
+            if not len(entries):
+                break
+            rows, sizes, records, phys = [], [], [], []
+            for p, size in zip(entries["phys"].tolist(), entries["size"].tolist()):
+                try:
+                    stored = bytes(self.view.record(p, size))
+                    h, body, _topic, props = next(message.record_fields(stored, "timer"))
+                except Exception as e:
+                    log.error("timer at %d cannot be read (%s): not rolled", p, e)
+                    continue
+                uniq = (message.property_value(props, b"UNIQ_KEY") or b"").decode()
+                real = (message.property_value(props, delay.REAL_TOPIC) or b"").decode()
+                when = int(message.property_value(props, timer.OUT_MS) or 0)
+                copy = message.record_again(h, body, timer.rolled(props), topic=timer.TIMER_TOPIC_BYTES, queue_id=0)
+                marker = timer.marker_record(real, uniq, when, p, int(time.time() * 1000), h[12], h[13])
+                tidx = self.topics.lookup(timer.TIMER_TOPIC)
+                rows += [(0, tidx, 0, h[7], 1, 0, 0), (0, tidx, 0, timer.host_flags(h[12]), 1, 0, 0)]
+                sizes += [len(copy), len(marker)]
+                records += [copy, marker]
+                phys.append(p)
+            results = self._submit(rows, sizes, records)
+            if results is None:
+                return RETRY_S
+            for p, copy_r, marker_r in zip(phys, results[0::2], results[1::2]):
+                if copy_r.status == P.SUCCESS and marker_r.status == P.SUCCESS:
+                    self.timers.pending.cancel(p)
+                    self.timers.dirty = True
+                else:
+                    self.roll_at = time.monotonic() + RETRY_S
+                    return RETRY_S
+            log.info("timers: %d rolled (their copies were older than fileReservedTime/2)", len(phys))
+        return IDLE_S
+
+    def _submit(self, rows: list, sizes: list, records: list) -> list | None:
+        """Put encoded records through the ring -> the writer's results, None when it does not
+        answer (tried again later)."""
+        try:
+            ticket = self.ring.submit_encoded(np.array(rows, P.REQUEST), np.array(sizes, "<u4"), b"".join(records))
+            return self.ring.collect(ticket, 30.0)
+        except TimeoutError:
+            log.warning("no answer from the writer for %d records: trying again", len(rows))
+            return None
 
     def _deliver(self, level: int) -> float:
         """Put the level's due messages; -> seconds until its head is due."""
@@ -142,11 +226,8 @@ class SchedulerService:
                 at.append(i)
         if not rows:
             return len(entries)
-        try:
-            ticket = self.ring.submit_encoded(np.array(rows, P.REQUEST), np.array(sizes, "<u4"), b"".join(records))
-            results = self.ring.collect(ticket, 30.0)
-        except TimeoutError:
-            log.warning("no answer from the writer for %d delayed messages: trying again", len(rows))
+        results = self._submit(rows, sizes, records)
+        if results is None:
             return 0
         for i, r in zip(at, results):
             if r.status in (P.SERVICE_NOT_AVAILABLE, P.QUEUES_FULL):
@@ -180,8 +261,10 @@ class SchedulerService:
         return self.view.offsets(delay.SCHEDULE_TOPIC, level - 1) or (0, 0)
 
     def persist(self) -> None:
-        """delayOffset.json as RocketMQ writes it: the level keys unquoted (``{1:0,2:17}``)."""
+        """delayOffset.json as RocketMQ writes it (the level keys unquoted: ``{1:0,2:17}``), and
+        the timers' checkpoint."""
         self.persisted_at = time.monotonic()
+        self.timers.persist()
         if not self.dirty and os.path.exists(self.path):
             return
         text = configfile.dumps({"offsetTable": {str(k): v for k, v in sorted(self.offsets.items())}})
@@ -193,9 +276,9 @@ class SchedulerService:
         if seconds <= 0 or self.stop_requested:
             return
         row = self.sh.slots[self.ring.slot]
-        row[S.DISPATCH_WAIT] = 1                 # the dispatcher posts our waker after each pass
+        row[S.DISPATCH_WAIT] = 2                 # the dispatcher posts our waker after a pass with delayed messages
         try:
-            if int(self.ctl[C.DISPATCHED]) != self.seen_dispatched:
+            if self._ends() != self.seen:
                 return                           # dispatched after the pass looked, before the flag: no post came
             self.ring.waker.wait(seconds)
         finally:

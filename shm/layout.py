@@ -82,7 +82,8 @@ SLOT_FIELDS = (
     ("owner_pid", "slot owner", "pid holding the slot (flock'ed), 0 = free"),
     ("claim_epoch", "slot owner", "bumped per claim; request ids carry it, stale replies are dropped"),
     ("flush_wait", "slot owner", "CommitLog offset this owner waits to see flushed, 0 = none"),
-    ("dispatch_wait", "slot owner", "1 = post my waker when new messages are dispatched"),
+    ("dispatch_wait", "slot owner", "1 = post my waker when new messages are dispatched; 2 = only when "
+                                    "delayed messages or timers are (the scheduler)"),
     ("journal_read_pos", "writer", "request-ring read position once journal_written is committed"),
     ("members_version", "slot owner", "bumped whenever the owner's client rows change"),
     ("epoch_read_pos", "writer", "request-ring read position when the current writer started: an entry "

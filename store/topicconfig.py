@@ -5,6 +5,7 @@ the shared table (``writer/topics.py``)."""
 from __future__ import annotations
 
 from store.delay import SCHEDULE_QUEUES, SCHEDULE_TOPIC
+from store.timer import TIMER_TOPIC
 
 PERM_INHERIT, PERM_WRITE, PERM_READ = 1, 2, 4
 PERM_RW = PERM_READ | PERM_WRITE
@@ -57,5 +58,6 @@ def builtin_topics(cfg) -> list[dict]:
         out.append(topic_config(cfg.brokerName, 1, 1, 7))
     out += [topic_config("OFFSET_MOVED_EVENT", 1, 1),
             topic_config(SCHEDULE_TOPIC, levels, levels),       # a queue a delay level
+            topic_config(TIMER_TOPIC, 1, 1),                    # pending timers and their cancellations
             topic_config(f"{cfg.brokerClusterName}_REPLY_TOPIC", 1, 1)]
     return out

@@ -17,6 +17,8 @@ from shm.layout import NAME_BYTES, C, T
 from shm.tables import TableFull
 from store import configfile
 from store.consumequeue import queue_dir
+from store.delay import SCHEDULE_TOPIC
+from store.timer import TIMER_TOPIC
 from store.topicconfig import (  # noqa: F401  (the records live in store/; the writer's names for them)
     ATTRIBUTES,
     PERM_INHERIT,
@@ -32,6 +34,7 @@ from store.topicconfig import (  # noqa: F401  (the records live in store/; the 
 from writer.filethread import FileThread
 
 log = logging.getLogger("rocketbox.writer")
+SYSTEM_QUEUES_TOPICS = (SCHEDULE_TOPIC, TIMER_TOPIC)     # the roles' own topics, added to an older store's table
 
 
 
@@ -70,7 +73,11 @@ class TopicTable:
             self._set_configs(data["topicConfigTable"], self.data_version)
             configfile.write_bytes(self.path, self.laid.file({"dataVersion": self.data_version}))
         else:
-            self._set_configs(data.get("topicConfigTable", {}), data.get("dataVersion", self.data_version))
+            table = data.get("topicConfigTable", {})
+            for tc in builtin_topics(self.cfg):             # a store from before a system topic existed
+                if tc["topicName"] in SYSTEM_QUEUES_TOPICS and tc["topicName"] not in table:
+                    table[tc["topicName"]] = tc
+            self._set_configs(table, data.get("dataVersion", self.data_version))
         for name, tc in self.configs.items():
             try:
                 check_queue_nums(tc, self.cfg.maxTopicQueueNums)
