@@ -312,16 +312,47 @@ class Admin:
                         int(t.get("earliestMessageTimeStamp", -1)), float(t.get("commitLogDiskRatio", 0))))
         return out
 
+    async def _master_addrs(self) -> list[tuple[str, str]]:
+        """(broker name, master address) of every broker of the name server's cluster."""
+        resp = await self.instance.call_namesrv(R.GET_BROKER_CLUSTER_INFO, what="the cluster")
+        out = []
+        for name, broker in sorted((loads_tolerant(resp.body.decode()).get("brokerAddrTable") or {}).items()):
+            addr = (broker.get("brokerAddrs") or {}).get("0") or (broker.get("brokerAddrs") or {}).get(0)
+            if addr is not None:
+                out.append((name, addr))
+        return out
+
+    async def timers(self) -> list[tuple[str, int, int]]:
+        """Every broker's pending timers: (broker name, how many, the earliest's delivery time in
+        epoch ms, 0 when none) (``timerPending``, ``timerNextDueMs`` of GET_BROKER_RUNTIME_INFO,
+        the scheduler's checkpoint, written every second while timers move)."""
+        out = []
+        for name, addr in await self._master_addrs():
+            t = json.loads((await self.instance.call(addr, R.GET_BROKER_RUNTIME_INFO)).body)["table"]
+            if "timerPending" in t:
+                out.append((name, int(t["timerPending"]), int(t.get("timerNextDueMs", 0))))
+        return out
+
+    async def cancel_timer(self, msg_id: str) -> str:
+        """Cancel the pending timer whose msgId (what its send returned) or offsetMsgId is
+        ``msg_id``: it is never delivered -> the broker's remark.  MQBrokerError with code 22 when
+        no broker holds it, 13 when it came due first."""
+        missing = None
+        for _name, addr in await self._master_addrs():
+            try:
+                return (await self.instance.call(addr, R.CANCEL_TIMER, {"msgId": msg_id})).remark or ""
+            except MQBrokerError as e:
+                if e.code != RC.QUERY_NOT_FOUND:
+                    raise
+                missing = e
+        raise missing or MQBrokerError(RC.QUERY_NOT_FOUND, f"no timer message with msgId {msg_id}")
+
     async def delayed(self) -> list[tuple[str, int, int, int]]:
         """Every broker's delayed messages by level: (broker name, level, delivered through, stored)
         queue offsets of SCHEDULE_TOPIC_XXXX's queue of the level (``scheduleMessageOffset_<level>``
         of GET_BROKER_RUNTIME_INFO; the scheduler writes its progress every 10 s)."""
-        resp = await self.instance.call_namesrv(R.GET_BROKER_CLUSTER_INFO, what="the cluster")
-        info, out = loads_tolerant(resp.body.decode()), []
-        for name, broker in sorted((info.get("brokerAddrTable") or {}).items()):
-            addr = (broker.get("brokerAddrs") or {}).get("0") or (broker.get("brokerAddrs") or {}).get(0)
-            if addr is None:
-                continue
+        out = []
+        for name, addr in await self._master_addrs():
             t = json.loads((await self.instance.call(addr, R.GET_BROKER_RUNTIME_INFO)).body)["table"]
             for key, value in t.items():
                 if key.startswith("scheduleMessageOffset_"):

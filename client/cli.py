@@ -5,7 +5,8 @@ consumer group is, who its members are and what each says of itself (``mqadmin c
 ``topicStatus``, ``consumerProgress``, ``consumerConnection`` and ``consumerStatus``); ``resend``:
 one member consumes a stored message again (``mqadmin queryMsgById -d``); ``reset-offset``: a group
 starts over from a time (``mqadmin resetOffsetByTime``); ``delayed``: delayed messages waiting by
-level; ``dlq`` and ``dlq-resend``: what a group gave up on, and sending one back to its topic."""
+level, and pending timers; ``timer-cancel``: a timer never delivered; ``dlq`` and ``dlq-resend``:
+what a group gave up on, and sending one back to its topic."""
 from __future__ import annotations
 
 import argparse
@@ -19,7 +20,7 @@ import time
 from client import running
 from client.admin import Admin
 from client.consumer import PushConsumer
-from client.errors import MQClientError
+from client.errors import MQBrokerError, MQClientError
 from client.message import Message
 from client.producer import Producer
 
@@ -103,7 +104,12 @@ def add_arguments(sub) -> None:
 
 
 def _add_delay_commands(sub) -> None:
-    p = sub.add_parser("delayed", help="delayed messages by level: how many are stored, delivered and waiting")
+    p = sub.add_parser("delayed", help="delayed messages by level (stored, delivered, waiting) and pending timers")
+    p.add_argument("-n", "--namesrv")
+    p.add_argument("-c", "--config")
+    p = sub.add_parser("timer-cancel", help="cancel a pending timer (TIMER_DELAY_SEC/_MS, TIMER_DELIVER_MS): "
+                                            "it is never delivered")
+    p.add_argument("-m", "--msg-id", required=True, help="its msgId, as its send returned it, or its offsetMsgId")
     p.add_argument("-n", "--namesrv")
     p.add_argument("-c", "--config")
     p = sub.add_parser("dlq", help="the messages a consumer group gave up on (its %%DLQ%% topic)")
@@ -360,11 +366,26 @@ async def _consume(args, namesrv: str) -> int:
 async def _delayed(args, namesrv: str) -> int:
     async with Admin(namesrv) as admin:
         levels = await admin.delayed()
+        timers = await admin.timers()
     names = args.delay_names
     print(f"{'#Broker Name':<24} {'#Level':>6} {'#Delay':>7} {'#Stored':>12} {'#Delivered':>12} {'#Waiting':>10}")
     for broker, level, done, stored in levels:
         label = names[level - 1] if level <= len(names) else "?"
         print(f"{broker:<24} {level:>6} {label:>7} {stored:>12} {done:>12} {max(stored - done, 0):>10}")
+    print(f"{'#Broker Name':<24} {'#Timers':>14} {'#Next Due'}")
+    for broker, pending, next_ms in timers:
+        print(f"{broker:<24} {pending:>14} {_when(next_ms) if pending else '-'}")
+    return 0
+
+
+async def _timer_cancel(args, namesrv: str) -> int:
+    async with Admin(namesrv) as admin:
+        try:
+            remark = await admin.cancel_timer(args.msg_id)
+        except MQBrokerError as e:
+            print(f"appliance timer-cancel: {e}", file=sys.stderr)
+            return 1
+    print(remark)
     return 0
 
 
@@ -415,7 +436,7 @@ async def _dlq_resend(args, namesrv: str) -> int:
 COMMANDS = {"produce": _produce, "consume": _consume, "topic-status": _topic_status, "progress": _progress,
             "connections": _connections, "cluster": _cluster, "consumer-status": _consumer_status,
             "resend": _resend, "reset-offset": _reset_offset, "retention": _retention, "delayed": _delayed,
-            "dlq": _dlq, "dlq-resend": _dlq_resend}
+            "dlq": _dlq, "dlq-resend": _dlq_resend, "timer-cancel": _timer_cancel}
 
 
 def main(args, cfg) -> int:

@@ -36,6 +36,8 @@ class Message:
     properties: dict = field(default_factory=dict)
     flag: int = 0
     delay_level: int = 0
+    deliver_time_ms: int = 0          # a timer (5.x's setDeliverTimeMs): delivered at this epoch ms
+    delay_ms: int = 0                 # a timer (5.x's setDelayTimeMs): delivered this long after the send
 
     def wire_properties(self) -> dict[str, str]:
         props = dict(self.properties)
@@ -45,6 +47,10 @@ class Message:
             props["KEYS"] = self.keys if isinstance(self.keys, str) else " ".join(self.keys)
         if self.delay_level:
             props["DELAY"] = str(self.delay_level)
+        if self.deliver_time_ms:
+            props["TIMER_DELIVER_MS"] = str(self.deliver_time_ms)
+        if self.delay_ms:
+            props["TIMER_DELAY_MS"] = str(self.delay_ms)
         props.setdefault("UNIQ_KEY", uniq_key())
         return props
 

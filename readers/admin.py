@@ -302,6 +302,12 @@ class AdminProcessor:
         for level, done in table.items():
             off = self.view.offsets(delay.SCHEDULE_TOPIC, int(level) - 1)
             out[f"scheduleMessageOffset_{level}"] = f"{done},{off[1] if off else 0}"
+        try:                          # the pending timers (rocketbox's keys; the scheduler's checkpoint)
+            cp = configfile.read(os.path.join(self.cfg.config_dir, "timerCheckpoint.json")) or {}
+        except Exception:
+            cp = {}
+        if cp:
+            out["timerPending"], out["timerNextDueMs"] = str(cp.get("pending", 0)), str(cp.get("nextDueMs", 0))
         return out
 
     def runtime_info(self, cmd, _conn):

@@ -25,6 +25,7 @@ from readers.pull import PullProcessor
 from readers.registration import PERIOD_S, Registrar, addresses
 from readers.send import SendProcessor
 from readers.sendback import SendBackProcessor
+from readers.timers import TimerProcessor
 from shm.layout import C
 from shm.stats import Rates
 
@@ -67,7 +68,8 @@ class ReaderService(ReaderContext):
         self.members = self.clients.members
         self.pulls = PullProcessor(self)
         handlers = {}
-        for proc in (SendProcessor(self), SendBackProcessor(self), self.pulls, self.clients, AdminProcessor(self)):
+        for proc in (SendProcessor(self), SendBackProcessor(self), self.pulls, self.clients, AdminProcessor(self),
+                     TimerProcessor(self)):
             handlers.update(proc.handlers())
         server = RemotingServer(f"reader-{self.index}", handlers, on_close=self.clients.connection_closed)
         registrar = Registrar(self.cfg, self.sh.views) if addresses(self.cfg) else None

@@ -58,6 +58,7 @@ SCHEMAS: dict[int, tuple[Field, ...]] = {
     R.GET_EARLIEST_MSG_STORETIME: _f("topic:S! queueId:I!"),
     R.SEARCH_OFFSET_BY_TIMESTAMP: _f("topic:S! queueId:I! timestamp:L!"),
     R.VIEW_MESSAGE_BY_ID: _f("offset:L!"),
+    R.CANCEL_TIMER: _f("msgId:S!"),
     R.QUERY_MESSAGE: _f("topic:S! key:S! maxNum:I! beginTimestamp:L! endTimestamp:L!"),
     R.GET_CONSUMER_LIST_BY_GROUP: _f("consumerGroup:S!"),
     R.GET_TOPIC_STATS_INFO: _f("topic:S!"),

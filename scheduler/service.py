@@ -87,8 +87,12 @@ class SchedulerService:
     def run(self) -> None:
         while not self.stop_requested:
             due_in = self.step()
-            if time.monotonic() - self.persisted_at >= PERSIST_S:
+            since = time.monotonic() - self.persisted_at
+            if since >= PERSIST_S:
                 self.persist()
+                since = 0.0
+            if self.dirty or self.timers.dirty:          # what moved is written within PERSIST_S
+                due_in = min(due_in, PERSIST_S - since)
             self._sleep(min(due_in, IDLE_S))
 
     # ------------------------------------------------------------ a pass

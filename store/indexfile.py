@@ -23,6 +23,7 @@ import time
 import numpy as np
 
 from store.errors import CorruptData
+from store.javahash import index_key_hash
 from store.mappedfile import RESERVE_CHUNK, MappedFile
 
 HEADER = np.dtype([("begin_ts", ">i8"), ("end_ts", ">i8"), ("begin_phys", ">i8"),
@@ -220,3 +221,21 @@ def list_index_files(directory: str) -> list[str]:
     if not os.path.isdir(directory):
         return []
     return sorted(os.path.join(directory, n) for n in os.listdir(directory) if len(n) == 17 and n.isdigit())
+
+
+def find(directory: str, key: str, max_slots: int, max_entries: int, max_count: int = 32) -> list[int]:
+    """CommitLog offsets of the records indexed under ``key`` (``topic#key``), in every IndexFile
+    of ``directory``, newest first (what QUERY_MESSAGE reads; a hash match, not yet the key)."""
+    h, out = index_key_hash(key), []
+    for path in reversed(list_index_files(directory)):
+        try:
+            ix = IndexFile(path, max_slots, max_entries, False).open()
+        except (OSError, ValueError):
+            continue                       # deleted by retention meanwhile, or still being made
+        try:
+            out += ix.lookup(h, 0, 1 << 62, max_count - len(out))
+        finally:
+            ix.close()
+        if len(out) >= max_count:
+            break
+    return out

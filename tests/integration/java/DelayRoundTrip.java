@@ -1,7 +1,8 @@
 // The real RocketMQ 4.9.8 client, for tests/integration/test_delay.py: a push consumer subscribes
 // to TOPIC, a producer sends one message with delay level LEVEL, and it prints, one "key=value" a
 // line, the send's result and, when the consumer gets the message, how long after the send that
-// was and the properties it came with; at most WAIT_MS.
+// was and the properties it came with; at most WAIT_MS.  LEVEL "ms:N" sends a 5.x timer instead
+// (the TIMER_DELAY_MS property, N ms, as a 5.x producer's setDelayTimeMs sets it).
 //   rmq java DelayRoundTrip NAMESRV TOPIC LEVEL WAIT_MS
 import java.util.List;
 import java.util.concurrent.CountDownLatch;
@@ -19,7 +20,7 @@ import org.apache.rocketmq.common.message.MessageExt;
 public class DelayRoundTrip {
     public static void main(String[] args) throws Exception {
         String namesrv = args[0], topic = args[1];
-        int level = Integer.parseInt(args[2]);
+        String level = args[2];
         long waitMs = Long.parseLong(args[3]);
         CountDownLatch got = new CountDownLatch(1);
         final long[] sentAt = {0};
@@ -38,6 +39,7 @@ public class DelayRoundTrip {
                     long now = System.currentTimeMillis();
                     System.out.println("received_after_ms=" + (now - sentAt[0]) + " queue=" + m.getQueueId()
                         + " delay=" + m.getProperty("DELAY") + " real_topic=" + m.getProperty("REAL_TOPIC")
+                        + " timer_out=" + m.getProperty("TIMER_OUT_MS")
                         + " reconsume=" + m.getReconsumeTimes() + " body=" + new String(m.getBody()));
                     got.countDown();
                 }
@@ -47,7 +49,11 @@ public class DelayRoundTrip {
         consumer.start();
         Thread.sleep(3000);                          // the consumer has its queues
         Message msg = new Message(topic, "TagD", "delayed".getBytes("UTF-8"));
-        msg.setDelayTimeLevel(level);
+        if (level.startsWith("ms:")) {
+            msg.putUserProperty("TIMER_DELAY_MS", level.substring(3));
+        } else {
+            msg.setDelayTimeLevel(Integer.parseInt(level));
+        }
         sentAt[0] = System.currentTimeMillis();
         SendResult r = producer.send(msg);
         System.out.println("status=" + r.getSendStatus() + " queue=" + r.getMessageQueue().getQueueId());
