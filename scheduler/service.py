@@ -19,6 +19,7 @@ into its queue's [min, max].  After a crash the deliveries since the last write 
 """
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import re
@@ -44,6 +45,17 @@ ROLL_CHECK_S = 60.0       # how often the timers' copies are checked against ret
 _LEVEL_KEY = re.compile(rb'\n\t\t"(\d+)":')
 
 
+def _return_freed_arrays() -> None:
+    """glibc raises its mmap threshold after each large free (up to 32 MiB) and then serves the
+    next large arrays from the heap, which it keeps: with a million timers, the merges' freed
+    arrays would stay as anonymous memory.  A fixed threshold (1 MiB) keeps them mmapped, so a
+    freed one goes back to the system."""
+    try:
+        ctypes.CDLL(None).mallopt(-3, 1 << 20)             # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):
+        pass                                               # not glibc: its own policy
+
+
 class SchedulerService:
     def __init__(self, cfg, shared):
         self.cfg, self.sh, self.ctl = cfg, shared, shared.control
@@ -58,6 +70,7 @@ class SchedulerService:
 
     # ------------------------------------------------------------ lifecycle
     def open(self) -> "SchedulerService":
+        _return_freed_arrays()
         self.ring = RingClient(self.cfg, self.sh).open()
         self.view = StoreView(self.cfg, self.sh, self.ring.slot, "scheduler").open()
         self.topics = TopicIndex(self.sh.views, self.ctl)

@@ -76,17 +76,28 @@ class PendingTimers:
             self.merge()
 
     def merge(self) -> None:
-        """The fresh timers into the sorted arrays (and the delivered prefix dropped)."""
+        """The fresh timers into the sorted arrays, the delivered prefix and the cancelled ones
+        dropped: the fresh ones sorted, then both runs placed into new arrays (about twice the
+        arrays' size at the peak, never more)."""
         if not self.fresh and self.head == 0:
             return
-        parts = [(self.when[self.head:], self.phys[self.head:], self.size[self.head:])] + self.fresh
-        when = np.concatenate([p[0] for p in parts])
-        phys = np.concatenate([p[1] for p in parts])
-        size = np.concatenate([p[2] for p in parts])
-        live = size > 0
-        when, phys, size = when[live], phys[live], size[live]
-        order = np.argsort(when, kind="stable")            # a sorted run and a short one: near linear
-        self.when, self.phys, self.size = when[order], phys[order], size[order]
+        fw, fp, fs = (np.concatenate([f[k] for f in self.fresh]) if self.fresh else np.empty(0, t)
+                      for k, t in ((0, np.int64), (1, np.int64), (2, np.int32)))
+        order = np.argsort(fw, kind="stable")
+        order = order[fs[order] > 0]                               # cancelled before the merge: dropped
+        fw, fp, fs = fw[order], fp[order], fs[order]
+        mw, mp, ms = self.when[self.head:], self.phys[self.head:], self.size[self.head:]
+        live = ms > 0
+        if not live.all():
+            mw, mp, ms = mw[live], mp[live], ms[live]
+        n, m = len(mw), len(fw)
+        at = np.searchsorted(mw, fw, side="right") + np.arange(m)       # where each fresh one goes
+        rest = np.ones(n + m, bool)
+        rest[at] = False
+        when, phys, size = np.empty(n + m, np.int64), np.empty(n + m, np.int64), np.empty(n + m, np.int32)
+        when[at], phys[at], size[at] = fw, fp, fs
+        when[rest], phys[rest], size[rest] = mw, mp, ms
+        self.when, self.phys, self.size = when, phys, size
         self.head, self.fresh, self.fresh_count, self.fresh_min = 0, [], 0, None
 
     def next_due(self) -> int | None:
@@ -143,10 +154,11 @@ class PendingTimers:
         return out
 
     def min_phys(self) -> int | None:
-        live = self.size[self.head:] > 0
-        lows = [int(self.phys[self.head:][live].min())] if live.any() else []
-        lows += [int(p[s > 0].min()) for _w, p, s in self.fresh if (s > 0).any()]
-        return min(lows) if lows else None
+        top = np.iinfo(np.int64).max
+        lows = [int(np.min(self.phys[self.head:], where=self.size[self.head:] > 0, initial=top))]
+        lows += [int(np.min(p, where=s > 0, initial=top)) for _w, p, s in self.fresh]
+        low = min(lows)
+        return None if low == top else low
 
 
 class Timers:

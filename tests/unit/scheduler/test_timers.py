@@ -144,3 +144,23 @@ def test_a_timer_whose_copy_gets_old_is_stored_again_and_its_old_copy_cancelled(
             assert len(again.timers.pending) == 1
         finally:
             again.close()
+
+
+def test_merges_keep_time_order_across_batches_and_drop_what_was_cancelled():
+    p = PendingTimers()
+    rng = np.random.default_rng(3)
+    everything = {}
+    for batch in range(12):                                  # some merges by size, some fresh left over
+        when = rng.integers(0, 1_000_000, 30_000)
+        phys = batch * 1_000_000 + np.arange(30_000)
+        p.add(when, phys, np.full(30_000, 50))
+        everything.update(zip(phys.tolist(), when.tolist()))
+    gone = [5, 1_000_007, 11_000_003]                        # in sorted runs and in the fresh ones
+    assert all(p.cancel(g) for g in gone) and not p.cancel(gone[0])
+    assert p.min_phys() == 0
+    e, end = p.due(1_000_000, 10**9)
+    assert len(e) == len(everything) - 3 == len(p)
+    assert np.all(np.diff(e["tags"]) >= 0) and not set(gone) & set(e["phys"].tolist())
+    assert all(everything[ph] == w for ph, w in zip(e["phys"][::997].tolist(), e["tags"][::997].tolist()))
+    p.done(len(e), end)
+    assert len(p) == 0 and p.next_due() is None and p.min_phys() is None
