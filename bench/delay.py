@@ -88,30 +88,14 @@ def _send_timers(port: int, first: int, whens: np.ndarray, window: int = 2000) -
 
 
 def _timer_copies(port: int, topic: str, queues: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each delivered copy's (UNIQ_KEY number, TIMER_OUT_MS, store time), read through pulls of up
-    to 1,000 records, only those fields kept."""
+    """Each delivered copy's (UNIQ_KEY number, TIMER_OUT_MS, store time), only those fields kept."""
     keys, outs, stores = [], [], []
-    with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
-        dec = codec.Decoder()
-        for q in range(queues):
-            offset = 0
-            while True:
-                s.sendall(codec.encode(Command(R.PULL_MESSAGE, {
-                    "consumerGroup": "bench-delay-audit", "topic": topic, "queueId": str(q), "queueOffset": str(offset),
-                    "maxMsgNums": "1000", "sysFlag": "0", "commitOffset": "0", "suspendTimeoutMillis": "0",
-                    "subscription": "*", "subVersion": "0"})))
-                resp = None
-                while resp is None:
-                    got = dec.feed(s.recv(1 << 22))
-                    resp = got[0] if got else None
-                if resp.code != 0:
-                    break
-                for h, _body, _topic, props in message.record_fields(resp.body, "pulled"):
-                    key = message.property_value(props, b"UNIQ_KEY")
-                    keys.append(int(key[1:]) if key and key.startswith(b"T") else -1)
-                    outs.append(int(message.property_value(props, b"TIMER_OUT_MS") or 0))
-                    stores.append(h[11])
-                offset = int(resp.ext["nextBeginOffset"])
+    for body in _pulled(port, topic, queues, 1000):
+        for h, _body, _topic, props in message.record_fields(body, "pulled"):
+            key = message.property_value(props, b"UNIQ_KEY")
+            keys.append(int(key[1:]) if key and key.startswith(b"T") else -1)
+            outs.append(int(message.property_value(props, b"TIMER_OUT_MS") or 0))
+            stores.append(h[11])
     return np.array(keys), np.array(outs), np.array(stores)
 
 
@@ -175,16 +159,21 @@ def timers_main(args) -> None:
 
 
 def _read_all(port: int, topic: str, queues: int) -> list[message.Record]:
-    """Every record of ``topic``, queue by queue from offset 0, through PULL_MESSAGE."""
-    out = []
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+    """Every record of ``topic``."""
+    return [r for body in _pulled(port, topic, queues, 32) for r in message.decode_records(body)]
+
+
+def _pulled(port: int, topic: str, queues: int, most: int):
+    """The bodies of PULL_MESSAGE answers reading ``topic`` queue by queue from offset 0, up to
+    ``most`` records a pull."""
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
         dec = codec.Decoder()
         for q in range(queues):
             offset = 0
             while True:
                 s.sendall(codec.encode(Command(R.PULL_MESSAGE, {
                     "consumerGroup": "bench-delay-audit", "topic": topic, "queueId": str(q), "queueOffset": str(offset),
-                    "maxMsgNums": "32", "sysFlag": "0", "commitOffset": "0", "suspendTimeoutMillis": "0",
+                    "maxMsgNums": str(most), "sysFlag": "0", "commitOffset": "0", "suspendTimeoutMillis": "0",
                     "subscription": "*", "subVersion": "0"})))
                 resp = None
                 while resp is None:
@@ -192,9 +181,8 @@ def _read_all(port: int, topic: str, queues: int) -> list[message.Record]:
                     resp = got[0] if got else None
                 if resp.code != 0:
                     break
-                out += message.decode_records(resp.body)
+                yield resp.body
                 offset = int(resp.ext["nextBeginOffset"])
-    return out
 
 
 def main() -> None:

@@ -133,7 +133,7 @@ class SchedulerService:
     def _deliver_timers(self) -> float:
         """Put the due timers, earliest first; -> seconds until the next one is due.  The queue is
         read after the clock: a cancellation dispatched before a timer's time is read before
-        the timer can be picked (``readers/admin.py``'s cancel relies on it)."""
+        the timer can be picked (``readers/timers.py``'s cancel relies on it)."""
         timers, pending = self.timers, self.timers.pending
         while not self.stop_requested:
             now = int(time.time() * 1000)

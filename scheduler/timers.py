@@ -13,7 +13,8 @@ second while timers move, and at stop):
 
 - ``scannedOffset`` S and ``deliveredThroughMs`` W: every timer at a queue offset below S due at
   W or earlier has been delivered (or cancelled); the scheduler delivers in time order, after
-  reading the queue up to S, so it can say this after a pass;
+  reading the queue up to S, so it can say this after a pass that found nothing more due at W
+  (S is what it had read then, not what it read since);
 - ``scanFloor`` F: no pending timer lies below queue offset F.
 
 At start the queue is read from F: a timer is pending unless it lies below S and is due by W, or a
@@ -168,8 +169,9 @@ class Timers:
         self.cfg, self.view = cfg, view
         self.path = os.path.join(cfg.config_dir, "timerCheckpoint.json")
         self.pending = PendingTimers()
-        self.scanned = 0              # S: queue entries read so far
+        self.scanned = 0              # queue entries read so far
         self.through = 0              # W
+        self.through_scanned = 0      # S: what had been read when W was set
         self.floor = 0                # F
         self.dirty = True
         self.keep_ms = cfg.fileReservedTime * 3_600_000 // 2     # a timer's copy older than this is rolled
@@ -191,7 +193,7 @@ class Timers:
             self.pending.add(tags[timers], e["phys"][timers], e["size"][timers])
             cancels += (-tags[(tags < 0) & (tags != TOMBSTONE_TAGS)] - 1).tolist()
             at += len(e)
-        self.scanned = at
+        self.scanned, self.through_scanned = at, min(scanned, at)
         for phys in cancels:
             self.pending.cancel(phys)
         self.pending.merge()
@@ -220,7 +222,7 @@ class Timers:
     def delivered_through(self, now_ms: int) -> None:
         """Every timer read so far that is due by ``now_ms`` has been delivered."""
         if now_ms > self.through:
-            self.through, self.dirty = now_ms, True
+            self.through, self.through_scanned, self.dirty = now_ms, self.scanned, True
 
     def roll_line(self) -> int:
         """The CommitLog offset below which a timer's copy must be stored again: the end of the
@@ -245,7 +247,7 @@ class Timers:
         self.floor = self._queue_offset_of(low) if low is not None else self.scanned
         nxt = self.pending.next_due()
         configfile.write_bytes(self.path, configfile.dumps({
-            "scanFloor": self.floor, "scannedOffset": self.scanned, "deliveredThroughMs": self.through,
+            "scanFloor": self.floor, "scannedOffset": self.through_scanned, "deliveredThroughMs": self.through,
             "pending": len(self.pending), "nextDueMs": nxt if nxt is not None else 0}))
         self.dirty = False
 
