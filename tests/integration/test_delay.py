@@ -11,6 +11,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from client.errors import MQBrokerError
 from client.message import Message
 from client.producer import Producer
@@ -244,6 +246,7 @@ def test_an_orderly_consumer_retries_locally_then_dead_letters_at_its_limit(appl
     assert app.stop() == 0
 
 
+@pytest.mark.slow                 # kills: the whole suite, not the fast lane
 def test_delayed_messages_survive_kill9_of_the_scheduler_and_of_the_whole_appliance(appliance_factory):
     """Delayed messages pending while the scheduler is killed -9, then the whole appliance: after
     the restarts each acknowledged one is delivered, none before its time; a clean restart after

@@ -14,6 +14,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from client.admin import Admin
 from client.errors import MQBrokerError
 from client.message import Message
@@ -112,6 +114,7 @@ def test_the_java_client_timer_arrives_on_time(appliance_factory, java_classes, 
 ROLES = ("scheduler", "dispatcher", "writer", "flusher", "cleaner", "reader-0", "reader-1")
 
 
+@pytest.mark.slow                 # kills: the whole suite, not the fast lane
 def test_pending_delays_and_timers_survive_kill9_of_every_role_and_of_the_whole_appliance(appliance_factory):
     """10,000 pending: 4,000 at levels, 6,000 timers due 8 to 14 s after their send.  Each role is
     killed -9 in turn (the supervisor restarts it), then the whole appliance; after the restart
