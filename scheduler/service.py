@@ -32,6 +32,7 @@ from scheduler.timers import Timers
 from shm.layout import S
 from shm.tables import TopicIndex
 from store import configfile, delay, message, timer
+from store.errors import Condition, no_space
 from store.salvage import TOMBSTONE_TAGS
 from writer import protocol as P
 from writer.client import RingClient
@@ -67,6 +68,7 @@ class SchedulerService:
         self.persisted_at, self.dirty = time.monotonic(), False
         self.seen: tuple = ()                       # the delayed queues' ends the last pass saw
         self.roll_at = time.monotonic() + ROLL_CHECK_S
+        self.no_room = Condition(log, "delayOffset.json and timerCheckpoint.json wait: the disk is full")
 
     # ------------------------------------------------------------ lifecycle
     def open(self) -> "SchedulerService":
@@ -281,12 +283,18 @@ class SchedulerService:
         """delayOffset.json as RocketMQ writes it (the level keys unquoted: ``{1:0,2:17}``), and
         the timers' checkpoint."""
         self.persisted_at = time.monotonic()
-        self.timers.persist()
-        if not self.dirty and os.path.exists(self.path):
+        try:
+            self.timers.persist()
+            if self.dirty or not os.path.exists(self.path):
+                text = configfile.dumps({"offsetTable": {str(k): v for k, v in sorted(self.offsets.items())}})
+                configfile.write_bytes(self.path, _LEVEL_KEY.sub(rb"\n\t\t\1:", text))
+                self.dirty = False
+        except OSError as e:
+            if not no_space(e):
+                raise
+            self.no_room.met(e)                  # written again a second later: a crash meanwhile delivers again
             return
-        text = configfile.dumps({"offsetTable": {str(k): v for k, v in sorted(self.offsets.items())}})
-        configfile.write_bytes(self.path, _LEVEL_KEY.sub(rb"\n\t\t\1:", text))
-        self.dirty = False
+        self.no_room.cleared()
 
     def _sleep(self, seconds: float) -> None:
         """Until ``seconds`` pass, the dispatcher posts new entries, or a stop."""

@@ -220,9 +220,11 @@ class Timers:
             self.dirty = True
 
     def delivered_through(self, now_ms: int) -> None:
-        """Every timer read so far that is due by ``now_ms`` has been delivered."""
+        """Every timer read so far that is due by ``now_ms`` has been delivered.  (Not a reason
+        to write the checkpoint by itself: what it says then changes only with a delivery, a
+        cancel or a timer read, which mark it.)"""
         if now_ms > self.through:
-            self.through, self.through_scanned, self.dirty = now_ms, self.scanned, True
+            self.through, self.through_scanned = now_ms, self.scanned
 
     def roll_line(self) -> int:
         """The CommitLog offset below which a timer's copy must be stored again: the end of the
