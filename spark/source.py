@@ -1,0 +1,207 @@
+"""The ``rocketbox`` PySpark data source (pyspark 4.x's Python Data Source API): batch reads of a
+store's files (``spark/storefiles.py``).
+
+    spark.read.format("rocketbox").option("path", STORE_ROOT).option("topic", "T").load()
+
+Options: ``path`` (a ``storePathRootDir``, required); ``topic`` (a name or a comma list) or
+``topicPattern`` (a regular expression); ``queues`` (a comma list of queue ids); ``startingOffsets``
+and ``endingOffsets`` (``earliest``, ``latest``, or JSON as Spark's Kafka source writes them:
+``{"T":{"0":5,"1":-2}}``, -2 earliest, -1 latest); ``startTime`` / ``endTime`` (epoch ms or ISO
+8601: the first offset stored at or after it, found by the records' store times);
+``maxRecordsPerPartition`` (100,000); ``onCorruptRecord`` (``fail`` or ``skip``); ``flushedOnly``
+(``true``: nothing stored after the checkpoint's last flushed time, as always under SYNC_FLUSH).
+
+**Planning** fixes each queue's end (``Store.bounds``: the consume queue's valid entries now) and
+splits each queue's range into partitions of at most ``maxRecordsPerPartition``; a partition reads
+its consume-queue slice and gathers the CommitLog records through mmap into one Arrow batch.
+
+**Filter pushdown** (pyspark 4.1+, ``spark.sql.python.filterPushdown.enabled``): ``topic`` and
+``queueId`` (=, IN) choose the queues; ``storeTimestamp`` (<, <=, >, >=, =) narrows each queue's
+offsets by store time; ``tags`` (=, IN) drops consume-queue entries by tag hash before any record is
+read.  Spark still applies every filter to the rows, so a query gives the same rows with or
+without pushdown.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import re
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    EqualTo,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+)
+
+from spark import storefiles
+
+NAME = "rocketbox"
+DEFAULT_PARTITION = 100_000
+
+
+def _time_ms(text: str | None) -> int | None:
+    """Epoch ms from an option: a whole number, or ISO 8601 (naive: UTC)."""
+    if text is None or text == "":
+        return None
+    if re.fullmatch(r"-?\d+", text.strip()):
+        return int(text)
+    t = datetime.datetime.fromisoformat(text.strip())
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=datetime.timezone.utc)
+    return int(t.timestamp() * 1000)
+
+
+def _ms(value) -> int:
+    """A pushed-down timestamp value in epoch ms."""
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=datetime.timezone.utc)
+        return int(value.timestamp() * 1000)
+    return int(value)
+
+
+class QueueSlice(InputPartition):
+    """Messages [start, end) of one queue; ``tags``: the tag strings to keep (None: all)."""
+
+    def __init__(self, topic: str, qid: int, start: int, end: int, flushed_ts: int | None, tags):
+        super().__init__((topic, qid, start, end))
+        self.topic, self.qid, self.start, self.end, self.flushed_ts, self.tags = topic, qid, start, end, flushed_ts, tags
+
+
+class StoreReader(DataSourceReader):
+    """The reader without pushdown (a reader that has ``pushFilters`` fails to plan where
+    ``spark.sql.python.filterPushdown.enabled`` is false): ``PushdownReader`` adds it."""
+
+    def __init__(self, options: dict):
+        self.options = options                   # Spark's: names case-insensitive
+        self.path = self.options.get("path")
+        if not self.path:
+            raise ValueError("option 'path' is required: a store's storePathRootDir")
+        self.topics_eq: set[str] | None = None
+        self.queues_eq: set[int] | None = None
+        self.tags_eq: set[str] | None = None
+        self.ts_lo: int | None = None            # storeTimestamp >= ts_lo
+        self.ts_hi: int | None = None            # storeTimestamp < ts_hi
+
+    def _push(self, f) -> bool:
+        """Narrow the plan by ``f`` -> False: Spark keeps it as well (every filter is applied to
+        the rows again by Spark; pushing it only reads less)."""
+        col = f.attribute[0] if len(f.attribute) == 1 else None
+        values = {f.value} if isinstance(f, EqualTo) else set(f.value) if isinstance(f, In) else None
+        if col == "topic" and values is not None:
+            self.topics_eq = values if self.topics_eq is None else self.topics_eq & values
+        elif col == "queueId" and values is not None:
+            self.queues_eq = {int(v) for v in values} if self.queues_eq is None else self.queues_eq & {int(v) for v in values}
+        elif col == "tags" and values is not None:
+            self.tags_eq = values if self.tags_eq is None else self.tags_eq & values
+        elif col == "storeTimestamp" and isinstance(f, (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)):
+            ms = _ms(f.value)
+            lo = ms + 1 if isinstance(f, GreaterThan) else ms if isinstance(f, (GreaterThanOrEqual, EqualTo)) else None
+            hi = ms if isinstance(f, LessThan) else ms + 1 if isinstance(f, (LessThanOrEqual, EqualTo)) else None
+            if lo is not None:
+                self.ts_lo = lo if self.ts_lo is None else max(self.ts_lo, lo)
+            if hi is not None:
+                self.ts_hi = hi if self.ts_hi is None else min(self.ts_hi, hi)
+        else:
+            return False
+        return False
+
+    # ------------------------------------------------------------ planning
+    def partitions(self):
+        o = self.options
+        store = storefiles.Store(self.path)
+        topics = store.matching(o.get("topic"), o.get("topicPattern"))
+        if self.topics_eq is not None:
+            topics = [t for t in topics if t in self.topics_eq]
+        wanted = {int(q) for q in o["queues"].split(",")} if o.get("queues") else None
+        if self.queues_eq is not None:
+            wanted = self.queues_eq if wanted is None else wanted & self.queues_eq
+        starting, ending = _offsets(o.get("startingOffsets"), "earliest"), _offsets(o.get("endingOffsets"), "latest")
+        t_lo = max([t for t in (_time_ms(o.get("startTime")), self.ts_lo) if t is not None], default=None)
+        t_hi = min([t for t in (_time_ms(o.get("endTime")), self.ts_hi) if t is not None], default=None)
+        per = int(o.get("maxRecordsPerPartition") or DEFAULT_PARTITION)
+        if per <= 0:
+            raise ValueError(f"maxRecordsPerPartition must be positive, got {per}")
+        flushed = store.flushed_ts() if (o.get("flushedOnly", "").lower() == "true" or store.sync_flush()) else None
+        out = []
+        for topic in topics:
+            for qid in store.queues(topic):
+                if wanted is not None and qid not in wanted:
+                    continue
+                lo, hi = store.bounds(topic, qid)
+                start = _pick(starting, topic, qid, lo, hi, "startingOffsets")
+                end = _pick(ending, topic, qid, lo, hi, "endingOffsets")
+                if t_lo is not None:
+                    start = max(start, store.offset_at_time(topic, qid, t_lo, start, end))
+                if t_hi is not None:
+                    end = min(end, store.offset_at_time(topic, qid, t_hi, start, end))
+                for s in range(start, end, per):
+                    out.append(QueueSlice(topic, qid, s, min(s + per, end), flushed, self.tags_eq))
+        return out or [QueueSlice("", -1, 0, 0, None, None)]
+
+    def read(self, partition: QueueSlice):
+        if partition.qid < 0:
+            return
+        batch = storefiles.read_batch(self.path, partition.topic, partition.qid, partition.start, partition.end,
+                                      flushed_ts=partition.flushed_ts, tags=partition.tags,
+                                      on_corrupt=self.options.get("onCorruptRecord", "fail"))
+        if batch.num_rows:
+            yield batch
+
+
+class PushdownReader(StoreReader):
+    def pushFilters(self, filters):
+        for f in filters:
+            if not self._push(f):
+                yield f
+
+
+def _offsets(text: str | None, default: str):
+    """``earliest`` / ``latest`` / the Kafka-style JSON -> "earliest", "latest" or a dict."""
+    text = (text or default).strip()
+    if text in ("earliest", "latest"):
+        return text
+    try:
+        table = json.loads(text)
+    except ValueError:
+        raise ValueError(f"offsets must be earliest, latest or JSON like {{\"T\":{{\"0\":5}}}}, got {text!r}") from None
+    return {t: {int(q): int(v) for q, v in qs.items()} for t, qs in table.items()}
+
+
+def _pick(spec, topic: str, qid: int, lo: int, hi: int, name: str) -> int:
+    if spec == "earliest":
+        return lo
+    if spec == "latest":
+        return hi
+    v = spec.get(topic, {}).get(qid, -2 if name == "startingOffsets" else -1)
+    if v == -2:
+        return lo
+    if v == -1:
+        return hi
+    if not lo <= v <= hi:
+        raise ValueError(f"{name}: offset {v} of {topic} queue {qid} is out of range [{lo}, {hi}]")
+    return v
+
+
+class RocketboxSource(DataSource):
+    """``pushdown``: whether the session lets Python data sources take filters (``register``
+    sets it from ``spark.sql.python.filterPushdown.enabled``); option ``pushdown=false`` turns it
+    off for one read."""
+    pushdown = False
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self):
+        return storefiles.SCHEMA
+
+    def reader(self, schema):
+        on = self.pushdown and self.options.get("pushdown", "true").lower() != "false"
+        return (PushdownReader if on else StoreReader)(self.options)

@@ -1,0 +1,369 @@
+"""The store's files as Spark reads them, without Spark: which queues a store holds and how far each
+can be read (planning), and one queue's slice of messages as an Arrow record batch (a partition's
+read).  Everything is read-only, through mmap: a store the appliance is running, a stopped one, a
+copy, or one the real RocketMQ 4.9.8 broker wrote.
+
+**The consistent prefix.** A queue's readable end is fixed when a job plans: the consume queue's
+valid entries then (the dispatcher writes an entry's size last, after the record it points at is
+in the CommitLog, so every valid entry's record is whole), and, when the appliance runs with
+SYNC_FLUSH (``run/store.json`` says so) or the job asks ``flushedOnly``, no entry whose record was
+stored after the checkpoint's last flushed store time.  A partition reads [start, end) of one
+queue and never past it, so a job sees a prefix of every queue, never a torn record.
+
+Columns: ``SCHEMA`` (the issue's list).  A record whose body is compressed (sysflag bit 0) is
+inflated.  A record that does not parse (bad magic, a size that disagrees with its consume-queue
+entry) raises ``CorruptRecord`` naming the CommitLog file and offset, or is left out with
+``on_corrupt="skip"``.
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+import zlib
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from store import message
+from store.consumequeue import BLANK_ENTRY, ENTRY, ENTRY_SIZE
+from store.javahash import string_hash
+
+SCHEMA = ("topic string, queueId int, queueOffset long, physicalOffset long, storeTimestamp timestamp, "
+          "bornTimestamp timestamp, bornHost string, storeHost string, msgId string, uniqKey string, tags string, "
+          "keys string, properties map<string,string>, reconsumeTimes int, sysFlag int, bodyCRC int, body binary")
+ARROW_SCHEMA = pa.schema([
+    ("topic", pa.string()), ("queueId", pa.int32()), ("queueOffset", pa.int64()), ("physicalOffset", pa.int64()),
+    ("storeTimestamp", pa.timestamp("us", tz="UTC")), ("bornTimestamp", pa.timestamp("us", tz="UTC")),
+    ("bornHost", pa.string()), ("storeHost", pa.string()), ("msgId", pa.string()), ("uniqKey", pa.string()),
+    ("tags", pa.string()), ("keys", pa.string()), ("properties", pa.map_(pa.string(), pa.string())),
+    ("reconsumeTimes", pa.int32()), ("sysFlag", pa.int32()), ("bodyCRC", pa.int32()), ("body", pa.binary())])
+CHECKPOINT_TS_AT = 0          # the checkpoint file's physicMsgTimestamp (FACTS §5.4)
+
+
+class NotAStore(ValueError):
+    """The path holds no store."""
+
+
+class CorruptRecord(ValueError):
+    def __init__(self, path: str, offset: int, what: str):
+        super().__init__(f"{path} at offset {offset}: {what}")
+        self.path, self.offset = path, offset
+
+
+def _files(directory: str) -> list[tuple[int, str]]:
+    """(start offset, path) of the 20-digit files in ``directory``, in order."""
+    try:
+        names = sorted(n for n in os.listdir(directory) if len(n) == 20 and n.isdigit())
+    except FileNotFoundError:
+        return []
+    return [(int(n), os.path.join(directory, n)) for n in names]
+
+
+class Store:
+    """A store root (``storePathRootDir``) as a job plans over it."""
+
+    def __init__(self, root: str):
+        self.root = root
+        self.cq_root = os.path.join(root, "consumequeue")
+        self.commitlog = os.path.join(root, "commitlog")
+        if not os.path.isdir(self.commitlog) or not os.path.isdir(self.cq_root):
+            raise NotAStore(f"{root} is not a RocketMQ store: it has no commitlog/ and consumequeue/ directories")
+
+    def topics(self) -> list[str]:
+        return sorted(t for t in os.listdir(self.cq_root) if os.path.isdir(os.path.join(self.cq_root, t)))
+
+    def matching(self, names: str | None = None, pattern: str | None = None) -> list[str]:
+        """The topics ``names`` (a comma list) or ``pattern`` (a regular expression, whole name)
+        name; ValueError naming a listed topic the store does not have."""
+        have = self.topics()
+        if pattern:
+            rx = re.compile(pattern)
+            return [t for t in have if rx.fullmatch(t)]
+        wanted = [t.strip() for t in (names or "").split(",") if t.strip()]
+        if not wanted:
+            raise ValueError("say which topics to read: option 'topic' (a name or a comma list) or 'topicPattern'")
+        missing = [t for t in wanted if t not in have]
+        if missing:
+            raise ValueError(f"topic {', '.join(missing)} does not exist in the store at {self.root}")
+        return wanted
+
+    def queues(self, topic: str) -> list[int]:
+        d = os.path.join(self.cq_root, topic)
+        return sorted(int(q) for q in os.listdir(d) if q.isdigit())
+
+    def flushed_ts(self) -> int | None:
+        """The checkpoint's physicMsgTimestamp: records stored at or before it are on disk."""
+        try:
+            with open(os.path.join(self.root, "checkpoint"), "rb") as f:
+                raw = f.read(8)
+        except FileNotFoundError:
+            return None
+        return int.from_bytes(raw, "big") if len(raw) == 8 else None
+
+    def sync_flush(self) -> bool:
+        """Whether the appliance that owns this store runs with SYNC_FLUSH (``run/store.json``)."""
+        try:
+            with open(os.path.join(self.root, "run", "store.json")) as f:
+                return json.load(f).get("flushDiskType") == "SYNC_FLUSH"
+        except (OSError, ValueError):
+            return False
+
+    def bounds(self, topic: str, qid: int) -> tuple[int, int]:
+        """The queue's [min, max) offsets now: its first file's start (past the blank entries in
+        front of a queue whose first file starts late) and its valid entries' end."""
+        files = _files(os.path.join(self.cq_root, topic, str(qid)))
+        if not files:
+            return 0, 0
+        lo = files[0][0] // ENTRY_SIZE
+        hi = lo
+        for start, path in files:
+            e = _entries_of(path)
+            bad = np.flatnonzero((e["phys"] < 0) | (e["size"] <= 0))
+            n = int(bad[0]) if bad.size else len(e)
+            hi = start // ENTRY_SIZE + n
+            if n < len(e):
+                break
+        first = _entries_of(files[0][1])
+        blank = (first["size"] == BLANK_ENTRY[1]) & (first["phys"] == 0)
+        lo += int(np.argmin(blank)) if blank.any() and not blank.all() else (len(first) if blank.all() and len(first) else 0)
+        return min(lo, hi), hi
+
+    def entries(self, topic: str, qid: int, start: int, end: int) -> np.ndarray:
+        """Consume-queue entries [start, end) of a queue (a copy)."""
+        out, at = [], start
+        for fstart, path in _files(os.path.join(self.cq_root, topic, str(qid))):
+            e = _entries_of(path)
+            first = fstart // ENTRY_SIZE
+            if first + len(e) <= at or first >= end:
+                continue
+            out.append(np.array(e[max(at - first, 0):end - first]))
+            at = first + max(at - first, 0) + len(out[-1])
+        return np.concatenate(out) if out else np.empty(0, ENTRY)
+
+    def offset_at_time(self, topic: str, qid: int, ts_ms: int, lo: int, hi: int) -> int:
+        """The first queue offset in [lo, hi) whose record was stored at ``ts_ms`` or later (hi
+        when none): a binary search over the records' store times, which only grow along a queue."""
+        reader = CommitLog(self.commitlog)
+        try:
+            while lo < hi:
+                mid = (lo + hi) // 2
+                e = self.entries(topic, qid, mid, mid + 1)
+                if not len(e) or reader.store_ts(int(e["phys"][0])) < ts_ms:
+                    lo = mid + 1
+                else:
+                    hi = mid
+        finally:
+            reader.close()
+        return lo
+
+
+def _entries_of(path: str) -> np.ndarray:
+    size = os.path.getsize(path) // ENTRY_SIZE * ENTRY_SIZE
+    if size == 0:
+        return np.empty(0, ENTRY)
+    return np.memmap(path, dtype=ENTRY, mode="r", shape=(size // ENTRY_SIZE,))
+
+
+class CommitLog:
+    """Read-only maps of the CommitLog files, opened as records are asked for."""
+
+    def __init__(self, directory: str):
+        self.files = _files(directory)
+        if not self.files:
+            raise NotAStore(f"{directory} holds no CommitLog files")
+        self.file_size = os.path.getsize(self.files[0][1])
+        self.maps: dict[int, np.memmap] = {}
+
+    def path_of(self, phys: int) -> str:
+        return os.path.join(os.path.dirname(self.files[0][1]), f"{phys - phys % self.file_size:020d}")
+
+    def view(self, base: int) -> np.ndarray:
+        m = self.maps.get(base)
+        if m is None:
+            m = self.maps[base] = np.memmap(self.path_of(base), dtype=np.uint8, mode="r")
+        return m
+
+    def store_ts(self, phys: int) -> int:
+        v = self.view(phys - phys % self.file_size)
+        at = phys % self.file_size
+        (sys_flag,) = np.frombuffer(v[at + 36:at + 40].tobytes(), ">i4")
+        ts_at = message.store_ts_at(int(sys_flag))
+        return int(np.frombuffer(v[at + ts_at:at + ts_at + 8].tobytes(), ">i8")[0])
+
+    def gather(self, phys: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The records at ``phys`` (``size`` bytes each) copied into one buffer -> (buffer, each
+        record's start in it)."""
+        parts, starts, at = [], np.empty(len(phys), np.int64), 0
+        base = phys - phys % self.file_size
+        for i, (b, p, n) in enumerate(zip(base.tolist(), phys.tolist(), size.tolist())):
+            v = self.view(b)
+            parts.append(memoryview(v)[p - b:p - b + n])
+            starts[i] = at
+            at += n
+        return np.frombuffer(b"".join(parts), np.uint8), starts
+
+    def close(self) -> None:
+        self.maps.clear()
+
+
+def _be(buf: np.ndarray, at: np.ndarray, width: int, dtype: str) -> np.ndarray:
+    """Big-endian integers of ``width`` bytes at each position ``at`` of ``buf``."""
+    return buf[at[:, None] + np.arange(width)].copy().view(dtype).ravel().astype(dtype.replace(">", "<"))
+
+
+def _hosts(raw: np.ndarray) -> pa.Array:
+    """'a.b.c.d:port' of each 8-byte (IPv4, port) row, formatted once per distinct host."""
+    keys = raw.copy().view(np.uint64).ravel()
+    uniq, inverse = np.unique(keys, return_inverse=True)
+    names = []
+    for k in uniq.tolist():
+        b = int(k).to_bytes(8, "little")
+        names.append(f"{b[0]}.{b[1]}.{b[2]}.{b[3]}:{int.from_bytes(b[4:], 'big')}")
+    return pc.take(pa.array(names, pa.string()), pa.array(inverse.ravel()))
+
+
+def _strings(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> pa.Array:
+    """A string array of the byte ranges [starts, starts + lens) of ``buf``."""
+    return _binary(buf, starts, lens).cast(pa.string())
+
+
+def _binary(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> pa.Array:
+    mv = memoryview(buf)
+    data = b"".join([mv[s:s + n] for s, n in zip(starts.tolist(), lens.tolist())])
+    offsets = np.zeros(len(lens) + 1, np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    return pa.Array.from_buffers(pa.large_binary(), len(lens), [None, pa.py_buffer(offsets), pa.py_buffer(data)]) \
+        .cast(pa.binary())
+
+
+def _properties(props: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array]:
+    """The map of each record's properties (``name\\x01value\\x02...``; a pair with an empty value
+    left out, as Java's string2messageProperties does), and its TAGS, KEYS and UNIQ_KEY."""
+    n = len(props)
+    pairs = pc.split_pattern(props, "\x02")
+    parent = pc.list_parent_indices(pairs).to_numpy()
+    flat = pc.list_flatten(pairs)
+    kv = pc.split_pattern(flat, "\x01", max_splits=1)
+    sizes = pc.list_value_length(kv).to_numpy(zero_copy_only=False)
+    keep = sizes == 2
+    kv = kv.filter(pa.array(keep))
+    parent = parent[keep]
+    keys, values = pc.list_element(kv, 0), pc.list_element(kv, 1)
+    good = pc.greater(pc.utf8_length(values), 0).to_numpy(zero_copy_only=False) & \
+        pc.greater(pc.utf8_length(keys), 0).to_numpy(zero_copy_only=False)
+    keys, values, parent = keys.filter(pa.array(good)), values.filter(pa.array(good)), parent[good]
+    offsets = np.zeros(n + 1, np.int32)
+    np.cumsum(np.bincount(parent, minlength=n), out=offsets[1:])
+    out = pa.MapArray.from_arrays(pa.array(offsets), keys, values)
+    named = []
+    for name in ("TAGS", "KEYS", "UNIQ_KEY"):
+        hit = np.flatnonzero(pc.equal(keys, name).to_numpy(zero_copy_only=False))
+        pick = np.full(n, -1, np.int64)
+        pick[parent[hit]] = hit
+        named.append(pc.take(values, pa.array(pick, mask=pick < 0)))
+    return out, named[0], named[1], named[2]
+
+
+def read_batch(store_root: str, topic: str, qid: int, start: int, end: int, *, flushed_ts: int | None = None,
+               tags=None, on_corrupt: str = "fail", commitlog: CommitLog | None = None) -> pa.RecordBatch:
+    """Messages [start, end) of a queue as one record batch (``ARROW_SCHEMA``); with
+    ``flushed_ts``, none stored after it (the queue's prefix up to it); with ``tags`` (a set of
+    tag strings), only messages with one of them: entries whose tag hash matches none are left
+    out before their records are read, then the strings are compared."""
+    store = Store(store_root)
+    e = store.entries(topic, qid, start, end)
+    qoff = np.arange(start, start + len(e), dtype=np.int64)
+    real = ~((e["size"] == BLANK_ENTRY[1]) & (e["phys"] == 0))
+    if tags is not None:
+        real &= np.isin(e["tags"].astype(np.int64), [string_hash(t) for t in tags])
+    e, qoff = e[real], qoff[real]
+    log = commitlog or CommitLog(store.commitlog)
+    try:
+        phys, size = e["phys"].astype(np.int64), e["size"].astype(np.int64)
+        buf, at = log.gather(phys, size)
+        ok = _check(buf, at, size, phys, log, on_corrupt)
+        if not ok.all():
+            phys, size, at, qoff = phys[ok], size[ok], at[ok], qoff[ok]
+        sys_flag = _be(buf, at + 36, 4, ">i4")
+        store_ts = _be(buf, at + np.where(sys_flag & message.BORNHOST_V6, 68, 56), 8, ">i8")
+        if flushed_ts is not None:
+            within = store_ts <= flushed_ts
+            if not within.all():
+                cut = int(np.argmin(within))          # store times only grow along a queue: a prefix
+                phys, size, at, qoff, sys_flag, store_ts = (a[:cut] for a in (phys, size, at, qoff, sys_flag, store_ts))
+        batch = _columns(buf, at, phys, qoff, sys_flag, store_ts, topic, qid)
+        if tags is not None:
+            batch = batch.filter(pc.is_in(batch.column("tags"), pa.array(sorted(tags), pa.string())))
+        return batch
+    finally:
+        if commitlog is None:
+            log.close()
+
+
+def _check(buf, at, size, phys, log: CommitLog, on_corrupt: str) -> np.ndarray:
+    """Records whose TOTALSIZE and MAGIC agree with their entries; the others raise, or are left
+    out with ``on_corrupt="skip"``."""
+    total = _be(buf, at, 4, ">i4")
+    magic = _be(buf, at + 4, 4, ">i4")
+    ok = (total == size) & (magic == message.MAGIC)
+    if not ok.all() and on_corrupt != "skip":
+        i = int(np.argmin(ok))
+        p = int(phys[i])
+        raise CorruptRecord(log.path_of(p), p % log.file_size,
+                            f"no message record where the consume queue points (size {int(total[i])}, magic "
+                            f"{int(magic[i]) & 0xFFFFFFFF:#x}; expected size {int(size[i])}); "
+                            "option onCorruptRecord=skip leaves such records out")
+    return ok
+
+
+def _columns(buf, at, phys, qoff, sys_flag, store_ts, topic: str, qid: int) -> pa.RecordBatch:
+    n = len(at)
+    v6 = (sys_flag & (message.BORNHOST_V6 | message.STOREHOST_V6)) != 0
+    if v6.any():
+        return _columns_slow(buf, at, phys, qoff, topic, qid)
+    crc = _be(buf, at + 8, 4, ">i4")
+    born_ts = _be(buf, at + 40, 8, ">i8")
+    born = buf[(at + 48)[:, None] + np.arange(8)]
+    store = buf[(at + 64)[:, None] + np.arange(8)]
+    reconsume = _be(buf, at + 72, 4, ">i4")
+    body_len = _be(buf, at + 84, 4, ">i4").astype(np.int64)
+    body_at = at + 88
+    topic_at = body_at + body_len
+    topic_len = buf[topic_at].astype(np.int64)
+    props_at = topic_at + 1 + topic_len + 2
+    props_len = _be(buf, props_at - 2, 2, ">i2").astype(np.int64)
+    body = _binary(buf, body_at, body_len)
+    if (sys_flag & message.COMPRESSED).any():
+        raw = body.to_pylist()
+        for i in np.flatnonzero(sys_flag & message.COMPRESSED).tolist():
+            raw[i] = zlib.decompress(raw[i])
+        body = pa.array(raw, pa.binary())
+    props, tags, keys, uniq = _properties(_strings(buf, props_at, props_len))
+    ids = np.concatenate([store[:, :8], phys.astype(">i8").view(np.uint8).reshape(-1, 8)], axis=1)
+    hexed = ids.tobytes().hex().upper().encode()
+    msg_id = pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(np.arange(n + 1, dtype=np.int32) * 32),
+                                                    pa.py_buffer(hexed)])
+    return pa.RecordBatch.from_arrays([
+        pa.array([topic] * n, pa.string()),
+        pa.array(np.full(n, qid, np.int32)), pa.array(qoff), pa.array(phys),
+        pa.array(store_ts * 1000, pa.timestamp("us", tz="UTC")), pa.array(born_ts * 1000, pa.timestamp("us", tz="UTC")),
+        _hosts(born), _hosts(store), msg_id, uniq, tags, keys, props,
+        pa.array(reconsume), pa.array(sys_flag.astype(np.int32)), pa.array(crc), body], schema=ARROW_SCHEMA)
+
+
+def _columns_slow(buf, at, phys, qoff, topic: str, qid: int) -> pa.RecordBatch:
+    """Any record, IPv6 hosts included, one at a time (``message.decode_record``)."""
+    rows = [message.decode_record(buf[a:a + int.from_bytes(buf[a:a + 4].tobytes(), "big")].tobytes()) for a in at.tolist()]
+    body = [zlib.decompress(r.body) if r.sys_flag & message.COMPRESSED else r.body for r in rows]
+    return pa.RecordBatch.from_pylist([{
+        "topic": topic, "queueId": qid, "queueOffset": int(q), "physicalOffset": int(p),
+        "storeTimestamp": r.store_ts * 1000, "bornTimestamp": r.born_ts * 1000,
+        "bornHost": f"{ipaddress.ip_address(r.born_ip)}:{r.born_port}",
+        "storeHost": f"{ipaddress.ip_address(r.store_ip)}:{r.store_port}",
+        "msgId": r.msg_id, "uniqKey": r.properties.get("UNIQ_KEY"), "tags": r.properties.get("TAGS"),
+        "keys": r.properties.get("KEYS"), "properties": list(r.properties.items()), "reconsumeTimes": r.reconsume_times,
+        "sysFlag": r.sys_flag, "bodyCRC": r.body_crc, "body": b}
+        for r, q, p, b in zip(rows, qoff.tolist(), phys.tolist(), body)], schema=ARROW_SCHEMA)

@@ -1,0 +1,98 @@
+"""The ``rocketbox`` PySpark data source (spark/) in real local Spark (``local[2]``) over the store
+of a running appliance: a batch read returns exactly the messages our client pulls, field by
+field; options and pushed-down filters narrow it (fewer partitions, fewer records) and give the
+same rows as the same query filtered by Spark alone; errors name what is wrong."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from client.message import Message
+from client.producer import Producer
+from tests.integration.harness import read_topic
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from spark import session
+    s = session("rocketbox-tests")
+    s.sparkContext.setLogLevel("ERROR")
+    yield s
+    s.stop()
+
+
+def _send(app, topic: str, n: int) -> list:
+    async def run():
+        async with Producer("spark-pg", app.namesrv) as p:
+            out = []
+            for i in range(n):
+                out.append(await p.send(Message(topic, b"body-%d-" % i + b"x" * (i % 50), tags=f"T{i % 3}",
+                                                keys=[f"k{i}", "all"], properties={"n": str(i)})))
+            return out
+    return asyncio.run(run())
+
+
+def test_a_batch_read_returns_what_the_client_pulls_field_by_field(appliance_factory, spark):
+    app = appliance_factory(namesrv=True).start()
+    sent = _send(app, "Sparked", 120)
+    pulled = {m.msg_id: m for m in asyncio.run(read_topic(app, "Sparked"))}
+    df = spark.read.format("rocketbox").option("path", app.cfg.root).option("topic", "Sparked").load()
+    rows = df.collect()
+    assert len(rows) == len(pulled) == 120 and {r.uniqKey for r in rows} == {s.msg_id for s in sent}
+    for r in rows:
+        m = pulled[r.uniqKey]
+        assert (r.topic, r.queueId, r.queueOffset, r.msgId, r.body) == (m.topic, m.queue_id, m.queue_offset,
+                                                                        m.offset_msg_id, m.body)
+        assert r.physicalOffset == m.commit_log_offset and r.reconsumeTimes == m.reconsume_times
+        assert int(r.storeTimestamp.timestamp() * 1000) == m.store_timestamp
+        assert int(r.bornTimestamp.timestamp() * 1000) == m.born_timestamp
+        assert r.tags == m.properties["TAGS"] and r.keys == m.properties["KEYS"] and dict(r.properties) == m.properties
+
+    # options, and the same query with pushdown and with Spark's filters alone
+    some = spark.read.format("rocketbox").option("path", app.cfg.root).option("topic", "Sparked") \
+        .option("queues", "1,2").option("maxRecordsPerPartition", "7").load()
+    assert sorted(r.queueId for r in some.collect()) == sorted(m.queue_id for m in pulled.values() if m.queue_id in (1, 2))
+    mid = sorted(m.store_timestamp for m in pulled.values())[60]
+    query = df.where("tags = 'T1' AND queueId = 0 AND storeTimestamp >= timestamp_millis(%d)" % mid)
+    want = sorted(m.msg_id for m in pulled.values() if m.properties["TAGS"] == "T1" and m.queue_id == 0
+                  and m.store_timestamp >= mid)
+    assert sorted(r.uniqKey for r in query.collect()) == want
+    from spark import register
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")
+    register(spark)
+    try:
+        plain = spark.read.format("rocketbox").option("path", app.cfg.root).option("topic", "Sparked").load()
+        assert sorted(r.uniqKey for r in plain.where(
+            "tags = 'T1' AND queueId = 0 AND storeTimestamp >= timestamp_millis(%d)" % mid).collect()) == want
+    finally:
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+        register(spark)
+    # what the pushdown plans: queue 0 alone, from the time on, and only entries whose tag hash is T1's
+    from pyspark.sql.datasource import CaseInsensitiveDict, EqualTo, GreaterThanOrEqual
+
+    from spark import storefiles
+    from spark.source import PushdownReader
+    reader = PushdownReader(CaseInsensitiveDict({"path": app.cfg.root, "topic": "Sparked", "maxRecordsPerPartition": "7"}))
+    kept = list(reader.pushFilters([EqualTo(("tags",), "T1"), EqualTo(("queueId",), 0),
+                                    GreaterThanOrEqual(("storeTimestamp",), mid)]))
+    assert len(kept) == 3                                      # Spark applies them again
+    parts = reader.partitions()
+    assert {p.qid for p in parts} == {0} and parts[0].tags == {"T1"}
+    planned = sum(p.end - p.start for p in parts)
+    assert planned == len([m for m in pulled.values() if m.queue_id == 0 and m.store_timestamp >= mid])
+    read = sum(storefiles.read_batch(app.cfg.root, "Sparked", 0, p.start, p.end, tags=p.tags).num_rows for p in parts)
+    assert read == len(want) < planned < 120
+    assert app.stop() == 0
+    stopped = spark.read.format("rocketbox").option("path", app.cfg.root).option("topicPattern", "Spark.*").load()
+    assert stopped.count() == 120                              # a stopped store reads the same
+
+
+def test_errors_name_what_is_wrong(tmp_path, spark):
+    from pyspark.errors import PySparkException
+    with pytest.raises(Exception, match="not a RocketMQ store"):
+        spark.read.format("rocketbox").option("path", str(tmp_path)).option("topic", "T").load().collect()
+    with pytest.raises((PySparkException, Exception), match="option 'path' is required"):
+        spark.read.format("rocketbox").option("topic", "T").load().collect()
