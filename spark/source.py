@@ -30,6 +30,7 @@ import re
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
+    DataSourceStreamReader,
     EqualTo,
     GreaterThan,
     GreaterThanOrEqual,
@@ -128,7 +129,7 @@ class StoreReader(DataSourceReader):
         per = int(o.get("maxRecordsPerPartition") or DEFAULT_PARTITION)
         if per <= 0:
             raise ValueError(f"maxRecordsPerPartition must be positive, got {per}")
-        flushed = store.flushed_ts() if (o.get("flushedOnly", "").lower() == "true" or store.sync_flush()) else None
+        flushed = _flushed_bound(store, o)
         out = []
         for topic in topics:
             for qid in store.queues(topic):
@@ -137,12 +138,13 @@ class StoreReader(DataSourceReader):
                 lo, hi = store.bounds(topic, qid)
                 start = _pick(starting, topic, qid, lo, hi, "startingOffsets")
                 end = _pick(ending, topic, qid, lo, hi, "endingOffsets")
+                if flushed is not None:
+                    end = min(end, store.offset_at_time(topic, qid, flushed + 1, start, end))
                 if t_lo is not None:
                     start = max(start, store.offset_at_time(topic, qid, t_lo, start, end))
                 if t_hi is not None:
                     end = min(end, store.offset_at_time(topic, qid, t_hi, start, end))
-                for s in range(start, end, per):
-                    out.append(QueueSlice(topic, qid, s, min(s + per, end), flushed, self.tags_eq))
+                out += _splits(topic, qid, start, end, per, flushed, self.tags_eq)
         return out or [QueueSlice("", -1, 0, 0, None, None)]
 
     def read(self, partition: QueueSlice):
@@ -153,6 +155,109 @@ class StoreReader(DataSourceReader):
                                       on_corrupt=self.options.get("onCorruptRecord", "fail"))
         if batch.num_rows:
             yield batch
+
+
+def _flushed_bound(store, options) -> int | None:
+    """The checkpoint's last flushed store time, when the job reads only flushed messages: asked
+    (``flushedOnly``), or the appliance runs with SYNC_FLUSH."""
+    if (options.get("flushedOnly") or "").lower() == "true" or store.sync_flush():
+        return store.flushed_ts() or 0
+    return None
+
+
+def _splits(topic: str, qid: int, start: int, end: int, per: int, flushed, tags) -> list[QueueSlice]:
+    return [QueueSlice(topic, qid, s, min(s + per, end), flushed, tags) for s in range(start, end, per)]
+
+
+class StreamReader(DataSourceStreamReader):
+    """``readStream``: the offset is ``{topic: {queueId: next offset}}`` (``startingOffsets``'
+    JSON); ``latestOffset`` is each matching queue's readable end now (new queues and topics a
+    pattern matches join at their start), at most ``maxRecordsPerTrigger`` past the last offset
+    this reader handed out (pyspark 4.1 does not tell a source where a restarted query starts,
+    so the first batch after a restart is not capped).  A micro-batch reads [start, end) of each queue, so a query restarted
+    from its checkpoint neither skips nor repeats a message (while retention has not deleted it)."""
+
+    def __init__(self, options):
+        self.options = options
+        self.path = options.get("path")
+        if not self.path:
+            raise ValueError("option 'path' is required: a store's storePathRootDir")
+        self.last: dict | None = None
+
+    def _ends(self) -> dict:
+        store = storefiles.Store(self.path)
+        o = self.options
+        wanted = {int(q) for q in o["queues"].split(",")} if o.get("queues") else None
+        flushed = _flushed_bound(store, o)
+        out: dict = {}
+        for topic in store.matching(o.get("topic"), o.get("topicPattern")):
+            for qid in store.queues(topic):
+                if wanted is None or qid in wanted:
+                    lo, hi = store.bounds(topic, qid)
+                    if flushed is not None:
+                        hi = store.offset_at_time(topic, qid, flushed + 1, lo, hi)
+                    out.setdefault(topic, {})[str(qid)] = [lo, hi]
+        return out
+
+    def initialOffset(self) -> dict:
+        spec = _offsets(self.options.get("startingOffsets"), "latest")
+        out = {}
+        for topic, queues in self._ends().items():
+            for q, (lo, hi) in queues.items():
+                out.setdefault(topic, {})[q] = _pick(spec, topic, int(q), lo, hi, "startingOffsets")
+        self._handed(out)
+        return out
+
+    def _handed(self, offsets: dict) -> None:
+        """Remember the furthest offset of each queue handed to Spark (the cap's base; Spark may
+        ask for the latest before the initial offset)."""
+        last = self.last if self.last is not None else {}
+        for topic, queues in offsets.items():
+            for q, v in queues.items():
+                mine = last.setdefault(topic, {})
+                mine[q] = max(mine.get(q, v), v)
+        self.last = last
+
+    def latestOffset(self) -> dict:
+        ends = self._ends()
+        # capped only past an offset this reader handed out: a query restarted from its checkpoint
+        # starts where the checkpoint says, which this reader does not know, so its first batch
+        # takes all there is (a cap from the queue's start could end below where it starts)
+        cap = int(self.options.get("maxRecordsPerTrigger") or 0) if self.last is not None else 0
+        out: dict = {}
+        budget = cap
+        for topic, queues in sorted(ends.items()):
+            for q, (lo, hi) in sorted(queues.items(), key=lambda kv: int(kv[0])):
+                prev = max((self.last or {}).get(topic, {}).get(q, lo), lo)
+                end = hi
+                if cap:
+                    end = min(hi, prev + max(budget, 0))
+                    budget -= end - prev
+                out.setdefault(topic, {})[q] = max(end, prev)
+        self._handed(out)
+        return out
+
+    def partitions(self, start: dict, end: dict):
+        per = int(self.options.get("maxRecordsPerPartition") or DEFAULT_PARTITION)
+        store = storefiles.Store(self.path)
+        out = []
+        for topic, queues in end.items():
+            for q, e in queues.items():
+                s = start.get(topic, {}).get(q)
+                if s is None:
+                    s = store.bounds(topic, int(q))[0]          # a queue that appeared meanwhile: from its start
+                out += _splits(topic, int(q), int(s), int(e), per, None, None)
+        return out
+
+    def read(self, partition: QueueSlice):
+        if partition.end > partition.start:
+            batch = storefiles.read_batch(self.path, partition.topic, partition.qid, partition.start, partition.end,
+                                          on_corrupt=self.options.get("onCorruptRecord", "fail"))
+            if batch.num_rows:
+                yield batch
+
+    def commit(self, end: dict) -> None:
+        pass
 
 
 class PushdownReader(StoreReader):
@@ -205,3 +310,14 @@ class RocketboxSource(DataSource):
     def reader(self, schema):
         on = self.pushdown and self.options.get("pushdown", "true").lower() != "false"
         return (PushdownReader if on else StoreReader)(self.options)
+
+    def streamReader(self, schema):
+        return StreamReader(self.options)
+
+    def writer(self, schema, overwrite: bool):
+        from spark.sink import TopicWriter
+        return TopicWriter(self.options, schema)
+
+    def streamWriter(self, schema, overwrite: bool):
+        from spark.sink import TopicStreamWriter
+        return TopicStreamWriter(self.options, schema)

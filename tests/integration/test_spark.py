@@ -96,3 +96,70 @@ def test_errors_name_what_is_wrong(tmp_path, spark):
         spark.read.format("rocketbox").option("path", str(tmp_path)).option("topic", "T").load().collect()
     with pytest.raises((PySparkException, Exception), match="option 'path' is required"):
         spark.read.format("rocketbox").option("topic", "T").load().collect()
+
+
+def test_a_stream_picks_up_new_messages_and_a_restart_from_its_checkpoint_loses_and_repeats_nothing(
+        appliance_factory, spark, tmp_path):
+    import time
+    app = appliance_factory(namesrv=True).start()
+    sent = [r.msg_id for r in _send(app, "Streamed", 50)]
+    out, cp = str(tmp_path / "out"), str(tmp_path / "checkpoint")
+
+    def start():
+        return spark.readStream.format("rocketbox").option("path", app.cfg.root).option("topic", "Streamed") \
+            .option("startingOffsets", "earliest").option("maxRecordsPerTrigger", "30").load() \
+            .select("uniqKey", "queueId", "queueOffset").writeStream.format("parquet").option("path", out) \
+            .option("checkpointLocation", cp).trigger(processingTime="1 second").start()
+
+    def seen() -> list:
+        try:
+            return [r.uniqKey for r in spark.read.parquet(out).collect()]
+        except Exception:
+            return []
+
+    def until(n: int, timeout: float = 60) -> list:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            got = seen()
+            if len(got) >= n:
+                return got
+            time.sleep(0.5)
+        return seen()
+
+    q = start()
+    try:
+        assert len(until(50)) == 50                               # in triggers of at most 30
+        sent += [r.msg_id for r in _send(app, "Streamed", 20)]
+        t0 = time.monotonic()
+        assert len(until(70)) == 70
+        picked_up = time.monotonic() - t0
+    finally:
+        q.stop()
+    sent += [r.msg_id for r in _send(app, "Streamed", 25)]          # while the query is stopped
+    q = start()
+    try:
+        got = until(95)
+    finally:
+        q.stop()
+    assert sorted(got) == sorted(sent) and len(set(got)) == 95, (len(got), len(set(got)))
+    assert picked_up < 10, picked_up
+    assert app.stop() == 0
+
+
+def test_a_dataframe_written_to_a_topic_is_read_back_by_a_consumer(appliance_factory, spark):
+    app = appliance_factory(namesrv=True).start()
+    _send(app, "Sunk", 1)                                          # the topic exists
+    rows = [(b"row-%d" % i, f"T{i % 2}", f"key{i}", {"n": str(i)}) for i in range(300)]
+    df = spark.createDataFrame(rows, "body binary, tags string, keys string, properties map<string,string>")
+    df.repartition(3).write.format("rocketbox").option("namesrv", app.namesrv).option("topic", "Sunk") \
+        .option("batchSize", "50").mode("append").save()
+    got = [m for m in asyncio.run(read_topic(app, "Sunk")) if m.body.startswith(b"row-")]
+    assert sorted(m.body for m in got) == sorted(r[0] for r in rows)
+    by_body = {m.body: m for m in got}
+    for body, tags, keys, props in rows[::37]:
+        m = by_body[body]
+        assert m.tags == tags and m.keys == [keys] and m.properties["n"] == props["n"]
+    with pytest.raises(Exception, match="needs a 'body' column"):
+        spark.createDataFrame([("x",)], "text string").write.format("rocketbox").option("namesrv", app.namesrv) \
+            .option("topic", "Sunk").mode("append").save()
+    assert app.stop() == 0
