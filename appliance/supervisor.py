@@ -19,6 +19,7 @@ from __future__ import annotations
 import datetime
 import errno
 import fcntl
+import json
 import logging
 import os
 import signal
@@ -148,6 +149,10 @@ class Supervisor:
         os.makedirs(self.cfg.run_dir, exist_ok=True)
         with open(pid_path(self.cfg, "supervisor"), "w") as f:
             f.write(f"{os.getpid()}\n")
+        with open(os.path.join(self.cfg.run_dir, "store.json"), "w") as f:   # what a job reading the files needs
+            json.dump({"flushDiskType": self.cfg.flushDiskType, "brokerName": self.cfg.brokerName,
+                       "mappedFileSizeCommitLog": self.cfg.mappedFileSizeCommitLog,
+                       "maxHashSlotNum": self.cfg.maxHashSlotNum, "maxIndexNum": self.cfg.maxIndexNum}, f)
         try:
             report = recovery.recover(self.cfg, self.sh)
         except TableFull as e:           # the store holds more than broker.conf makes room for

@@ -41,6 +41,7 @@ from pyspark.sql.datasource import (
 )
 
 from spark import storefiles
+from store import indexfile
 
 NAME = "rocketbox"
 DEFAULT_PARTITION = 100_000
@@ -75,6 +76,29 @@ class QueueSlice(InputPartition):
         self.topic, self.qid, self.start, self.end, self.flushed_ts, self.tags = topic, qid, start, end, flushed_ts, tags
 
 
+class RecordsAt(InputPartition):
+    """Records at these CommitLog offsets (found through the IndexFile)."""
+
+    def __init__(self, phys: list[int]):
+        super().__init__(len(phys))
+        self.phys = phys
+
+
+def _indexed(store, keys: set[str], topics: list[str]) -> list[int] | None:
+    """CommitLog offsets of the messages of ``topics`` indexed under any of ``keys``, or None when
+    the store's IndexFiles cannot answer (none, or a geometry this cannot tell): then the queues
+    are scanned instead, so a query's rows never depend on the index."""
+    import os
+    index = os.path.join(store.root, "index")
+    files = sorted(f for f in os.listdir(index)) if os.path.isdir(index) else []
+    if not files:
+        return None
+    slots, entries = store.index_geometry()
+    if any(os.path.getsize(os.path.join(index, f)) != indexfile.file_size(slots, entries) for f in files):
+        return None
+    return sorted(set(storefiles.index_lookup(store.root, sorted(keys), topics, slots, entries)))
+
+
 class StoreReader(DataSourceReader):
     """The reader without pushdown (a reader that has ``pushFilters`` fails to plan where
     ``spark.sql.python.filterPushdown.enabled`` is false): ``PushdownReader`` adds it."""
@@ -89,6 +113,7 @@ class StoreReader(DataSourceReader):
         self.tags_eq: set[str] | None = None
         self.ts_lo: int | None = None            # storeTimestamp >= ts_lo
         self.ts_hi: int | None = None            # storeTimestamp < ts_hi
+        self.keys_eq: set[str] | None = None     # uniqKey or one of keys: found through the IndexFile
 
     def _push(self, f) -> bool:
         """Narrow the plan by ``f`` -> False: Spark keeps it as well (every filter is applied to
@@ -101,6 +126,9 @@ class StoreReader(DataSourceReader):
             self.queues_eq = {int(v) for v in values} if self.queues_eq is None else self.queues_eq & {int(v) for v in values}
         elif col == "tags" and values is not None:
             self.tags_eq = values if self.tags_eq is None else self.tags_eq & values
+        elif col in ("uniqKey", "keys") and values is not None:
+            found = {str(v).split(" ")[0] for v in values}          # (keys: the string's first key is indexed too)
+            self.keys_eq = found if self.keys_eq is None else self.keys_eq | found
         elif col == "storeTimestamp" and isinstance(f, (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)):
             ms = _ms(f.value)
             lo = ms + 1 if isinstance(f, GreaterThan) else ms if isinstance(f, (GreaterThanOrEqual, EqualTo)) else None
@@ -130,6 +158,10 @@ class StoreReader(DataSourceReader):
         if per <= 0:
             raise ValueError(f"maxRecordsPerPartition must be positive, got {per}")
         flushed = _flushed_bound(store, o)
+        if self.keys_eq is not None:
+            phys = _indexed(store, self.keys_eq, topics)
+            if phys is not None:
+                return [RecordsAt(phys[i:i + per]) for i in range(0, len(phys), per)] or [QueueSlice("", -1, 0, 0, None, None)]
         out = []
         for topic in topics:
             for qid in store.queues(topic):
@@ -147,7 +179,12 @@ class StoreReader(DataSourceReader):
                 out += _splits(topic, qid, start, end, per, flushed, self.tags_eq)
         return out or [QueueSlice("", -1, 0, 0, None, None)]
 
-    def read(self, partition: QueueSlice):
+    def read(self, partition):
+        if isinstance(partition, RecordsAt):
+            batch = storefiles.read_at(self.path, partition.phys, on_corrupt=self.options.get("onCorruptRecord", "fail"))
+            if batch.num_rows:
+                yield batch
+            return
         if partition.qid < 0:
             return
         batch = storefiles.read_batch(self.path, partition.topic, partition.qid, partition.start, partition.end,

@@ -111,6 +111,16 @@ class Store:
         except (OSError, ValueError):
             return False
 
+    def index_geometry(self) -> tuple[int, int]:
+        """(maxHashSlotNum, maxIndexNum) of the store's IndexFiles: ``run/store.json``'s, else
+        RocketMQ's defaults."""
+        try:
+            with open(os.path.join(self.root, "run", "store.json")) as f:
+                d = json.load(f)
+            return int(d["maxHashSlotNum"]), int(d["maxIndexNum"])
+        except (OSError, ValueError, KeyError):
+            return 5_000_000, 20_000_000
+
     def bounds(self, topic: str, qid: int) -> tuple[int, int]:
         """The queue's [min, max) offsets now: its first file's start (past the blank entries in
         front of a queue whose first file starts late) and its valid entries' end."""
@@ -319,7 +329,9 @@ def _check(buf, at, size, phys, log: CommitLog, on_corrupt: str) -> np.ndarray:
     return ok
 
 
-def _columns(buf, at, phys, qoff, sys_flag, store_ts, topic: str, qid: int) -> pa.RecordBatch:
+def _columns(buf, at, phys, qoff, sys_flag, store_ts, topic: str | None, qid: int | None) -> pa.RecordBatch:
+    """The batch of the records at ``at`` in ``buf``; ``topic`` and ``qid`` None: each record's
+    own (and its own queue offset), for records not read through one queue."""
     n = len(at)
     v6 = (sys_flag & (message.BORNHOST_V6 | message.STOREHOST_V6)) != 0
     if v6.any():
@@ -347,19 +359,21 @@ def _columns(buf, at, phys, qoff, sys_flag, store_ts, topic: str, qid: int) -> p
     msg_id = pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(np.arange(n + 1, dtype=np.int32) * 32),
                                                     pa.py_buffer(hexed)])
     return pa.RecordBatch.from_arrays([
-        pa.array([topic] * n, pa.string()),
-        pa.array(np.full(n, qid, np.int32)), pa.array(qoff), pa.array(phys),
+        pa.array([topic] * n, pa.string()) if topic is not None else _strings(buf, topic_at + 1, topic_len),
+        pa.array(np.full(n, qid, np.int32)) if qid is not None else pa.array(_be(buf, at + 12, 4, ">i4")),
+        pa.array(qoff if qid is not None else _be(buf, at + 20, 8, ">i8")), pa.array(phys),
         pa.array(store_ts * 1000, pa.timestamp("us", tz="UTC")), pa.array(born_ts * 1000, pa.timestamp("us", tz="UTC")),
         _hosts(born), _hosts(store), msg_id, uniq, tags, keys, props,
         pa.array(reconsume), pa.array(sys_flag.astype(np.int32)), pa.array(crc), body], schema=ARROW_SCHEMA)
 
 
-def _columns_slow(buf, at, phys, qoff, topic: str, qid: int) -> pa.RecordBatch:
+def _columns_slow(buf, at, phys, qoff, topic: str | None, qid: int | None) -> pa.RecordBatch:
     """Any record, IPv6 hosts included, one at a time (``message.decode_record``)."""
     rows = [message.decode_record(buf[a:a + int.from_bytes(buf[a:a + 4].tobytes(), "big")].tobytes()) for a in at.tolist()]
     body = [zlib.decompress(r.body) if r.sys_flag & message.COMPRESSED else r.body for r in rows]
     return pa.RecordBatch.from_pylist([{
-        "topic": topic, "queueId": qid, "queueOffset": int(q), "physicalOffset": int(p),
+        "topic": topic if topic is not None else r.topic, "queueId": qid if qid is not None else r.queue_id,
+        "queueOffset": int(q) if qid is not None else r.queue_offset, "physicalOffset": int(p),
         "storeTimestamp": r.store_ts * 1000, "bornTimestamp": r.born_ts * 1000,
         "bornHost": f"{ipaddress.ip_address(r.born_ip)}:{r.born_port}",
         "storeHost": f"{ipaddress.ip_address(r.store_ip)}:{r.store_port}",
@@ -367,3 +381,35 @@ def _columns_slow(buf, at, phys, qoff, topic: str, qid: int) -> pa.RecordBatch:
         "keys": r.properties.get("KEYS"), "properties": list(r.properties.items()), "reconsumeTimes": r.reconsume_times,
         "sysFlag": r.sys_flag, "bodyCRC": r.body_crc, "body": b}
         for r, q, p, b in zip(rows, qoff.tolist(), phys.tolist(), body)], schema=ARROW_SCHEMA)
+
+
+def read_at(store_root: str, phys: list[int], *, on_corrupt: str = "fail") -> pa.RecordBatch:
+    """The records at CommitLog offsets ``phys`` (found through the IndexFile), each with its own
+    topic, queue and queue offset; offsets past the CommitLog's files are left out."""
+    log = CommitLog(os.path.join(store_root, "commitlog"))
+    try:
+        last = log.files[-1][0] + log.file_size
+        p = np.array(sorted(set(x for x in phys if log.files[0][0] <= x < last)), np.int64)
+        size = np.array([int(np.frombuffer(log.view(x - x % log.file_size)[x % log.file_size:x % log.file_size + 4]
+                                           .tobytes(), ">i4")[0]) for x in p.tolist()], np.int64)
+        fits = (size > 0) & (p % log.file_size + size <= log.file_size)
+        p, size = p[fits], size[fits]
+        buf, at = log.gather(p, size)
+        ok = _check(buf, at, size, p, log, on_corrupt)
+        p, at = p[ok], at[ok]
+        sys_flag = _be(buf, at + 36, 4, ">i4")
+        store_ts = _be(buf, at + np.where(sys_flag & message.BORNHOST_V6, 68, 56), 8, ">i8")
+        return _columns(buf, at, p, None, sys_flag, store_ts, None, None)
+    finally:
+        log.close()
+
+
+def index_lookup(store_root: str, keys: list[str], topics: list[str], slots: int, entries: int) -> list[int]:
+    """CommitLog offsets the IndexFiles hold under ``topic#key`` for every topic and key (hash
+    matches: the caller compares the keys)."""
+    from store import indexfile
+    out: list[int] = []
+    for topic in topics:
+        for key in keys:
+            out += indexfile.find(os.path.join(store_root, "index"), f"{topic}#{key}", slots, entries, 1 << 16)
+    return out

@@ -85,6 +85,14 @@ def test_a_batch_read_returns_what_the_client_pulls_field_by_field(appliance_fac
     assert planned == len([m for m in pulled.values() if m.queue_id == 0 and m.store_timestamp >= mid])
     read = sum(storefiles.read_batch(app.cfg.root, "Sparked", 0, p.start, p.end, tags=p.tags).num_rows for p in parts)
     assert read == len(want) < planned < 120
+    from spark.source import RecordsAt
+    target = sent[17].msg_id                                   # a uniqKey: through the IndexFile
+    by_key = PushdownReader(CaseInsensitiveDict({"path": app.cfg.root, "topic": "Sparked"}))
+    list(by_key.pushFilters([EqualTo(("uniqKey",), target)]))
+    parts = by_key.partitions()
+    assert all(isinstance(p, RecordsAt) for p in parts) and 1 <= sum(len(p.phys) for p in parts) <= 2
+    assert [r.uniqKey for r in df.where(f"uniqKey = '{target}'").collect()] == [target]
+    assert [r.body for r in df.where("keys = 'k5 all'").collect()] == [pulled[sent[5].msg_id].body]
     assert app.stop() == 0
     stopped = spark.read.format("rocketbox").option("path", app.cfg.root).option("topicPattern", "Spark.*").load()
     assert stopped.count() == 120                              # a stopped store reads the same
