@@ -102,7 +102,18 @@ def _main(argv) -> int:
     p = sub.add_parser("run", help="run one role (what systemd units call)")
     p.add_argument("role")
     p.add_argument("-c", "--config")
+    p = sub.add_parser("spark", help="a Spark job over the store's files: audit, export, lag, search "
+                                     "(appliance spark JOB --help); --path defaults to the config's store")
+    p.add_argument("job", choices=("audit", "export", "lag", "search"))
+    p.add_argument("-c", "--config")
+    p.add_argument("rest", nargs=argparse.REMAINDER, help="the job's own arguments")
     args = ap.parse_args(argv)
+    if args.cmd == "spark":                      # -c after the job's name is ours, not the job's
+        for flag in ("-c", "--config"):
+            if flag in args.rest[:-1]:
+                i = args.rest.index(flag)
+                args.config = args.rest[i + 1]
+                del args.rest[i:i + 2]
     try:
         cfg = config_mod.load(args.config)
     except config_mod.ConfigError as e:
@@ -117,6 +128,11 @@ def _main(argv) -> int:
     if args.cmd == "check":
         from appliance import check
         return check.main(cfg)
+    if args.cmd == "spark":
+        import importlib
+        job = importlib.import_module(f"spark.jobs.{args.job}")
+        rest = args.rest if "--path" in args.rest else ["--path", cfg.root, *args.rest]
+        return job.main(rest)
     if args.cmd in ("start", "run"):
         raise_open_files_limit()
     if args.cmd == "run":

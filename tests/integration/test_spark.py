@@ -171,3 +171,56 @@ def test_a_dataframe_written_to_a_topic_is_read_back_by_a_consumer(appliance_fac
         spark.createDataFrame([("x",)], "text string").write.format("rocketbox").option("namesrv", app.namesrv) \
             .option("topic", "Sunk").mode("append").save()
     assert app.stop() == 0
+
+
+def test_the_jobs_audit_export_lag_and_search(appliance_factory, spark, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from client.consumer import PullConsumer
+    from spark.jobs import audit, export, lag, search
+    app = appliance_factory(namesrv=True, mappedFileSizeCommitLog=str(256 * 1024), maxMessageSize="65536").start()
+    sent = _send(app, "Jobs", 400)                       # in CommitLog files of 256 KiB
+
+    async def consume_some():
+        pc = await PullConsumer("lagging", app.namesrv).start()
+        mq = (await pc.queues("Jobs"))[0]
+        await pc.assign([mq])
+        pc.seek(mq, 0)
+        got = await pc.pull(mq, 10)
+        pc.seek(mq, 10)
+        await pc.commit(mq)
+        await pc.shutdown()
+        return mq.queue_id, len(got.messages)
+    qid, pulled = asyncio.run(consume_some())
+    assert pulled == 10
+    assert app.stop() == 0
+    root = app.cfg.root
+    assert audit.audit(spark, root).count() == 0               # a clean store
+    n = export.export(spark, root, str(tmp_path / "parquet"), topic="Jobs")
+    back = spark.read.parquet(str(tmp_path / "parquet"))
+    assert n == 400 and back.count() == 400 and {r.topic for r in back.select("topic").distinct().collect()} == {"Jobs"}
+    assert os.listdir(tmp_path / "parquet" / "topic=Jobs")[0].startswith("date=")
+    table = {(r.group, r.queueId): r for r in lag.lag(spark, root).collect()}
+    row = table[("lagging", qid)]
+    assert row.consumerOffset == 10 and row.lag == row.brokerOffset - 10 > 0
+    found = search.search(spark, root, key="k123").collect()
+    assert [r.uniqKey for r in found] == [sent[123].msg_id]
+    # a byte flipped in the middle of the CommitLog: the audit names the file and the offset
+    rows = spark.read.format("rocketbox").option("path", root).option("topic", "Jobs").load().collect()
+    rec = sorted(rows, key=lambda r: r.physicalOffset)[len(rows) // 2]         # the middle of the CommitLog
+    size = int(app.cfg.mappedFileSizeCommitLog)
+    victim = os.path.join(app.cfg.commitlog_dir, f"{rec.physicalOffset - rec.physicalOffset % size:020d}")
+    at = rec.physicalOffset % size
+    with open(victim, "r+b") as f:
+        f.seek(at + 90)                                          # inside its body (which starts at 88)
+        b = f.read(1)
+        f.seek(at + 90)
+        f.write(bytes([b[0] ^ 0xFF]))
+    problems = audit.audit(spark, root).collect()
+    assert any(p.file == victim and p.offset == at and "commitlog" in p.kind for p in problems), problems
+    out = subprocess.run([sys.executable, "-m", "appliance", "spark", "lag", "-c", app.conf, "--png",
+                          str(tmp_path / "lag.png")], capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "lagging" in out.stdout and open(tmp_path / "lag.png", "rb").read(8) == b"\x89PNG\r\n\x1a\n"

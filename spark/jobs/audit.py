@@ -1,0 +1,133 @@
+"""``audit``: the at-scale twin of ``appliance check``, partitioned by file.
+
+Every CommitLog record's magic, CRC and PHYSICALOFFSET (one task per CommitLog file, the walk
+resuming past damage as recovery does); every consume-queue entry against the record it points at
+(the records' (topic, queue, queue offset, offset, size) joined with the entries'); every
+IndexFile entry against a record start.  Each inconsistency is a row: kind, file, offset, what.
+
+    spark-submit spark/jobs/audit.py --path STORE [--limit 100]
+    appliance spark audit --path STORE
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+if __package__ in (None, ""):                 # run as a file (spark-submit): the repository's packages
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+PROBLEMS = "kind string, file string, offset long, what string"
+
+
+def scan_commitlog_file(root: str, start: int):
+    """Rows of one CommitLog file: ("record", topic, queue id, queue offset, phys, size) for each
+    verified record, ("problem", file, offset, what) for each damaged span."""
+    from store import message, salvage
+    from store.errors import CorruptData
+    from store.mappedfile import MappedFileQueue
+    directory = os.path.join(root, "commitlog")
+    size = os.path.getsize(os.path.join(directory, f"{start:020d}"))
+    files = MappedFileQueue(directory, size, False).load()
+    try:
+        i = next(k for k, f in enumerate(files.files) if f.start == start)
+        mf, at = files.files[i], 0
+        while at < mf.size:
+            try:
+                n = salvage.check(mf, at)
+            except CorruptData as e:
+                resume = salvage.damage_end(files.files, i, at)
+                if resume is None:
+                    tail = salvage.tail_length(mf, at)
+                    if tail:
+                        yield ("problem", mf.path, at, f"torn tail: {tail} bytes past the last verified record ({e.why})")
+                    return
+                yield ("problem", mf.path, at, f"bad record: {e.why}; {resume - at} bytes to the next verified record")
+                at = resume
+                continue
+            if n == 0:
+                return
+            r = message.decode_record(mf.mm, at, mf.path)
+            if r.tx_type not in (message.TX_PREPARED, message.TX_ROLLBACK):
+                yield ("record", r.topic, r.queue_id, r.queue_offset, mf.start + at, n)
+            at += n
+    finally:
+        files.close()
+
+
+def consume_queue_entries(root: str, topic: str, qid: int):
+    """(topic, queue id, queue offset, phys, size, file) of each valid entry of a queue (blank
+    entries in front of a late first file left out)."""
+    from spark import storefiles
+    store = storefiles.Store(root)
+    lo, hi = store.bounds(topic, qid)
+    for at in range(lo, hi, 65_536):
+        e = store.entries(topic, qid, at, min(at + 65_536, hi))
+        for k, (phys, size) in enumerate(zip(e["phys"].tolist(), e["size"].tolist())):
+            yield (topic, qid, at + k, phys, size)
+
+
+def index_entries(path: str, slots: int, entries: int):
+    """(file, entry position, phys) of each IndexFile entry."""
+    from store import indexfile
+    ix = indexfile.IndexFile(path, slots, entries, False).open()
+    try:
+        n = ix.h("index_count")
+        phys = ix.entries["phys"][1:n].astype("int64").tolist()
+        for k, p in enumerate(phys, start=1):
+            yield (path, k, p)
+    finally:
+        ix.close()
+
+
+def audit(spark, root: str):
+    """A DataFrame of every inconsistency found (``PROBLEMS``)."""
+    from spark import storefiles
+    store = storefiles.Store(root)
+    sc = spark.sparkContext
+    starts = [s for s, _p in storefiles._files(store.commitlog)]
+    scanned = sc.parallelize(starts, max(1, len(starts))).flatMap(lambda s: scan_commitlog_file(root, s)).cache()
+    problems = scanned.filter(lambda r: r[0] == "problem").map(lambda r: (r[0] + ": commitlog", r[1], r[2], r[3]))
+    records = spark.createDataFrame(scanned.filter(lambda r: r[0] == "record").map(lambda r: r[1:]),
+                                    "topic string, queueId int, queueOffset long, phys long, size int")
+    queues = [(t, q) for t in store.topics() for q in store.queues(t)]
+    entries = spark.createDataFrame(
+        sc.parallelize(queues, max(1, min(len(queues), 64))).flatMap(lambda tq: consume_queue_entries(root, *tq)),
+        "topic string, queueId int, queueOffset long, cqPhys long, cqSize int")
+    joined = records.join(entries, ["topic", "queueId", "queueOffset"], "full_outer")
+    cq_root = os.path.join(root, "consumequeue")
+    bad_cq = joined.where("phys IS NULL OR cqPhys IS NULL OR phys != cqPhys OR size != cqSize").rdd.map(
+        lambda r: ("problem: consume queue", os.path.join(cq_root, r.topic, str(r.queueId)), int(r.queueOffset),
+                   "entry points at no record" if r.phys is None else "record has no entry" if r.cqPhys is None
+                   else f"entry says record {r.cqPhys} ({r.cqSize} bytes), the record is at {r.phys} ({r.size} bytes)"))
+    index_dir = os.path.join(root, "index")
+    slots, count = store.index_geometry()
+    paths = [os.path.join(index_dir, n) for n in sorted(os.listdir(index_dir))] if os.path.isdir(index_dir) else []
+    from store import indexfile
+    paths = [p for p in paths if os.path.getsize(p) == indexfile.file_size(slots, count)]
+    ix = spark.createDataFrame(sc.parallelize(paths, max(1, len(paths))).flatMap(lambda p: index_entries(p, slots, count)),
+                               "file string, position long, ixPhys long")
+    bad_ix = ix.join(records.select("phys"), ix.ixPhys == records.phys, "left_anti").rdd.map(
+        lambda r: ("problem: index", r.file, int(r.position), f"entry points at {r.ixPhys}, where no record starts"))
+    return spark.createDataFrame(problems.union(bad_cq).union(bad_ix), PROBLEMS)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="audit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--path", required=True, help="the store's storePathRootDir")
+    ap.add_argument("--limit", type=int, default=100, help="problems printed at most")
+    args = ap.parse_args(argv)
+    from spark import session
+    spark = session("rocketbox-audit")
+    try:
+        found = audit(spark, args.path).orderBy("kind", "file", "offset").collect()
+    finally:
+        spark.stop()
+    for r in found[:args.limit]:
+        print(f"{r.kind}: {r.file} at {r.offset}: {r.what}")
+    print(f"audit of {args.path}: {len(found)} problems" + (f" ({args.limit} shown)" if len(found) > args.limit else ""))
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
