@@ -45,6 +45,7 @@ from store import indexfile
 
 NAME = "rocketbox"
 DEFAULT_PARTITION = 100_000
+BATCH_ROWS = 8_192           # rows in one Arrow batch handed to Spark (option batchRows)
 
 
 def _time_ms(text: str | None) -> int | None:
@@ -99,12 +100,23 @@ def _indexed(store, keys: set[str], topics: list[str]) -> list[int] | None:
     return sorted(set(storefiles.index_lookup(store.root, sorted(keys), topics, slots, entries)))
 
 
+def _names(schema) -> tuple[str, ...]:
+    """The columns a read builds: those of the schema Spark asks for (a user's ``.schema(...)``
+    naming fewer columns builds only those); ValueError for a column the source has not."""
+    names = tuple(schema.fieldNames()) if schema is not None else tuple(storefiles.ARROW_SCHEMA.names)
+    unknown = [n for n in names if n not in storefiles.ARROW_SCHEMA.names]
+    if unknown:
+        raise ValueError(f"the rocketbox source has no column {', '.join(unknown)}; its columns: {storefiles.SCHEMA}")
+    return names
+
+
 class StoreReader(DataSourceReader):
     """The reader without pushdown (a reader that has ``pushFilters`` fails to plan where
     ``spark.sql.python.filterPushdown.enabled`` is false): ``PushdownReader`` adds it."""
 
-    def __init__(self, options: dict):
+    def __init__(self, options: dict, schema=None):
         self.options = options                   # Spark's: names case-insensitive
+        self.names = _names(schema)
         self.path = self.options.get("path")
         if not self.path:
             raise ValueError("option 'path' is required: a store's storePathRootDir")
@@ -183,15 +195,14 @@ class StoreReader(DataSourceReader):
         if isinstance(partition, RecordsAt):
             batch = storefiles.read_at(self.path, partition.phys, on_corrupt=self.options.get("onCorruptRecord", "fail"))
             if batch.num_rows:
-                yield batch
+                yield batch.select(list(self.names))
             return
         if partition.qid < 0:
             return
-        batch = storefiles.read_batch(self.path, partition.topic, partition.qid, partition.start, partition.end,
-                                      flushed_ts=partition.flushed_ts, tags=partition.tags,
-                                      on_corrupt=self.options.get("onCorruptRecord", "fail"))
-        if batch.num_rows:
-            yield batch
+        yield from storefiles.read_batches(self.path, partition.topic, partition.qid, partition.start, partition.end,
+                                           flushed_ts=partition.flushed_ts, tags=partition.tags, names=self.names,
+                                           on_corrupt=self.options.get("onCorruptRecord", "fail"),
+                                           chunk=int(self.options.get("batchRows") or BATCH_ROWS))
 
 
 def _flushed_bound(store, options) -> int | None:
@@ -214,8 +225,9 @@ class StreamReader(DataSourceStreamReader):
     so the first batch after a restart is not capped).  A micro-batch reads [start, end) of each queue, so a query restarted
     from its checkpoint neither skips nor repeats a message (while retention has not deleted it)."""
 
-    def __init__(self, options):
+    def __init__(self, options, schema=None):
         self.options = options
+        self.names = _names(schema)
         self.path = options.get("path")
         if not self.path:
             raise ValueError("option 'path' is required: a store's storePathRootDir")
@@ -287,11 +299,8 @@ class StreamReader(DataSourceStreamReader):
         return out
 
     def read(self, partition: QueueSlice):
-        if partition.end > partition.start:
-            batch = storefiles.read_batch(self.path, partition.topic, partition.qid, partition.start, partition.end,
-                                          on_corrupt=self.options.get("onCorruptRecord", "fail"))
-            if batch.num_rows:
-                yield batch
+        yield from storefiles.read_batches(self.path, partition.topic, partition.qid, partition.start, partition.end,
+                                           names=self.names, on_corrupt=self.options.get("onCorruptRecord", "fail"))
 
     def commit(self, end: dict) -> None:
         pass
@@ -346,10 +355,10 @@ class RocketboxSource(DataSource):
 
     def reader(self, schema):
         on = self.pushdown and self.options.get("pushdown", "true").lower() != "false"
-        return (PushdownReader if on else StoreReader)(self.options)
+        return (PushdownReader if on else StoreReader)(self.options, schema)
 
     def streamReader(self, schema):
-        return StreamReader(self.options)
+        return StreamReader(self.options, schema)
 
     def writer(self, schema, overwrite: bool):
         from spark.sink import TopicWriter

@@ -277,40 +277,71 @@ def _properties(props: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array
     return out, named[0], named[1], named[2]
 
 
-def read_batch(store_root: str, topic: str, qid: int, start: int, end: int, *, flushed_ts: int | None = None,
-               tags=None, on_corrupt: str = "fail", commitlog: CommitLog | None = None) -> pa.RecordBatch:
-    """Messages [start, end) of a queue as one record batch (``ARROW_SCHEMA``); with
-    ``flushed_ts``, none stored after it (the queue's prefix up to it); with ``tags`` (a set of
-    tag strings), only messages with one of them: entries whose tag hash matches none are left
-    out before their records are read, then the strings are compared."""
+def read_batches(store_root: str, topic: str, qid: int, start: int, end: int, *, flushed_ts: int | None = None,
+                 tags=None, on_corrupt: str = "fail", names: tuple[str, ...] | None = None, chunk: int = 8192):
+    """Messages [start, end) of a queue as record batches of at most ``chunk`` rows (columns
+    ``names``, default all), read in place from the mapped CommitLog files; with ``flushed_ts``,
+    none stored after it (the queue's prefix up to it); with ``tags`` (a set of tag strings), only
+    messages with one of them: entries whose tag hash matches none are left out before their
+    records are read, then the strings are compared."""
     store = Store(store_root)
-    e = store.entries(topic, qid, start, end)
-    qoff = np.arange(start, start + len(e), dtype=np.int64)
-    real = ~((e["size"] == BLANK_ENTRY[1]) & (e["phys"] == 0))
-    if tags is not None:
-        real &= np.isin(e["tags"].astype(np.int64), [string_hash(t) for t in tags])
-    e, qoff = e[real], qoff[real]
-    log = commitlog or CommitLog(store.commitlog)
+    log = CommitLog(store.commitlog)
+    want = names or tuple(ARROW_SCHEMA.names)
+    cols = want if tags is None or "tags" in want else want + ("tags",)
     try:
-        phys, size = e["phys"].astype(np.int64), e["size"].astype(np.int64)
-        buf, at = log.gather(phys, size)
-        ok = _check(buf, at, size, phys, log, on_corrupt)
-        if not ok.all():
-            phys, size, at, qoff = phys[ok], size[ok], at[ok], qoff[ok]
-        sys_flag = _be(buf, at + 36, 4, ">i4")
-        store_ts = _be(buf, at + np.where(sys_flag & message.BORNHOST_V6, 68, 56), 8, ">i8")
-        if flushed_ts is not None:
-            within = store_ts <= flushed_ts
-            if not within.all():
-                cut = int(np.argmin(within))          # store times only grow along a queue: a prefix
-                phys, size, at, qoff, sys_flag, store_ts = (a[:cut] for a in (phys, size, at, qoff, sys_flag, store_ts))
-        batch = _columns(buf, at, phys, qoff, sys_flag, store_ts, topic, qid)
-        if tags is not None:
-            batch = batch.filter(pc.is_in(batch.column("tags"), pa.array(sorted(tags), pa.string())))
-        return batch
+        for at_off in range(start, end, chunk):
+            e = store.entries(topic, qid, at_off, min(at_off + chunk, end))
+            bad = np.flatnonzero((e["size"] <= 0) | (e["phys"] < 0))
+            if bad.size:
+                e = e[:int(bad[0])]                  # the queue ends there (as planned, or still being written)
+            qoff = np.arange(at_off, at_off + len(e), dtype=np.int64)
+            real = ~((e["size"] == BLANK_ENTRY[1]) & (e["phys"] == 0))
+            if tags is not None:
+                real &= np.isin(e["tags"].astype(np.int64), [string_hash(t) for t in tags])
+            phys, size, qoff = e["phys"][real].astype(np.int64), e["size"][real].astype(np.int64), qoff[real]
+            base = phys - phys % log.file_size
+            for b in np.unique(base).tolist():        # in place, file by file (a chunk rarely spans two)
+                mine = base == b
+                batch, past = _read_in(log, b, phys[mine], size[mine], qoff[mine], topic, qid, flushed_ts, on_corrupt, cols)
+                if tags is not None:
+                    batch = batch.filter(pc.is_in(batch.column("tags"), pa.array(sorted(tags), pa.string())))
+                    if "tags" not in want:
+                        batch = batch.select(list(want))
+                if batch.num_rows:
+                    yield batch
+                if past:
+                    return
+            if bad.size:
+                return
     finally:
-        if commitlog is None:
-            log.close()
+        log.close()
+
+
+def _read_in(log: CommitLog, base: int, phys, size, qoff, topic, qid, flushed_ts, on_corrupt, names):
+    """One CommitLog file's records of a chunk -> (batch, whether the flushed bound cut it)."""
+    buf, at = log.view(base), phys - base
+    if len(at) and int((at + size).max()) > len(buf):
+        raise CorruptRecord(log.path_of(base), int(at.max()), "a consume-queue entry points past the file's end")
+    ok = _check(buf, at, size, phys, log, on_corrupt)
+    if not ok.all():
+        phys, at, qoff = phys[ok], at[ok], qoff[ok]
+    sys_flag = _be(buf, at + 36, 4, ">i4")
+    store_ts = _be(buf, at + np.where(sys_flag & message.BORNHOST_V6, 68, 56), 8, ">i8")
+    past = False
+    if flushed_ts is not None:
+        within = store_ts <= flushed_ts
+        if not within.all():
+            cut = int(np.argmin(within))              # store times only grow along a queue: a prefix
+            phys, at, qoff, sys_flag, store_ts, past = phys[:cut], at[:cut], qoff[:cut], sys_flag[:cut], store_ts[:cut], True
+    return _columns(buf, at, phys, qoff, sys_flag, store_ts, topic, qid, names), past
+
+
+def read_batch(store_root: str, topic: str, qid: int, start: int, end: int, **kw) -> pa.RecordBatch:
+    """``read_batches`` as one batch."""
+    schema = pa.schema([ARROW_SCHEMA.field(c) for c in kw.get("names") or ARROW_SCHEMA.names])
+    batches = pa.Table.from_batches(list(read_batches(store_root, topic, qid, start, end, **kw)), schema) \
+        .combine_chunks().to_batches()
+    return batches[0] if batches else pa.RecordBatch.from_pylist([], schema)
 
 
 def _check(buf, at, size, phys, log: CommitLog, on_corrupt: str) -> np.ndarray:
@@ -329,42 +360,61 @@ def _check(buf, at, size, phys, log: CommitLog, on_corrupt: str) -> np.ndarray:
     return ok
 
 
-def _columns(buf, at, phys, qoff, sys_flag, store_ts, topic: str | None, qid: int | None) -> pa.RecordBatch:
-    """The batch of the records at ``at`` in ``buf``; ``topic`` and ``qid`` None: each record's
-    own (and its own queue offset), for records not read through one queue."""
+def _columns(buf, at, phys, qoff, sys_flag, store_ts, topic: str | None, qid: int | None,
+             names: tuple[str, ...] | None = None) -> pa.RecordBatch:
+    """The batch (columns ``names``, default all) of the records at ``at`` in ``buf``; ``topic``
+    and ``qid`` None: each record's own (and its own queue offset), for records not read through
+    one queue.  Only the asked columns are built (the body and the property map cost the most)."""
+    names = names or tuple(ARROW_SCHEMA.names)
     n = len(at)
     v6 = (sys_flag & (message.BORNHOST_V6 | message.STOREHOST_V6)) != 0
     if v6.any():
-        return _columns_slow(buf, at, phys, qoff, topic, qid)
-    crc = _be(buf, at + 8, 4, ">i4")
-    born_ts = _be(buf, at + 40, 8, ">i8")
-    born = buf[(at + 48)[:, None] + np.arange(8)]
-    store = buf[(at + 64)[:, None] + np.arange(8)]
-    reconsume = _be(buf, at + 72, 4, ">i4")
+        return _columns_slow(buf, at, phys, qoff, topic, qid).select(list(names))
     body_len = _be(buf, at + 84, 4, ">i4").astype(np.int64)
-    body_at = at + 88
-    topic_at = body_at + body_len
-    topic_len = buf[topic_at].astype(np.int64)
-    props_at = topic_at + 1 + topic_len + 2
-    props_len = _be(buf, props_at - 2, 2, ">i2").astype(np.int64)
-    body = _binary(buf, body_at, body_len)
-    if (sys_flag & message.COMPRESSED).any():
-        raw = body.to_pylist()
-        for i in np.flatnonzero(sys_flag & message.COMPRESSED).tolist():
-            raw[i] = zlib.decompress(raw[i])
-        body = pa.array(raw, pa.binary())
-    props, tags, keys, uniq = _properties(_strings(buf, props_at, props_len))
-    ids = np.concatenate([store[:, :8], phys.astype(">i8").view(np.uint8).reshape(-1, 8)], axis=1)
-    hexed = ids.tobytes().hex().upper().encode()
-    msg_id = pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(np.arange(n + 1, dtype=np.int32) * 32),
-                                                    pa.py_buffer(hexed)])
-    return pa.RecordBatch.from_arrays([
-        pa.array([topic] * n, pa.string()) if topic is not None else _strings(buf, topic_at + 1, topic_len),
-        pa.array(np.full(n, qid, np.int32)) if qid is not None else pa.array(_be(buf, at + 12, 4, ">i4")),
-        pa.array(qoff if qid is not None else _be(buf, at + 20, 8, ">i8")), pa.array(phys),
-        pa.array(store_ts * 1000, pa.timestamp("us", tz="UTC")), pa.array(born_ts * 1000, pa.timestamp("us", tz="UTC")),
-        _hosts(born), _hosts(store), msg_id, uniq, tags, keys, props,
-        pa.array(reconsume), pa.array(sys_flag.astype(np.int32)), pa.array(crc), body], schema=ARROW_SCHEMA)
+    topic_at = at + 88 + body_len
+    memo: dict = {}
+
+    def props():
+        if "p" not in memo:
+            topic_len = buf[topic_at].astype(np.int64)
+            props_at = topic_at + 1 + topic_len + 2
+            memo["p"] = _properties(_strings(buf, props_at, _be(buf, props_at - 2, 2, ">i2").astype(np.int64)))
+        return memo["p"]
+
+    def body():
+        out = _binary(buf, at + 88, body_len)
+        if (sys_flag & message.COMPRESSED).any():
+            raw = out.to_pylist()
+            for i in np.flatnonzero(sys_flag & message.COMPRESSED).tolist():
+                raw[i] = zlib.decompress(raw[i])
+            out = pa.array(raw, pa.binary())
+        return out
+
+    def msg_id():
+        store = buf[(at + 64)[:, None] + np.arange(8)]
+        ids = np.concatenate([store, phys.astype(">i8").view(np.uint8).reshape(-1, 8)], axis=1)
+        return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(np.arange(n + 1, dtype=np.int32) * 32),
+                                                      pa.py_buffer(ids.tobytes().hex().upper().encode())])
+
+    build = {
+        "topic": lambda: pa.array([topic] * n, pa.string()) if topic is not None
+        else _strings(buf, topic_at + 1, buf[topic_at].astype(np.int64)),
+        "queueId": lambda: pa.array(np.full(n, qid, np.int32)) if qid is not None else pa.array(_be(buf, at + 12, 4, ">i4")),
+        "queueOffset": lambda: pa.array(qoff if qid is not None else _be(buf, at + 20, 8, ">i8")),
+        "physicalOffset": lambda: pa.array(phys),
+        "storeTimestamp": lambda: pa.array(store_ts * 1000, pa.timestamp("us", tz="UTC")),
+        "bornTimestamp": lambda: pa.array(_be(buf, at + 40, 8, ">i8") * 1000, pa.timestamp("us", tz="UTC")),
+        "bornHost": lambda: _hosts(buf[(at + 48)[:, None] + np.arange(8)]),
+        "storeHost": lambda: _hosts(buf[(at + 64)[:, None] + np.arange(8)]),
+        "msgId": msg_id,
+        "uniqKey": lambda: props()[3], "tags": lambda: props()[1], "keys": lambda: props()[2],
+        "properties": lambda: props()[0],
+        "reconsumeTimes": lambda: pa.array(_be(buf, at + 72, 4, ">i4")),
+        "sysFlag": lambda: pa.array(sys_flag.astype(np.int32)),
+        "bodyCRC": lambda: pa.array(_be(buf, at + 8, 4, ">i4")),
+        "body": body,
+    }
+    return pa.RecordBatch.from_arrays([build[c]() for c in names], schema=pa.schema([ARROW_SCHEMA.field(c) for c in names]))
 
 
 def _columns_slow(buf, at, phys, qoff, topic: str | None, qid: int | None) -> pa.RecordBatch:

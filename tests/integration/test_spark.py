@@ -5,6 +5,7 @@ same rows as the same query filtered by Spark alone; errors name what is wrong."
 from __future__ import annotations
 
 import asyncio
+import os
 
 import pytest
 
@@ -224,3 +225,50 @@ def test_the_jobs_audit_export_lag_and_search(appliance_factory, spark, tmp_path
                           str(tmp_path / "lag.png")], capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "lagging" in out.stdout and open(tmp_path / "lag.png", "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_store_written_by_the_real_rocketmq_broker_reads_as_its_consumers_see_it(spark, java_classes, tmp_path):
+    """The real Apache RocketMQ 4.9.8 broker stores messages our producer sends it; a consumer
+    pulls them through that broker; after it stops, Spark reads its store files and gets the same
+    messages, field by field."""
+    import shutil
+
+    from bench.e2e import ROCKETMQ_HOME, RocketMQServer
+    from client.consumer import PullConsumer
+    from tests.integration import harness
+    port = next(harness._ports) + 10              # the broker's port - 2 and + 1 too; its name server + 50:
+    next(harness._ports)                          # the next block, kept from other appliances
+    server = RocketMQServer("ASYNC_FLUSH", str(tmp_path), port, ROCKETMQ_HOME).start()
+    namesrv = f"127.0.0.1:{port + 50}"
+    try:
+        async def produce_and_pull():
+            async with Producer("spark-rmq-pg", namesrv) as p:
+                for i in range(60):
+                    await p.send(Message("RmqWritten", b"rmq-%d" % i, tags=f"T{i % 2}", keys=[f"k{i}"],
+                                         properties={"n": str(i)}))
+            pc = await PullConsumer("spark-rmq-audit", namesrv).start()
+            out = []
+            for mq in await pc.queues("RmqWritten"):
+                await pc.assign([mq])
+                pc.seek(mq, 0)
+                while (res := await pc.pull(mq, 32)).messages:
+                    out += res.messages
+            await pc.shutdown()
+            return out
+        pulled = {m.offset_msg_id: m for m in asyncio.run(produce_and_pull())}
+    finally:
+        procs, server.procs = server.procs, []
+        for proc in reversed(procs):
+            proc.terminate()
+            proc.wait(60)
+    store = tmp_path / "copy"
+    shutil.copytree(os.path.join(server.dir, "store"), store)
+    server.stop()
+    rows = spark.read.format("rocketbox").option("path", str(store)).option("topic", "RmqWritten").load().collect()
+    assert len(rows) == len(pulled) == 60
+    for r in rows:
+        m = pulled[r.msgId]
+        assert (r.queueId, r.queueOffset, r.body, r.tags, r.uniqKey) == (m.queue_id, m.queue_offset, m.body,
+                                                                        m.properties["TAGS"], m.msg_id)
+        assert int(r.storeTimestamp.timestamp() * 1000) == m.store_timestamp and r.physicalOffset == m.commit_log_offset
+        assert dict(r.properties) == {k: v for k, v in m.properties.items() if k not in ("MIN_OFFSET", "MAX_OFFSET")}
