@@ -272,3 +272,23 @@ def test_a_store_written_by_the_real_rocketmq_broker_reads_as_its_consumers_see_
                                                                         m.properties["TAGS"], m.msg_id)
         assert int(r.storeTimestamp.timestamp() * 1000) == m.store_timestamp and r.physicalOffset == m.commit_log_offset
         assert dict(r.properties) == {k: v for k, v in m.properties.items() if k not in ("MIN_OFFSET", "MAX_OFFSET")}
+
+
+def test_any_session_finds_the_source_by_itself(tmp_path):
+    """pyspark's lookup of ``pyspark_*`` modules registers ``rocketbox`` in a session nobody
+    registered it with (a plain SparkSession, in a process of its own)."""
+    import subprocess
+    import sys
+    script = tmp_path / "plain.py"
+    script.write_text(
+        "import os, sys\n"
+        "os.environ['PYSPARK_PYTHON'] = sys.executable\n"
+        "from pyspark.sql import SparkSession\n"
+        "s = SparkSession.builder.master('local[1]').config('spark.ui.enabled', 'false').getOrCreate()\n"
+        "try:\n"
+        "    s.read.format('rocketbox').option('path', sys.argv[1]).option('topic', 'T').load().collect()\n"
+        "except Exception as e:\n"
+        "    print('ERROR', str(e)[:3000])\n"
+        "s.stop()\n")
+    out = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=240)
+    assert "not a RocketMQ store" in out.stdout, (out.stdout[-1000:], out.stderr[-2000:])   # the source ran
