@@ -292,3 +292,27 @@ def test_any_session_finds_the_source_by_itself(tmp_path):
         "s.stop()\n")
     out = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=240)
     assert "not a RocketMQ store" in out.stdout, (out.stdout[-1000:], out.stderr[-2000:])   # the source ran
+
+
+def test_a_stream_written_back_to_another_topic_arrives_there(appliance_factory, spark, tmp_path):
+    import time
+    app = appliance_factory(namesrv=True).start()
+    from tests.integration.harness import create_topic
+    create_topic(app, "Dest", 4)
+    sent = _send(app, "Source", 30)
+    q = spark.readStream.format("rocketbox").option("path", app.cfg.root).option("topic", "Source") \
+        .option("startingOffsets", "earliest").load().select("body", "tags") \
+        .writeStream.format("rocketbox").option("namesrv", app.namesrv).option("topic", "Dest") \
+        .option("checkpointLocation", str(tmp_path / "cp")).trigger(processingTime="1 second").start()
+    try:
+        deadline, got = time.monotonic() + 60, []
+        while time.monotonic() < deadline:
+            got = [m for m in asyncio.run(read_topic(app, "Dest")) if m.body.startswith(b"body-")]
+            if len(got) >= 30:
+                break
+            time.sleep(1)
+    finally:
+        q.stop()
+    assert sorted(m.body for m in got) == sorted(b"body-%d-" % i + b"x" * (i % 50) for i in range(30))
+    assert {m.tags for m in got} == {"T0", "T1", "T2"} and len(sent) == 30
+    assert app.stop() == 0
