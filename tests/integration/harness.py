@@ -189,12 +189,18 @@ async def dispatched(app: Appliance) -> None:
 async def read_topic(app: Appliance, topic: str) -> list:
     """Every message of ``topic`` in this appliance, each queue read from offset 0 to its end with our
     pull consumer, once everything written is dispatched."""
-    from client.consumer import PullConsumer
     await dispatched(app)
-    pc = await PullConsumer("audit", app.namesrv).start()
+    return await pull_all(app.namesrv, topic, app.cfg.brokerName)
+
+
+async def pull_all(namesrv: str, topic: str, broker_name: str | None = None, group: str = "audit") -> list:
+    """Every message of ``topic`` (on ``broker_name`` alone, if given), each queue read from
+    offset 0 to its end with our pull consumer, through the name server ``namesrv``."""
+    from client.consumer import PullConsumer
+    pc = await PullConsumer(group, namesrv).start()
     out = []
     for mq in await pc.queues(topic):
-        if mq.broker_name != app.cfg.brokerName:          # another broker's queues of the topic
+        if broker_name is not None and mq.broker_name != broker_name:    # another broker's queues
             continue
         await pc.assign([mq])
         pc.seek(mq, 0)

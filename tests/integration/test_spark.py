@@ -234,7 +234,6 @@ def test_a_store_written_by_the_real_rocketmq_broker_reads_as_its_consumers_see_
     import shutil
 
     from bench.e2e import ROCKETMQ_HOME, RocketMQServer
-    from client.consumer import PullConsumer
     from tests.integration import harness
     port = next(harness._ports) + 10              # the broker's port - 2 and + 1 too; its name server + 50:
     next(harness._ports)                          # the next block, kept from other appliances
@@ -246,15 +245,7 @@ def test_a_store_written_by_the_real_rocketmq_broker_reads_as_its_consumers_see_
                 for i in range(60):
                     await p.send(Message("RmqWritten", b"rmq-%d" % i, tags=f"T{i % 2}", keys=[f"k{i}"],
                                          properties={"n": str(i)}))
-            pc = await PullConsumer("spark-rmq-audit", namesrv).start()
-            out = []
-            for mq in await pc.queues("RmqWritten"):
-                await pc.assign([mq])
-                pc.seek(mq, 0)
-                while (res := await pc.pull(mq, 32)).messages:
-                    out += res.messages
-            await pc.shutdown()
-            return out
+            return await harness.pull_all(namesrv, "RmqWritten", group="spark-rmq-audit")
         pulled = {m.offset_msg_id: m for m in asyncio.run(produce_and_pull())}
     finally:
         procs, server.procs = server.procs, []
