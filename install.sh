@@ -3,6 +3,8 @@
 #
 #   ./install.sh --dev   make ./.venv with rocketbox (editable) and its test tools; no root needed
 #                        unless Debian packages are missing, in which case apt-get is used.
+#   ./install.sh --check print the host's tuning for the store (sysctls, the store disk's I/O
+#                        scheduler and read-ahead): wanted, actual, whether it holds; exit 1 if not.
 #
 # Idempotent: running it again only fills in what is missing.
 # Debian packages it may install: python3-venv, python3-dev, gcc, haproxy, redis-server and valgrind (the
@@ -16,10 +18,17 @@ mode=""
 for arg in "$@"; do
   case "$arg" in
     --dev) mode=dev ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    --check) mode=check ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
+if [ "$mode" = check ]; then
+  appliance=/opt/rocketbox/venv/bin/appliance; [ -x "$appliance" ] || appliance=.venv/bin/appliance
+  [ -x "$appliance" ] || { echo "install.sh: nothing installed yet: run ./install.sh --dev first" >&2; exit 2; }
+  conf=(); [ -f /etc/rocketbox/broker.conf ] && conf=(-c /etc/rocketbox/broker.conf)
+  exec "$appliance" host "${conf[@]}"
+fi
 if [ "$mode" != dev ]; then
   echo "install.sh: only --dev is supported so far (system-wide install comes with the systemd units)" >&2
   exit 2

@@ -102,6 +102,10 @@ def _main(argv) -> int:
     p = sub.add_parser("run", help="run one role (what systemd units call)")
     p.add_argument("role")
     p.add_argument("-c", "--config")
+    p = sub.add_parser("host", help="the host's tuning for the store (sysctls, the store disk's I/O scheduler): "
+                                    "wanted, actual, whether it holds; exit 1 when one does not")
+    p.add_argument("-c", "--config")
+    p.add_argument("--apply", action="store_true", help="set what does not hold now (root)")
     p = sub.add_parser("spark", help="a Spark job over the store's files: audit, export, lag, search "
                                      "(appliance spark JOB --help); --path defaults to the config's store")
     p.add_argument("job", choices=("audit", "export", "lag", "search"))
@@ -128,6 +132,9 @@ def _main(argv) -> int:
     if args.cmd == "check":
         from appliance import check
         return check.main(cfg)
+    if args.cmd == "host":
+        from appliance import host
+        return host.main(args, cfg)
     if args.cmd == "spark":
         import importlib
         job = importlib.import_module(f"spark.jobs.{args.job}")

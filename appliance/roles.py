@@ -18,6 +18,7 @@ import resource
 import signal
 import sys
 
+from appliance import host
 from shm.state import SharedState
 from store.errors import StoreError
 
@@ -158,6 +159,7 @@ def run_role(role: str, cfg) -> int:
         print(f"appliance: {e}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {role}[%(process)d] %(levelname)s %(message)s")
+    host.disable_thp()
     sh = None if base in NO_STORE else SharedState(cfg.geometry()).attach()
     service, wake = ROLES[base](cfg, sh, *([] if index is None else [index]))
 
