@@ -20,8 +20,8 @@ def _status(cfg) -> int:
                 pid = int(f.read().strip())
             p = psutil.Process(pid)
             cmd = " ".join(p.cmdline())
-            expect = "appliance start" if role == "supervisor" else f"run {role}"
-            if p.status() != psutil.STATUS_ZOMBIE and expect in cmd:
+            expect = ("appliance start", "run store") if role == "supervisor" else (f"run {role}",)
+            if p.status() != psutil.STATUS_ZOMBIE and any(e in cmd for e in expect):
                 state = "up"
         except (OSError, ValueError, psutil.Error):
             pass
@@ -99,7 +99,11 @@ def _main(argv) -> int:
     p = sub.add_parser("scrub", help="verify every CommitLog record now; damage is logged and quarantined")
     p.add_argument("-c", "--config")
     p.add_argument("--rate", type=float, default=0, help="MB/s at most (default: as fast as it reads)")
-    p = sub.add_parser("run", help="run one role (what systemd units call)")
+    p = sub.add_parser("stopping", help="under systemd: mark the coming stop as the whole appliance's "
+                                        "(rocketbox-stopping.service's ExecStop)")
+    p.add_argument("-c", "--config")
+    p = sub.add_parser("run", help="run one role (what systemd units call); 'store': the store's keeper "
+                                   "(lock, shared memory, recovery), the roles left to systemd")
     p.add_argument("role")
     p.add_argument("-c", "--config")
     p = sub.add_parser("host", help="the host's tuning for the store (sysctls, the store disk's I/O scheduler): "
@@ -142,8 +146,14 @@ def _main(argv) -> int:
         return job.main(rest)
     if args.cmd in ("start", "run"):
         raise_open_files_limit()
+    if args.cmd == "run" and args.role == "store":
+        from appliance import supervisor
+        return supervisor.run(cfg, args.config, spawn=False)
     if args.cmd == "run":
         return run_role(args.role, cfg)
+    if args.cmd == "stopping":
+        from appliance import supervisor
+        return supervisor.mark_stopping(cfg)
     if args.cmd in client_cli.COMMANDS:
         return client_cli.main(args, cfg)
     from appliance import supervisor

@@ -28,6 +28,8 @@ import subprocess
 import sys
 import time
 
+import psutil
+
 from appliance import recovery
 from appliance.roles import FINISH_STOP, SUPERVISED_ENV, listeners, pid_path, roles_for
 from net.client import split_addrs
@@ -106,8 +108,11 @@ def _answers(host: str, port: int, broker: bool) -> bool:
 
 
 class Supervisor:
-    def __init__(self, cfg, config_path: str | None):
-        self.cfg, self.config_path = cfg, config_path
+    def __init__(self, cfg, config_path: str | None, spawn: bool = True):
+        """``spawn`` False: the store's keeper under systemd (``appliance run store``), which
+        locks, creates and recovers as ``start`` does and unlinks at the stop, while systemd runs
+        each role as a unit of its own (systemd/)."""
+        self.cfg, self.config_path, self.spawn = cfg, config_path, spawn
         self.procs: dict[str, subprocess.Popen] = {}
         self.roles = roles_for(cfg)
         self.restarts: dict[str, list[float]] = {r: [] for r in self.roles}
@@ -166,6 +171,9 @@ class Supervisor:
                  report.cut_bytes, report.damaged, report.redispatch_from, report.queues)
         stats.start(self.sh, int(time.time() * 1000), datetime.date.today().toordinal())
         self.started_at = time.monotonic()
+        if not self.spawn:
+            notify("READY=1")                    # systemd may start the roles now
+            return
         for role in self.roles:
             self._spawn(role)
 
@@ -190,7 +198,7 @@ class Supervisor:
                 if not self.stop_requested:
                     self._spawn(role)
             stats.mark_day(self.sh, datetime.date.today().toordinal())
-            if not self.ready:
+            if not self.ready and self.spawn:
                 self._tell_ready()
             time.sleep(0.2)
 
@@ -257,6 +265,11 @@ class Supervisor:
                 continue
             if p.returncode:
                 self.failures.append(f"{role} exited with {p.returncode}")
+        if not self.spawn:                       # systemd stopped the roles first; a live one would lose the segment
+            for role in self.roles:
+                pid = _pid_of(self.cfg, role)
+                if pid is not None and psutil.pid_exists(pid):
+                    self.failures.append(f"{role} (pid {pid}) was still running")
         if os.path.exists(os.path.join(self.cfg.root, "abort")):
             self.failures.append("the abort marker is still there (not everything was flushed or dispatched)")
         written = int(self.sh.control[C.WRITTEN])
@@ -277,15 +290,63 @@ class Supervisor:
         return 0
 
 
-def run(cfg, config_path: str | None) -> int:
+def notify(state: str) -> None:
+    """sd_notify(3): tell systemd ``state`` when it asked (``NOTIFY_SOCKET``, a Type=notify unit)."""
+    addr = os.environ.get("NOTIFY_SOCKET")
+    if not addr:
+        return
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+        s.connect("\0" + addr[1:] if addr.startswith("@") else addr)
+        s.sendall(state.encode())
+
+
+def _pid_of(cfg, role: str) -> int | None:
+    try:
+        with open(pid_path(cfg, role)) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def mark_stopping(cfg, timeout_s: float = 5.0) -> int:
+    """``appliance stopping``: ask the store's keeper (SIGUSR1) to mark the coming stop as the
+    whole appliance's, so the roles systemd stops next finish it (flush, checkpoint, abort marker
+    removed) rather than expect a restart; the keeper alone writes the flag."""
+    pid = _pid_of(cfg, "supervisor")
+    if pid is None or not psutil.pid_exists(pid):
+        print(f"appliance stopping: no store keeper runs for {cfg.root}", file=sys.stderr)
+        return 1
+    os.kill(pid, signal.SIGUSR1)
+    sh = SharedState(cfg.geometry()).attach()
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not sh.control[C.STOPPING]:
+            if time.monotonic() > deadline:
+                print(f"appliance stopping: the keeper (pid {pid}) did not mark the stop in {timeout_s:.0f} s",
+                      file=sys.stderr)
+                return 1
+            time.sleep(0.02)
+    finally:
+        sh.close()
+    print(f"the stop of {cfg.root} is marked: the roles stopped next finish it")
+    return 0
+
+
+def run(cfg, config_path: str | None, spawn: bool = True) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s supervisor[%(process)d] %(levelname)s %(message)s")
-    sup = Supervisor(cfg, config_path)
+    sup = Supervisor(cfg, config_path, spawn)
 
     def on_signal(_sig, _frm):
         sup.stop_requested = True
 
+    def on_stopping(_sig, _frm):
+        if getattr(sup, "sh", None) is not None:
+            sup.sh.control[C.STOPPING] = 1
+
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    if not spawn:
+        signal.signal(signal.SIGUSR1, on_stopping)
     try:
         sup.start()
     except CannotStart as e:
