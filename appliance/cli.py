@@ -86,6 +86,10 @@ def main(argv=None) -> int:
 
 
 def _main(argv) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["units"]:                    # its own options (appliance units --help)
+        from appliance import units
+        return units.main(argv[1:])
     ap = argparse.ArgumentParser(prog="appliance", description="rocketbox appliance")
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name, text in (("start", "run every role in the foreground until SIGTERM/SIGINT"),
