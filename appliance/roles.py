@@ -192,4 +192,7 @@ def run_role(role: str, cfg) -> int:
     finally:
         if sh is not None:
             sh.close()
+        # done: a later SIGTERM (the supervisor's, after the process group's own) must not kill the
+        # interpreter's exit, where Python resets its handlers to the default, and read as a crash
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     return 0

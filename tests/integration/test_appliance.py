@@ -82,6 +82,20 @@ def test_bad_config_stops_start_with_file_line_key_value(tmp_path):
     assert r.returncode == 2 and "unknown key 'brokerNmae'" in r.stderr and f"{conf}:1" in r.stderr
 
 
+def test_a_sigterm_to_the_whole_process_group_stops_cleanly(appliance_factory):
+    """What timeout(1), kill -TERM -PGID or a service manager's control-group stop sends: every
+    role gets SIGTERM, then the supervisor's own; a role already on its way out must not die of
+    the second one (it used to: "haproxy exited with -15", a stop reported not clean)."""
+    import signal
+    app = appliance_factory().start()
+    os.killpg(app.proc.pid, signal.SIGTERM)
+    rc = app.proc.wait(60)
+    app.proc = None
+    log = app.log_text()
+    assert rc == 0 and "rocketbox stopped cleanly" in log, log[-2000:]
+    assert not os.path.exists(os.path.join(app.cfg.root, "abort"))
+
+
 def test_ctrl_c_stops_role_by_role_and_roles_never_outlive_the_supervisor(appliance_factory):
     import signal
 
