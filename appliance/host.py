@@ -49,6 +49,7 @@ class Setting:
     wanted: str
     actual: str | None          # None: cannot be read here
     why: str
+    path: str | None = None     # the file that sets it; None: nothing here can
 
     @property
     def holds(self) -> bool:
@@ -99,16 +100,16 @@ def _scheduler(dev: str) -> str | None:
 
 def settings(store_root: str) -> list[Setting]:
     """Every tuned setting of this host for a store at ``store_root``."""
-    out = [Setting(name, _wanted(v), _read(_sysctl_path(name)), why) for name, v, why in SYSCTLS]
+    out = [Setting(name, _wanted(v), _read(_sysctl_path(name)), why, _sysctl_path(name)) for name, v, why in SYSCTLS]
     dev = store_device(store_root)
     if dev is None:
         out.append(Setting("io scheduler", SCHEDULER, None, f"the store ({store_root}) is on no block device here"))
     else:
-        out.append(Setting(f"/sys/block/{dev}/queue/scheduler", SCHEDULER, _scheduler(dev),
-                           "the store's disk: reads are not starved by the flusher's writes (os.sh: deadline)"))
-        out.append(Setting(f"/sys/block/{dev}/queue/read_ahead_kb", str(READ_AHEAD_KB),
-                           _read(f"/sys/block/{dev}/queue/read_ahead_kb"),
-                           "SSD: consumers read where they are; a long read-ahead only evicts hot pages"))
+        sched, ahead = f"/sys/block/{dev}/queue/scheduler", f"/sys/block/{dev}/queue/read_ahead_kb"
+        out.append(Setting(sched, SCHEDULER, _scheduler(dev),
+                           "the store's disk: reads are not starved by the flusher's writes (os.sh: deadline)", sched))
+        out.append(Setting(ahead, str(READ_AHEAD_KB), _read(ahead),
+                           "SSD: consumers read where they are; a long read-ahead only evicts hot pages", ahead))
     return out
 
 
@@ -118,12 +119,11 @@ def apply(store_root: str) -> list[str]:
     for s in settings(store_root):
         if s.holds:
             continue
-        path = s.name if s.name.startswith("/") else _sysctl_path(s.name)
-        if not path.startswith("/"):
+        if s.path is None:
             lines.append(f"{s.name}: cannot be set here ({s.why})")
             continue
         try:
-            with open(path, "w") as f:
+            with open(s.path, "w") as f:
                 f.write(s.wanted)
             lines.append(f"{s.name}: {s.actual} -> {s.wanted}")
         except OSError as e:

@@ -156,7 +156,8 @@ class SchedulerService:
         """Store again, each with a marker cancelling its old copy, the timers whose copies lie in
         CommitLog files retention will soon delete."""
         line = self.timers.roll_line()
-        while line and not self.stop_requested:
+        tidx = self.topics.lookup(timer.TIMER_TOPIC)
+        while line and tidx is not None and not self.stop_requested:
             entries = self.timers.pending.below(line, BATCH)
             if not len(entries):
                 break
@@ -173,7 +174,6 @@ class SchedulerService:
                 when = int(message.property_value(props, timer.OUT_MS) or 0)
                 copy = message.record_again(h, body, timer.rolled(props), topic=timer.TIMER_TOPIC_BYTES, queue_id=0)
                 marker = timer.marker_record(real, uniq, when, p, int(time.time() * 1000), h[12], h[13])
-                tidx = self.topics.lookup(timer.TIMER_TOPIC)
                 rows += [(0, tidx, 0, h[7], 1, 0, 0), (0, tidx, 0, timer.host_flags(h[12]), 1, 0, 0)]
                 sizes += [len(copy), len(marker)]
                 records += [copy, marker]

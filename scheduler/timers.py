@@ -35,13 +35,20 @@ import time
 import numpy as np
 
 from store import configfile
-from store.consumequeue import ENTRY
+from store.consumequeue import BLANK_ENTRY, ENTRY
 from store.salvage import TOMBSTONE_TAGS
 from store.timer import TIMER_TOPIC
 
 log = logging.getLogger("rocketbox.scheduler")
 READ = 65_536                  # queue entries read at a time
-BLANK_SIZE = 0x7FFFFFFF        # the size of a blank entry in front of a queue
+
+
+def _split(e: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """A slice of the timer queue -> (tag codes, which entries are timers, the CommitLog offsets
+    its markers cancel); blank entries and tombstones are neither."""
+    tags = e["tags"].astype(np.int64)
+    timers = (tags > 0) & (e["size"] != BLANK_ENTRY[1])
+    return tags, timers, (-tags[(tags < 0) & (tags != TOMBSTONE_TAGS)] - 1).tolist()
 
 
 class PendingTimers:
@@ -187,11 +194,10 @@ class Timers:
             e = self.view.entries(TIMER_TOPIC, 0, at, min(READ, hi - at))
             if not len(e):
                 break
-            tags, qoff = e["tags"].astype(np.int64), np.arange(at, at + len(e))
-            timers = (tags > 0) & (e["size"] != BLANK_SIZE)
-            timers &= ~((qoff < scanned) & (tags <= self.through))        # delivered before the stop
+            tags, timers, cancelled = _split(e)
+            timers &= ~((np.arange(at, at + len(e)) < scanned) & (tags <= self.through))   # delivered before the stop
             self.pending.add(tags[timers], e["phys"][timers], e["size"][timers])
-            cancels += (-tags[(tags < 0) & (tags != TOMBSTONE_TAGS)] - 1).tolist()
+            cancels += cancelled
             at += len(e)
         self.scanned, self.through_scanned = at, min(scanned, at)
         for phys in cancels:
@@ -211,10 +217,9 @@ class Timers:
             e = self.view.entries(TIMER_TOPIC, 0, self.scanned, min(READ, hi - self.scanned))
             if not len(e):
                 break
-            tags = e["tags"].astype(np.int64)
-            timers = (tags > 0) & (e["size"] != BLANK_SIZE)
+            tags, timers, cancelled = _split(e)
             self.pending.add(tags[timers], e["phys"][timers], e["size"][timers])
-            for phys in (-tags[(tags < 0) & (tags != TOMBSTONE_TAGS)] - 1).tolist():
+            for phys in cancelled:
                 self.pending.cancel(phys)
             self.scanned += len(e)
             self.dirty = True

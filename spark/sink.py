@@ -79,7 +79,9 @@ async def _flush(p, queues: dict, qid, msgs: list) -> int:
     return len(msgs)
 
 
-class TopicWriter(DataSourceWriter):
+class _TopicSink:
+    """What the batch and the streaming writer share: the checks, then each task's rows sent."""
+
     def __init__(self, options, schema):
         _check(options, schema)
         self.options = options
@@ -88,14 +90,11 @@ class TopicWriter(DataSourceWriter):
         return Sent(send_rows(self.options, iterator))
 
 
-class TopicStreamWriter(DataSourceStreamWriter):
-    def __init__(self, options, schema):
-        _check(options, schema)
-        self.options = options
+class TopicWriter(_TopicSink, DataSourceWriter):
+    pass
 
-    def write(self, iterator):
-        return Sent(send_rows(self.options, iterator))
 
+class TopicStreamWriter(_TopicSink, DataSourceStreamWriter):
     def commit(self, messages, batchId) -> None:
         pass
 

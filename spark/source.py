@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import re
 
 from pyspark.sql.datasource import (
@@ -89,7 +90,6 @@ def _indexed(store, keys: set[str], topics: list[str]) -> list[int] | None:
     """CommitLog offsets of the messages of ``topics`` indexed under any of ``keys``, or None when
     the store's IndexFiles cannot answer (none, or a geometry this cannot tell): then the queues
     are scanned instead, so a query's rows never depend on the index."""
-    import os
     index = os.path.join(store.root, "index")
     files = sorted(f for f in os.listdir(index)) if os.path.isdir(index) else []
     if not files:
