@@ -11,7 +11,23 @@ from appliance import config as config_mod
 from appliance.roles import pid_path, raise_open_files_limit, roles_for, run_role
 
 
+def _unit(pid: int) -> str:
+    """The systemd unit running ``pid`` (from its control group), or '' when systemd does not."""
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            paths = [line.rstrip("\n").split(":", 2)[2] for line in f]
+    except (OSError, IndexError):
+        return ""
+    for path in paths:
+        for part in reversed(path.split("/")):
+            if part.endswith(".service"):
+                return part
+    return ""
+
+
 def _status(cfg) -> int:
+    """Each role: up or down, its pid, and the systemd unit that runs it (none under ``appliance
+    start``); "supervisor" is the supervisor or, under systemd, the store's keeper."""
     all_up = True
     for role in ["supervisor", *roles_for(cfg)]:
         pid, state = None, "down"
@@ -26,7 +42,8 @@ def _status(cfg) -> int:
         except (OSError, ValueError, psutil.Error):
             pass
         all_up &= state == "up"
-        print(f"{role:<11} {state:<5} pid {pid if pid else '-'}")
+        unit = _unit(pid) if state == "up" and pid else ""
+        print(f"{role:<11} {state:<5} pid {pid if pid else '-'}" + (f"  {unit}" if unit else ""))
     return 0 if all_up else 1
 
 

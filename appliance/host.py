@@ -113,22 +113,23 @@ def settings(store_root: str) -> list[Setting]:
     return out
 
 
-def apply(store_root: str) -> list[str]:
-    """Set every setting that does not hold now -> a line per setting changed or refused."""
-    lines = []
+def apply(store_root: str) -> tuple[list[str], list[str]]:
+    """Set every setting that does not hold now -> (a line per setting changed, a line per
+    setting the host refused or that nothing here can set)."""
+    changed, refused = [], []
     for s in settings(store_root):
         if s.holds:
             continue
         if s.path is None:
-            lines.append(f"{s.name}: cannot be set here ({s.why})")
+            refused.append(f"{s.name}: cannot be set here ({s.why})")
             continue
         try:
             with open(s.path, "w") as f:
                 f.write(s.wanted)
-            lines.append(f"{s.name}: {s.actual} -> {s.wanted}")
+            changed.append(f"{s.name}: {s.actual} -> {s.wanted}")
         except OSError as e:
-            lines.append(f"{s.name}: the host refused {s.wanted} ({e.strerror}); left at {s.actual}")
-    return lines
+            refused.append(f"{s.name}: the host refused {s.wanted} ({e.strerror}); left at {s.actual}")
+    return changed, refused
 
 
 def sysctl_file() -> str:
@@ -161,7 +162,8 @@ def disable_thp() -> None:
 
 def main(args, cfg) -> int:
     if args.apply:
-        for line in apply(cfg.root):
+        changed, refused = apply(cfg.root)
+        for line in changed + refused:
             print(line)
     rows = settings(cfg.root)
     print(f"{'#Setting':<42} {'#Wanted':>12} {'#Actual':>14}  #Holds")

@@ -54,7 +54,7 @@ RestrictRealtime=yes
 RestrictNamespaces=yes
 SystemCallArchitectures=native
 SystemCallFilter=@system-service
-RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6
+RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK
 ProtectClock=yes
 ProtectKernelLogs=yes
 ProtectHostname=yes
@@ -166,7 +166,11 @@ def main(argv=None) -> int:
     ap.add_argument("--conf", default=CONF, help="the broker.conf path the units run with")
     ap.add_argument("--out", help="write the files here (default: print their names)")
     args = ap.parse_args(argv)
-    cfg = config.load(args.config)
+    try:
+        cfg = config.load(args.config)
+    except config.ConfigError as e:
+        print(f"appliance units: configuration error: {e}", file=sys.stderr)
+        return 2
     files = render(cfg, args.prefix, args.conf, os.path.abspath(cfg.root) if args.config else STORE)
     for name, text in files.items():
         if args.out:

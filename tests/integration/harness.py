@@ -29,12 +29,17 @@ _w = int(_worker[2:]) % WORKERS if _worker.startswith("gw") else os.getpid() % W
 _ports = itertools.cycle(range(20500 + _w * BLOCK, 20500 + (_w + 1) * BLOCK - 40, 40))
 
 
+def next_port() -> int:
+    """The first of a block of ports (port-2 .. port+30) no other test of this run uses now."""
+    return next(_ports)
+
+
 class Appliance:
     def __init__(self, tmp_path, namesrv: bool = False, **overrides):
         """``namesrv``: run a name server of its own (on listenPort + 30) and register with it."""
         self.dir = str(tmp_path)
         self.conf = os.path.join(self.dir, "broker.conf")
-        port = next(_ports)
+        port = next_port()
         settings = {"storePathRootDir": os.path.join(self.dir, "store"), "mappedFileSizeCommitLog": 1024 * 1024,
                     "mappedFileSizeConsumeQueue": 20 * 1000, "maxMessageSize": 64 * 1024,
                     "ringRequestBytes": 1024 * 1024, "ringResponseBytes": 256 * 1024, "listenPort": port,
