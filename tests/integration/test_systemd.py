@@ -155,8 +155,8 @@ def test_install_on_a_bare_box_starts_the_target(box):
     assert "note: host: vm.max_map_count: the host refused 655360" in out, out
     box.wait_active()
     assert box.c.sh(f"stat -c %U {STORE}").stdout.strip() == "rocketbox"
-    ps = box.c.sh("ps -eo user:20,args").stdout.splitlines()
-    ours = [line for line in ps if "/opt/rocketbox/" in line or "haproxy -" in line]
+    ps = box.c.sh("for d in /proc/[0-9]*; do echo $(stat -c %U $d) $(tr '\\0' ' ' < $d/cmdline); done").stdout.splitlines()
+    ours = [line for line in ps if "/opt/rocketbox/" in line or "/var/lib/rocketbox" in line]   # not Debian's haproxy
     assert len(ours) >= len(UNITS) - 1 and all(line.split()[0] == "rocketbox" for line in ours), ps   # none as root
     keys = box.produce("Boxed", 200, "first")
     assert len(keys) == 200

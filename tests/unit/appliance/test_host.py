@@ -37,3 +37,28 @@ def test_check_prints_wanted_actual_and_whether_each_holds():
     held = sum(r[-1] == "yes" for r in rows)
     assert f"{held} of {len(rows)} settings hold" in out.stdout
     assert out.returncode == (0 if held == len(rows) else 1)
+
+
+def test_apply_sets_each_setting_on_this_host_and_says_what_it_refused(tmp_path):
+    """On the real kernel (a container cannot: tests/integration/test_systemd.py sees it refuse),
+    then every value put back as it was."""
+    before = {s.path: s.actual for s in host.settings(str(tmp_path)) if s.path and s.actual is not None}
+    try:
+        changed, refused = host.apply(str(tmp_path))
+        after = {s.name: s for s in host.settings(str(tmp_path))}
+        for line in changed:
+            name = line.split(":")[0]
+            assert after[name].holds, line                  # what it says it set, holds
+        for line in refused:
+            name = line.split(":")[0]
+            assert not after[name].holds and ("refused" in line or "cannot be set here" in line), line
+        assert not [s for s in after.values() if not s.holds and not any(r.startswith(s.name + ":") for r in refused)]
+        assert changed or refused or all(s.holds for s in after.values())
+    finally:
+        for path, value in before.items():
+            try:
+                with open(path, "w") as f:
+                    f.write(value.split("[")[1].split("]")[0] if "[" in value else value)
+            except OSError:
+                pass
+    assert {s.path: s.actual for s in host.settings(str(tmp_path)) if s.path and s.actual is not None} == before
