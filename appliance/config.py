@@ -237,6 +237,13 @@ class BrokerConfig:
         return self.storePathCommitLog or os.path.join(self.root, "commitlog")
 
     @property
+    def data_dirs(self) -> list[str]:
+        """The directories the appliance writes: the store root, and the CommitLog's when
+        ``storePathCommitLog`` puts it elsewhere (often a disk of its own)."""
+        root, cl = os.path.abspath(self.root), os.path.abspath(self.commitlog_dir)
+        return [root] if os.path.commonpath([root, cl]) == root else [root, cl]
+
+    @property
     def in_memory_bytes(self) -> int:
         """How far behind the CommitLog's end a message still counts as in memory
         (store:DefaultMessageStore#checkInDiskByCommitOffset): ``accessMessageInMemoryMaxRatio``

@@ -98,13 +98,17 @@ def _scheduler(dev: str) -> str | None:
     return chosen[0] if chosen else text
 
 
-def settings(store_root: str) -> list[Setting]:
-    """Every tuned setting of this host for a store at ``store_root``."""
+def settings(*store_dirs: str) -> list[Setting]:
+    """Every tuned setting of this host for a store in ``store_dirs`` (the root, and the
+    CommitLog's directory when it is elsewhere: each disk gets the scheduler)."""
     out = [Setting(name, _wanted(v), _read(_sysctl_path(name)), why, _sysctl_path(name)) for name, v, why in SYSCTLS]
-    dev = store_device(store_root)
-    if dev is None:
-        out.append(Setting("io scheduler", SCHEDULER, None, f"the store ({store_root}) is on no block device here"))
-    else:
+    devs = {}
+    for d in store_dirs:
+        devs.setdefault(store_device(d), d)
+    for dev, d in devs.items():
+        if dev is None:
+            out.append(Setting("io scheduler", SCHEDULER, None, f"the store ({d}) is on no block device here"))
+            continue
         sched, ahead = f"/sys/block/{dev}/queue/scheduler", f"/sys/block/{dev}/queue/read_ahead_kb"
         out.append(Setting(sched, SCHEDULER, _scheduler(dev),
                            "the store's disk: reads are not starved by the flusher's writes (os.sh: deadline)", sched))
@@ -113,11 +117,11 @@ def settings(store_root: str) -> list[Setting]:
     return out
 
 
-def apply(store_root: str) -> tuple[list[str], list[str]]:
+def apply(*store_dirs: str) -> tuple[list[str], list[str]]:
     """Set every setting that does not hold now -> (a line per setting changed, a line per
     setting the host refused or that nothing here can set)."""
     changed, refused = [], []
-    for s in settings(store_root):
+    for s in settings(*store_dirs):
         if s.holds:
             continue
         if s.path is None:
@@ -141,10 +145,11 @@ def sysctl_file() -> str:
     return "\n".join(out)
 
 
-def udev_rule(dev: str | None) -> str:
-    """A udev rule keeping the store disk's scheduler and read-ahead across reboots."""
-    match = f'KERNEL=="{dev}"' if dev else 'KERNEL=="sd[a-z]|nvme[0-9]n[0-9]|vd[a-z]"'
-    return ("# rocketbox: the store's disk, mq-deadline and a short read-ahead (appliance/host.py)\n"
+def udev_rule(devs: list[str | None]) -> str:
+    """A udev rule keeping the store disks' scheduler and read-ahead across reboots."""
+    names = [d for d in devs if d]
+    match = f'KERNEL=="{"|".join(names)}"' if names else 'KERNEL=="sd[a-z]|nvme[0-9]n[0-9]|vd[a-z]"'
+    return ("# rocketbox: the store's disks, mq-deadline and a short read-ahead (appliance/host.py)\n"
             f'ACTION=="add|change", SUBSYSTEM=="block", {match}, ATTR{{queue/scheduler}}="{SCHEDULER}", '
             f'ATTR{{queue/read_ahead_kb}}="{READ_AHEAD_KB}"\n')
 
@@ -162,10 +167,10 @@ def disable_thp() -> None:
 
 def main(args, cfg) -> int:
     if args.apply:
-        changed, refused = apply(cfg.root)
+        changed, refused = apply(*cfg.data_dirs)
         for line in changed + refused:
             print(line)
-    rows = settings(cfg.root)
+    rows = settings(*cfg.data_dirs)
     print(f"{'#Setting':<42} {'#Wanted':>12} {'#Actual':>14}  #Holds")
     for s in rows:
         print(f"{s.name:<42} {s.wanted:>12} {s.actual if s.actual is not None else '?':>14}  "

@@ -179,21 +179,24 @@ def write_conf(conf: str = CONF, defaults: str = DEFAULTS, store: str = STORE) -
 
 # ------------------------------------------------------------------------------------ checks
 def store_problems(cfg) -> list[str]:
-    """What makes the store directory unusable: a read-only filesystem, or a disk fuller than the
+    """What makes a store directory unusable: a read-only filesystem, or a disk fuller than the
     appliance accepts sends at (``diskSpaceWarningLevelRatio``)."""
-    path = os.path.abspath(cfg.root)
-    while not os.path.exists(path):
-        path = os.path.dirname(path)
-    st = os.statvfs(path)
-    if st.f_flag & os.ST_RDONLY:
-        return [f"the store directory {cfg.root} is on a read-only filesystem ({path})"]
-    total = st.f_blocks * st.f_frsize
-    used_pct = 100 * (total - st.f_bavail * st.f_frsize) / total if total else 100
-    if used_pct >= cfg.diskSpaceWarningLevelRatio:
-        return [f"the store directory {cfg.root} is on a full disk: {used_pct:.0f}% used, "
-                f"{st.f_bavail * st.f_frsize / 2**20:.0f} MiB free; the appliance refuses sends above "
-                f"diskSpaceWarningLevelRatio={cfg.diskSpaceWarningLevelRatio}%"]
-    return []
+    out = []
+    for d in cfg.data_dirs:
+        path = d
+        while not os.path.exists(path):
+            path = os.path.dirname(path)
+        st = os.statvfs(path)
+        if st.f_flag & os.ST_RDONLY:
+            out.append(f"the store directory {d} is on a read-only filesystem ({path})")
+            continue
+        total = st.f_blocks * st.f_frsize
+        used_pct = 100 * (total - st.f_bavail * st.f_frsize) / total if total else 100
+        if used_pct >= cfg.diskSpaceWarningLevelRatio:
+            out.append(f"the store directory {d} is on a full disk: {used_pct:.0f}% used, "
+                       f"{st.f_bavail * st.f_frsize / 2**20:.0f} MiB free; the appliance refuses sends above "
+                       f"diskSpaceWarningLevelRatio={cfg.diskSpaceWarningLevelRatio}%")
+    return out
 
 
 def load_conf(conf: str = CONF):
@@ -226,18 +229,18 @@ def ensure_user() -> list[str]:
 
 
 def ensure_store(cfg) -> list[str]:
-    """The store's directory, owned by the user the units run as."""
-    root = os.path.abspath(cfg.root)
-    u = pwd.getpwnam(USER)
-    made = not os.path.isdir(root)
-    os.makedirs(root, mode=0o750, exist_ok=True)
-    st = os.stat(root)
-    if (st.st_uid, st.st_gid) != (u.pw_uid, u.pw_gid):
-        for top, dirs, files in os.walk(root):
-            for name in [top] + [os.path.join(top, n) for n in dirs + files]:
-                os.lchown(name, u.pw_uid, u.pw_gid)
-        return [f"{'made' if made else 'gave'} {root} {'for' if made else 'to'} {USER}"]
-    return []
+    """The store's directories, owned by the user the units run as."""
+    u, out = pwd.getpwnam(USER), []
+    for d in cfg.data_dirs:
+        made = not os.path.isdir(d)
+        os.makedirs(d, mode=0o750, exist_ok=True)
+        st = os.stat(d)
+        if (st.st_uid, st.st_gid) != (u.pw_uid, u.pw_gid):
+            for top, dirs, files in os.walk(d):
+                for name in [top] + [os.path.join(top, n) for n in dirs + files]:
+                    os.lchown(name, u.pw_uid, u.pw_gid)
+            out.append(f"made {d} for {USER}" if made else f"gave {d} to {USER}")
+    return out
 
 
 def render_units(release: str, conf: str) -> dict[str, str]:
@@ -274,9 +277,9 @@ def write_tuning(cfg) -> tuple[list[str], list[str]]:
     changes = []
     if write_if_changed(SYSCTL_FILE, host.sysctl_file()):
         changes.append(f"wrote {SYSCTL_FILE}")
-    if write_if_changed(UDEV_FILE, host.udev_rule(host.store_device(cfg.root))):
+    if write_if_changed(UDEV_FILE, host.udev_rule([host.store_device(d) for d in cfg.data_dirs])):
         changes.append(f"wrote {UDEV_FILE}")
-    changed, refused = host.apply(cfg.root)
+    changed, refused = host.apply(*cfg.data_dirs)
     return changes + [f"host: {line}" for line in changed], [f"host: {line}" for line in refused]
 
 

@@ -171,7 +171,7 @@ def main(argv=None) -> int:
     except config.ConfigError as e:
         print(f"appliance units: configuration error: {e}", file=sys.stderr)
         return 2
-    files = render(cfg, args.prefix, args.conf, os.path.abspath(cfg.root) if args.config else STORE)
+    files = render(cfg, args.prefix, args.conf, " ".join(cfg.data_dirs) if args.config else STORE)
     for name, text in files.items():
         if args.out:
             with open(os.path.join(args.out, name), "w") as f:

@@ -15,6 +15,7 @@ import asyncio
 import os
 import re
 import shutil
+import socket
 import time
 
 import pytest
@@ -24,7 +25,8 @@ from tests.integration import nspawn
 from tests.integration.harness import ROOT, next_port, pull_all
 
 why = nspawn.missing()
-pytestmark = pytest.mark.skipif(why is not None, reason=why or "")
+# the first test includes making the rootfs (~30 s) and a cold install (apt, pip): more than the suite's 180 s
+pytestmark = [pytest.mark.skipif(why is not None, reason=why or ""), pytest.mark.timeout(900)]
 STORE = "/var/lib/rocketbox"
 UNITS = ["rocketbox-store", "rocketbox-nameserver", "rocketbox-flusher", "rocketbox-dispatcher", "rocketbox-writer",
          "rocketbox-cleaner", "rocketbox-scheduler", "rocketbox-reader@0", "rocketbox-reader@1", "rocketbox-haproxy",
@@ -73,8 +75,10 @@ class Box:
             time.sleep(0.5)
 
     def serving(self) -> bool:
-        """HAProxy answers on listenPort and the name server knows the broker."""
+        """HAProxy accepts on listenPort (its unit is active once the process runs, before it binds)
+        and the name server knows the broker."""
         try:
+            socket.create_connection(("127.0.0.1", self.port), timeout=2).close()
             asyncio.run(asyncio.wait_for(self._route(), 5))
             return True
         except Exception:

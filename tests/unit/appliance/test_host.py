@@ -26,8 +26,8 @@ def test_the_files_install_writes_give_each_setting_its_reason():
         at = next(i for i, line in enumerate(lines) if line.startswith(f"{name} = "))
         assert lines[at - 1] == f"# {why}"
     assert "vm.swappiness = 1" in text and "vm.max_map_count = 655360" in text
-    rule = host.udev_rule("vda")
-    assert 'KERNEL=="vda"' in rule and 'ATTR{queue/scheduler}="mq-deadline"' in rule
+    rule = host.udev_rule(["vda", "nvme0n1"])
+    assert 'KERNEL=="vda|nvme0n1"' in rule and 'ATTR{queue/scheduler}="mq-deadline"' in rule
 
 
 def test_check_prints_wanted_actual_and_whether_each_holds():

@@ -101,6 +101,11 @@ def test_a_read_only_or_full_store_disk_is_reported(mount):
     (problem,) = install.store_problems(cfg)
     assert problem.startswith(f"the store directory {cfg.root} is on a full disk: ") and \
         "diskSpaceWarningLevelRatio=90%" in problem, problem
+    elsewhere = os.path.join(mount("1M", ro=True), "commitlog")      # storePathCommitLog on a disk of its own
+    cfg = config.load(None, {"storePathRootDir": os.path.join(mount("1M"), "store"), "storePathCommitLog": elsewhere})
+    assert cfg.data_dirs == [cfg.root, elsewhere]
+    assert install.store_problems(cfg) == [f"the store directory {elsewhere} is on a read-only filesystem "
+                                           f"({os.path.dirname(elsewhere)})"]
 
 
 def test_install_sh_explains_what_it_needs_root_for():

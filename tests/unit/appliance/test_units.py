@@ -44,3 +44,17 @@ def test_systemd_verifies_them_and_rates_their_exposure_ok(tmp_path):
                              timeout=60)
         level = float(re.search(r"Overall exposure level for \S+: ([\d.]+)", sec.stdout).group(1))
         assert level <= 4.0, (p, level)
+
+
+def test_a_broker_conf_renders_its_readers_and_every_store_directory(tmp_path):
+    conf = tmp_path / "broker.conf"
+    conf.write_text("storePathRootDir=/srv/rbx\nstorePathCommitLog=/mnt/fast/commitlog\nreaderProcessNums=3\n")
+    out = tmp_path / "units"
+    out.mkdir()
+    assert units.main(["-c", str(conf), "--conf", "/etc/rocketbox/broker.conf", "--out", str(out)]) == 0
+    writer = (out / "rocketbox-writer.service").read_text()
+    assert "\nReadWritePaths=/srv/rbx /mnt/fast/commitlog\n" in writer
+    assert "ExecStart=/opt/rocketbox/venv/bin/appliance run writer -c /etc/rocketbox/broker.conf\n" in writer
+    assert "rocketbox-reader@2.service rocketbox-haproxy.service" in (out / "rocketbox.target").read_text()
+    conf.write_text("readerProcessNum=3\n")
+    assert units.main(["-c", str(conf), "--out", str(out)]) == 2                  # a bad key: said, no traceback
