@@ -6,7 +6,7 @@ keeps them equal.
 
 Who owns what under systemd:
 - ``rocketbox-store.service`` (``appliance run store``, Type=notify) takes the store lock,
-  creates the shared memory and recovers, then says READY=1; every role Requires it and starts
+  creates the shared memory and recovers, then says READY=1; every role is bound to it and starts
   after it. Stopped last, it unlinks the shared memory.
 - ``rocketbox-stopping.service`` starts after every role, so a stop of the target stops it
   first. Its ExecStop (``appliance stopping``) marks the stop as the whole appliance's, so the
@@ -17,6 +17,10 @@ Who owns what under systemd:
 - Each role starts after the roles before it in ``appliance start``'s order, so systemd stops them
   in the reverse order, as the supervisor does. ``Restart=on-failure`` brings a dead role back, and
   it attaches again.
+- No role runs without the keeper: each is ``BindsTo=`` it, so a keeper that dies (its lock gone
+  with it) takes every role down; the target ``Upholds=`` the keeper and the roles, so systemd
+  starts the keeper again (recovery, as after any crash) and then the roles. Upholds also means
+  a role stopped by hand comes back while the target is active: stop the target instead.
 """
 from __future__ import annotations
 
@@ -83,7 +87,7 @@ def role_unit(role: str, prefix: str = PREFIX, conf: str = CONF, store: str = ST
 [Unit]
 Description=rocketbox {WHAT[role]}
 PartOf=rocketbox.target
-Requires=rocketbox-store.service
+BindsTo=rocketbox-store.service
 After={' '.join(_after(role))}
 
 [Service]
@@ -141,6 +145,7 @@ def target_unit(cfg) -> str:
 [Unit]
 Description=rocketbox, a RocketMQ-compatible broker appliance
 Wants={' '.join(wants)}
+Upholds={' '.join(wants[:-1])}
 After=network-online.target
 
 [Install]

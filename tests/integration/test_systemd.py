@@ -200,6 +200,26 @@ def test_a_killed_role_is_restarted_by_systemd_and_nothing_acknowledged_is_lost(
     assert sorted(stored) == sorted(box.acked), (len(stored), len(box.acked))
 
 
+def test_a_killed_keeper_takes_the_roles_down_and_systemd_brings_everything_back(box):
+    """No role runs without the store's lock holder: they are bound to it, and the target upholds
+    them all, so the keeper is started again (recovery) and the roles after it."""
+    pids = box.main_pids()
+    recoveries = box.journal("rocketbox-store").count("recovered (")
+    box.c.sh(f"kill -9 {pids['rocketbox-store']}")
+    deadline = time.monotonic() + 90
+    while True:
+        now = box.main_pids()
+        if all(now[u] not in (0, pids[u]) for u in ["rocketbox-store", *ROLE_UNITS]):
+            break
+        assert time.monotonic() < deadline, (pids, now, box.journal("rocketbox-store"))
+        time.sleep(0.5)
+    box.wait_active()
+    assert box.journal("rocketbox-store").count("recovered (") == recoveries + 1
+    keys = box.produce("Boxed", 50, "after-keeper")
+    assert len(keys) == 50
+    assert sorted(box.stored("Boxed")) == sorted(box.acked)
+
+
 def test_a_bad_broker_conf_stops_the_install_before_any_restart(box):
     before = box.main_pids()
     box.c.sh("cp /etc/rocketbox/broker.conf /root/broker.conf.good && echo 'flushDiskTyp=SYNC_FLUSH' >> /etc/rocketbox/broker.conf")
