@@ -7,7 +7,7 @@ own packages (the units, the host's tuning) runs through the release's ``applian
 What lands where:
 - ``/opt/rocketbox/releases/<hash>``: a venv with this checkout installed in it (its pinned
   dependencies from pyproject.toml) and the sources it was built from in ``src/``. ``<hash>`` is
-  the checkout's content, so a second run with the same checkout builds nothing.
+  the checkout's content (and ``--spark`` or not), so a second run with the same checkout builds nothing.
   ``/opt/rocketbox/venv`` is a symbolic link to the current release; the units run
   ``/opt/rocketbox/venv/bin/appliance``. The release before it is kept, older ones removed.
 - ``/etc/rocketbox/broker.conf``: written once (every key with its default, commented out, and
@@ -70,9 +70,10 @@ def source_files(checkout: str) -> list[str]:
     return sorted(out)
 
 
-def release_id(checkout: str) -> str:
-    """The checkout's content, as 12 hex digits: the same files give the same release."""
-    h = hashlib.sha256()
+def release_id(checkout: str, extras: str = "") -> str:
+    """The checkout's content and the extras installed with it (``[spark]``), as 12 hex digits:
+    the same files give the same release."""
+    h = hashlib.sha256(extras.encode() + b"\0")
     for rel in source_files(checkout):
         with open(os.path.join(checkout, rel), "rb") as f:
             h.update(rel.encode() + b"\0" + hashlib.sha256(f.read()).digest())
@@ -314,7 +315,7 @@ def install(checkout: str, extras: str = "", start: bool = True) -> tuple[list[s
     problems = store_problems(cfg)
     if problems:
         raise InstallError("; ".join(problems) + "\n  nothing running was touched")
-    rid = release_id(checkout)
+    rid = release_id(checkout, extras)
     first = current_release() is None
     release, built = build_release(checkout, rid, extras)
     if built:

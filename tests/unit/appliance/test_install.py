@@ -52,6 +52,7 @@ def test_a_release_is_the_checkouts_content(tmp_path):
     shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(*install._SKIP, "*.egg-info"))
     rid = install.release_id(str(src))
     assert len(rid) == 12 and rid == install.release_id(str(src))
+    assert install.release_id(str(src), "[spark]") != rid                # with pyspark: another release
     for junk in (".git/HEAD", ".venv/x", "data/store/commitlog", "appliance/__pycache__/x.pyc", "rocketbox.egg-info/x"):
         (src / junk).parent.mkdir(parents=True, exist_ok=True)
         (src / junk).write_text("not the product")
