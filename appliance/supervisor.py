@@ -31,11 +31,9 @@ import time
 import psutil
 
 from appliance import recovery
+from appliance.readiness import answers, notify
 from appliance.roles import FINISH_STOP, SUPERVISED_ENV, listeners, pid_path, roles_for
 from net.client import split_addrs
-from remoting import codec
-from remoting.codec import Command
-from remoting.codes import RequestCode
 from shm import stats
 from shm.layout import C
 from shm.state import SharedState
@@ -84,27 +82,6 @@ def _holder(port: int) -> str:
     except (psutil.Error, OSError):
         pass
     return " by another process"
-
-
-def _answers(host: str, port: int, broker: bool) -> bool:
-    """Something listens on ``host:port``; for a broker port, a request through it is answered
-    (through HAProxy that also means HAProxy counts a reader up: its health checks mark one down
-    until it answers, and a connection meanwhile is closed)."""
-    try:
-        with socket.create_connection((host, port), 1.0) as s:
-            if not broker:
-                return True
-            s.settimeout(1.0)
-            s.sendall(codec.encode(Command(RequestCode.GET_BROKER_RUNTIME_INFO, {})))
-            decoder = codec.Decoder()
-            while True:
-                data = s.recv(1 << 16)
-                if not data:
-                    return False
-                for reply in decoder.feed(data):
-                    return reply.code == 0
-    except (OSError, codec.FrameError):
-        return False
 
 
 class Supervisor:
@@ -208,7 +185,7 @@ class Supervisor:
         missing = [role for role, p in self.procs.items() if not self._started(role, p, 0)]
         for host, port, what in listeners(self.cfg, self.roles):
             broker = not what.startswith("the name server")      # HAProxy's ports and the readers'
-            if not _answers("127.0.0.1" if host == "0.0.0.0" else host, port, broker):
+            if not answers("127.0.0.1" if host == "0.0.0.0" else host, port, broker):
                 missing.append(f"{what.split(',')[0]} on port {port}")
         if split_addrs(self.cfg.namesrvAddr) and not self.sh.control[C.REGISTERED_MS]:
             missing.append(f"the registration with name server(s) {self.cfg.namesrvAddr}")
@@ -288,16 +265,6 @@ class Supervisor:
         print(f"rocketbox stopped cleanly: store {self.cfg.root} flushed and checkpointed, CommitLog end {written}",
               flush=True)
         return 0
-
-
-def notify(state: str) -> None:
-    """sd_notify(3): tell systemd ``state`` when it asked (``NOTIFY_SOCKET``, a Type=notify unit)."""
-    addr = os.environ.get("NOTIFY_SOCKET")
-    if not addr:
-        return
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-        s.connect("\0" + addr[1:] if addr.startswith("@") else addr)
-        s.sendall(state.encode())
 
 
 def _pid_of(cfg, role: str) -> int | None:

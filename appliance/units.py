@@ -81,6 +81,15 @@ def _after(role: str) -> list[str]:
     return ["rocketbox-store.service"] + [unit_name(r) for r in ORDER[:ORDER.index(role)] if r != "reader"]
 
 
+def _service_type(role: str) -> str:
+    """HAProxy's unit is ready once a request through it is answered (a reader behind it is up),
+    so ``systemctl start rocketbox.target`` returns when clients can be served; the other roles
+    are ready when they run."""
+    if role == "haproxy":
+        return "Type=notify\nNotifyAccess=main\nTimeoutStartSec=120"
+    return "Type=simple"
+
+
 def role_unit(role: str, prefix: str = PREFIX, conf: str = CONF, store: str = STORE) -> str:
     name = "reader-%i" if role == "reader" else role
     return f"""# rocketbox {WHAT[role]} (appliance/units.py renders this file)
@@ -91,7 +100,7 @@ BindsTo=rocketbox-store.service
 After={' '.join(_after(role))}
 
 [Service]
-Type=simple
+{_service_type(role)}
 User=rocketbox
 Group=rocketbox
 ExecStart={prefix}/venv/bin/appliance run {name} -c {conf}

@@ -19,6 +19,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 
 log = logging.getLogger("rocketbox.haproxy")
 TIMEOUT_CLIENT_S = 180        # above the 120 s idle close of readers and the 30 s heartbeats
@@ -118,6 +119,12 @@ class HaproxyService:
         return self
 
     def run(self) -> None:
+        if os.environ.get("NOTIFY_SOCKET"):      # its unit is Type=notify: ready once a request through it is answered
+            from appliance.readiness import answers, notify
+            while self.proc.poll() is None and not self.stop_requested and \
+                    not answers("127.0.0.1", self.cfg.listenPort, broker=True):
+                time.sleep(0.2)
+            notify("READY=1")
         rc = self.proc.wait()
         if not self.stop_requested:
             log.error("haproxy exited with %d (its own message is above)", rc)

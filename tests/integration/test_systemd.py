@@ -21,6 +21,7 @@ import time
 import pytest
 
 from appliance.install import _SKIP
+from appliance.readiness import answers
 from tests.integration import nspawn
 from tests.integration.harness import ROOT, next_port, pull_all
 
@@ -270,6 +271,7 @@ def test_a_stop_of_the_target_is_clean(box):
 
 def test_after_a_reboot_the_data_and_the_service_are_back(box):
     box.c.sh("systemctl start rocketbox.target")
+    assert answers("127.0.0.1", box.port, broker=True)                  # HAProxy's unit is ready when it serves
     box.wait_active()
     box.produce("Boxed", 50, "before-reboot")
     assert box.c.poweroff() in (0, 133)
