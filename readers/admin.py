@@ -73,16 +73,24 @@ class AdminProcessor:
 
     def update_offset(self, cmd, _conn):
         h = headers.decode(cmd)
-        if not self.link.commit_offset(offset_key(h["topic"], h["consumerGroup"]), h["queueId"], h["commitOffset"]):
-            return None if cmd.is_oneway else cmd.response(
-                RC.SYSTEM_ERROR, f"the broker's consumer offset table is full ({self.cfg.shmOffsetSlots} offsets, "
-                                 "shmOffsetSlots): this offset is not kept")
-        return None if cmd.is_oneway else self._applied(cmd)
+        key, qid = offset_key(h["topic"], h["consumerGroup"]), h["queueId"]
+        if not self.link.commit_offset(key, qid, h["commitOffset"]):
+            return None if cmd.is_oneway else self._table_full(cmd)
+        return None if cmd.is_oneway else self._applied(cmd, key, qid)
 
-    async def _applied(self, cmd):
-        """Answer once the writer has the offset, so the next query through any reader sees it."""
+    def _table_full(self, cmd):
+        return cmd.response(RC.SYSTEM_ERROR, f"the broker's consumer offset table is full ({self.cfg.shmOffsetSlots} "
+                                             "offsets, shmOffsetSlots): this offset is not kept")
+
+    async def _applied(self, cmd, key: bytes, qid: int):
+        """Answer once the writer has the offset, so the next query through any reader sees it.
+        A new (topic@group, queue) that passed the room check may still find the table full when
+        the writer gets to it (commits from other connections and readers took the last slots
+        meanwhile): the writer drops it, and the answer says so rather than SUCCESS."""
         if not await self.link.offsets_applied():
             return cmd.response(RC.SYSTEM_ERROR, "consumer offset not applied within 3 s")
+        if self.link.offsets.get(key, qid) is None:
+            return self._table_full(cmd)
         return cmd.response()
 
     def reset_offset(self, cmd, _conn):

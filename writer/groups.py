@@ -87,7 +87,8 @@ class ConsumerOffsets:
     def apply(self, updates: np.ndarray) -> None:
         """An OFFSET ring entry: rows of (key, queue id, offset), applied in order.  A new offset
         the full table cannot take is dropped and counted (readers refuse those already, unless
-        several raced for the last slots); the rows after it are applied all the same."""
+        several raced for the last slots: the reader then finds it missing once applied, and
+        answers its commit with the table-full error); the rows after it are applied all the same."""
         refused = 0
         for key, qid, _pad, offset in updates.tolist():
             if int(self.control[C.OFFSET_COUNT]) < len(self.keys) or (key, qid) in self.slot:
@@ -95,8 +96,8 @@ class ConsumerOffsets:
             else:
                 refused += 1
         if refused:
-            log.warning("%d new consumer offsets dropped: the shared offset table is full (%d offsets, see "
-                        "shmOffsetSlots)", refused, len(self.keys))
+            log.warning("%d new consumer offsets dropped (their commits are answered 'table is full'): the shared "
+                        "offset table is full (%d offsets, see shmOffsetSlots)", refused, len(self.keys))
 
     def table(self) -> dict:
         """consumerOffset.json's content, read off the shared table's columns in one go (the

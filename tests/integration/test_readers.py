@@ -462,6 +462,38 @@ def test_a_full_offset_table_refuses_new_offsets_and_keeps_serving(appliance_fac
     assert "Traceback" not in app.log_text()
 
 
+def test_offsets_racing_for_the_last_slots_are_kept_or_refused_never_acknowledged_and_dropped(appliance_factory):
+    """Pipelined bursts of new offsets from two connections on each reader cross the end of the
+    table at once: the room check passes more than fit, the writer drops the rest, and exactly those
+    are answered with the table-full error; every SUCCESS reads back its offset."""
+    slots = 100
+    app = appliance_factory(shmOffsetSlots=str(slots)).start()
+    wires = [Wire("127.0.0.1", app.cfg.reader_port(i % 2)) for i in range(4)]
+    sent = {}
+    for i, w in enumerate(wires):                              # 4 x 40 = 160 new offsets, all pipelined
+        for q in range(40):
+            qid = i * 40 + q
+            sent[qid] = 1000 + qid
+            w.send(R.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "race", "topic": "T", "queueId": str(qid),
+                                              "commitOffset": str(sent[qid])})
+    answers = {}
+    for i, w in enumerate(wires):
+        for q in range(40):
+            answers[i * 40 + q] = w.read_response()
+    ok = {qid for qid, r in answers.items() if r.code == RC.SUCCESS}
+    refused = {qid for qid, r in answers.items() if r.code == RC.SYSTEM_ERROR and "table is full" in r.remark}
+    assert len(ok) == slots and ok | refused == set(sent), (len(ok), len(refused))
+    for qid in sorted(sent):
+        r = wires[qid % 2].call(R.QUERY_CONSUMER_OFFSET, {"consumerGroup": "race", "topic": "T", "queueId": str(qid)})
+        if qid in ok:
+            assert r.ext["offset"] == str(sent[qid]), qid
+        else:
+            assert r.code != RC.SUCCESS or r.ext["offset"] in ("0", "-1"), (qid, r.code, r.ext)
+    for w in wires:
+        w.close()
+    assert "Traceback" not in app.log_text()
+
+
 def test_a_reader_with_all_client_rows_taken_refuses_new_members_and_keeps_the_others(appliance_factory):
     """A reader holds shmClientRows (group, client) members: one more is refused with a remark
     naming what to raise, logged once however often it asks, and a member that leaves makes room."""

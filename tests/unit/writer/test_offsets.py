@@ -64,7 +64,8 @@ def test_a_full_table_drops_only_the_new_offsets_it_cannot_take(tmp_path, caplog
     rows = np.array([(b"T@g", 0, 0, 1), (b"T@g", 1, 0, 2), (b"T@g", 2, 0, 3), (b"T@g", 0, 0, 4)], OFFSET_UPDATE)
     offsets.apply(rows)                      # queue 2 has no slot left; the update after it is kept
     assert offsets.table() == {"offsetTable": {"T@g": {"0": 4, "1": 2}}}
-    assert "1 new consumer offsets dropped: the shared offset table is full (2 offsets" in caplog.text
+    assert ("1 new consumer offsets dropped (their commits are answered 'table is full'): the shared offset table "
+            "is full (2 offsets") in caplog.text
 
 
 def test_the_periodic_write_runs_in_its_own_thread_and_a_failed_one_is_tried_again(tmp_path, caplog):
