@@ -38,25 +38,31 @@ def binary(cfg) -> str:
     return found
 
 
-MAX_PIPES = 256          # kernel pipes for splicing large replies (two descriptors each)
+MAX_PIPES = 256          # kernel pipes for splicing large replies (two descriptors each), at most
+RESERVED_FDS = 64        # HAProxy's own: listeners, health checks, logs
 
 
-def max_connections() -> int:
-    """Client connections HAProxy can hold: two descriptors each, within this box's hard limit
-    once the splice pipes have theirs."""
+def fd_budget() -> tuple[int, int]:
+    """(maxconn, maxpipes) that fit this process's hard descriptor limit, which HAProxy raises
+    its soft one to: two descriptors a connection, two a pipe, ``RESERVED_FDS`` of its own. A
+    small limit gets fewer pipes first (splicing is an optimisation; connections are not), then
+    fewer connections; HAProxy refuses to start if they do not fit."""
     import resource
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    return max(256, min(20000, ((hard if hard != resource.RLIM_INFINITY else 1 << 20) - 64 - 2 * MAX_PIPES) // 2))
+    hard = 1 << 20 if hard == resource.RLIM_INFINITY else hard
+    pipes = max(0, min(MAX_PIPES, (hard - RESERVED_FDS) // 8))
+    return max(1, min(20000, (hard - RESERVED_FDS - 2 * pipes) // 2)), pipes
 
 
 def render(cfg) -> str:
     servers = "\n".join(f"    server reader-{i} 127.0.0.1:{cfg.reader_port(i)} check inter 1s downinter {DOWN_CHECK_MS}ms "
                         f"fall 1 rise 1 send-proxy-v2 check-send-proxy" for i in range(cfg.readerProcessNums))
+    maxconn, pipes = fd_budget()
     return f"""# generated from {cfg.source} by rocketbox; edits are overwritten at the next start
 global
-    maxconn {max_connections()}
+    maxconn {maxconn}
     nbthread 1
-    maxpipes {MAX_PIPES}
+    maxpipes {pipes}
     hard-stop-after 5s
 
 defaults

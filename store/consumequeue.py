@@ -12,6 +12,11 @@ recovery stops at the first invalid one.  Writes are idempotent: entries at or b
 
 Who writes: the dispatcher only.  Readers and Spark open read-only and never read past the
 queue's max offset published in shared memory.
+
+Open files: every file of every queue counts against ``OPEN_FILES``, the process's budget; a file
+past it is released (unmapped, its descriptor closed) and mapped again when next used, so the
+code here takes a file through ``MappedFileQueue.file_for`` (or ``MappedFile.use``) and uses it
+before it touches another.
 """
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ import struct
 import numpy as np
 
 from store.errors import CorruptData
-from store.mappedfile import MappedFileQueue
+from store.mappedfile import MappedFileQueue, OpenFiles
 
 ENTRY = np.dtype([("phys", ">i8"), ("size", ">i4"), ("tags", ">i8")])
 ENTRY_SIZE = 20
@@ -31,6 +36,11 @@ FEW_ENTRIES = 8                    # a run of at most this many entries is writt
 # ENTRY's layout again, for those struct writes: phys and tags (size left 0), then the size
 _PHYS_TAGS, _SIZE, _SIZE_AT = struct.Struct(">q4xq"), struct.Struct(">i"), ENTRY.fields["size"][1]
 assert _PHYS_TAGS.size == ENTRY_SIZE and [ENTRY.fields[f][1] for f in ("phys", "size", "tags")] == [0, _SIZE_AT, 12]
+
+
+# every consume-queue file this process opens counts against one budget of open files and mappings:
+# a store may hold 100,000 queues, a process a few thousand descriptors (store/mappedfile.OpenFiles)
+OPEN_FILES = OpenFiles()
 
 
 def queue_dir(root: str, topic: str, queue_id: int) -> str:
@@ -46,7 +56,7 @@ class ConsumeQueue:
     def __init__(self, root: str, topic: str, queue_id: int, file_size: int, writable: bool):
         self.topic, self.queue_id = topic, queue_id
         self.per_file = file_size // ENTRY_SIZE
-        self.files = MappedFileQueue(queue_dir(root, topic, queue_id), file_size, writable)
+        self.files = MappedFileQueue(queue_dir(root, topic, queue_id), file_size, writable, OPEN_FILES)
         self.max_offset = 0     # entries written (next queue offset to write)
         self.low = 0            # entries below point at CommitLog bytes retention deleted
         self.max_phys = 0       # end (offset+size) of the last entry written
@@ -59,6 +69,7 @@ class ConsumeQueue:
         return self
 
     def _entries_of(self, mf) -> np.ndarray:
+        mf = mf.use()
         return mf.typed(ENTRY) if mf.view is not None else np.empty(0, ENTRY)
 
     def _recover(self) -> None:

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import mmap
 import os
+import resource
+from collections import OrderedDict
 
 import numpy as np
 
@@ -80,8 +82,12 @@ def _map_counts() -> tuple[int, int]:
 class MappedFile:
     """One mapped file of ``size`` bytes starting at global offset ``start``."""
 
-    def __init__(self, path: str, start: int, size: int, writable: bool, readahead: bool = True):
+    def __init__(self, path: str, start: int, size: int, writable: bool, readahead: bool = True,
+                 cache: "OpenFiles | None" = None):
+        """``cache``: the budget of open files it counts against (``OpenFiles``); such a file may be
+        released (unmapped, descriptor closed) while open, and ``use`` maps it again."""
         self.path, self.start, self.size, self.writable, self.readahead = path, start, size, writable, readahead
+        self.cache, self.released = cache, False
         self.mm: mmap.mmap | None = None
         self.fd = -1                          # for ``write``, opened at its first call
         self.view: np.ndarray | None = None   # uint8 view over the whole file
@@ -119,7 +125,26 @@ class MappedFile:
         self.view = np.frombuffer(self.mm, dtype=np.uint8)
         if not self.writable:
             self.view.flags.writeable = False
+        if self.cache is not None:
+            self.cache.touch(self)
         return self
+
+    def use(self) -> "MappedFile":
+        """This file, mapped: opened again if its budget released it, and counted as used now
+        (the LRU's order). Callers of a file under a budget take it through here before using
+        ``mm``, ``view`` or ``typed``, and touch no other such file until done with it."""
+        if self.cache is not None:
+            if self.released:
+                self.released = False
+                self.open()
+            else:
+                self.cache.touch(self)
+        return self
+
+    def release(self) -> None:
+        """The budget's eviction: unmap and close the descriptor; ``use`` opens it again."""
+        self._unmap()
+        self.released = True
 
     def reserve(self, at: int, end: int, ahead: int = RESERVE_CHUNK) -> None:
         """Blocks behind bytes [at, end) before they are written, and ``ahead`` bytes beyond:
@@ -208,6 +233,12 @@ class MappedFile:
     def close(self) -> None:
         """Unmap.  If a caller still holds a numpy view, the mapping stays until that view is
         dropped (closing under it would leave it dangling); the file itself is released now."""
+        if self.cache is not None:
+            self.cache.forget(self)
+        self.released = False
+        self._unmap()
+
+    def _unmap(self) -> None:
         self.view, self._typed = None, {}
         if self.fd >= 0:
             os.close(self.fd)
@@ -220,12 +251,59 @@ class MappedFile:
             self.mm = None
 
 
-class MappedFileQueue:
-    """A directory of equally sized mapped files, ordered by start offset."""
+class OpenFiles:
+    """A process's budget of open files for files that come in large numbers (consume queues:
+    one or more per queue, and a store may hold 100,000 queues): each keeps a mapping, and a
+    written one a descriptor, so without a bound a process dies at ``ulimit -n`` or at
+    vm.max_map_count.  An LRU: past the budget the least recently used file is released (unmapped,
+    its descriptor closed) and opened again when next used.  A file holds up to two descriptors
+    (Python's mmap keeps a dup of the one it mapped, and a written file has its own), so the budget
+    is a sixth of ``ulimit -n`` or a quarter of vm.max_map_count, the smaller, taken at first use
+    (the roles raise their descriptor limit at start): the rest is left to connections, the
+    CommitLog and the IndexFile."""
 
-    def __init__(self, directory: str, file_size: int, writable: bool):
-        self.directory, self.file_size, self.writable = directory, file_size, writable
+    def __init__(self, budget: int | None = None):
+        self.budget = budget
+        self.lru: OrderedDict[MappedFile, None] = OrderedDict()
+        self.released = 0                   # files released so far (a figure for status and benchmarks)
+
+    @staticmethod
+    def budget_from_limits() -> int:
+        nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        try:
+            with open("/proc/sys/vm/max_map_count") as f:
+                maps = int(f.read())
+        except (OSError, ValueError):
+            maps = 65530
+        return max(64, min((nofile if nofile > 0 else 1 << 20) // 6, maps // 4))
+
+    def touch(self, mf: MappedFile) -> None:
+        lru = self.lru
+        if mf in lru:
+            lru.move_to_end(mf)
+            return
+        if self.budget is None:
+            self.budget = self.budget_from_limits()
+        lru[mf] = None
+        while len(lru) > self.budget:
+            old, _ = lru.popitem(last=False)
+            old.release()
+            self.released += 1
+
+    def forget(self, mf: MappedFile) -> None:
+        self.lru.pop(mf, None)
+
+
+class MappedFileQueue:
+    """A directory of equally sized mapped files, ordered by start offset; with ``cache``, its
+    files count against that budget of open files (``OpenFiles``)."""
+
+    def __init__(self, directory: str, file_size: int, writable: bool, cache: OpenFiles | None = None):
+        self.directory, self.file_size, self.writable, self.cache = directory, file_size, writable, cache
         self.files: list[MappedFile] = []
+
+    def _file(self, path: str, start: int) -> MappedFile:
+        return MappedFile(path, start, self.file_size, self.writable, cache=self.cache)
 
     def load(self) -> "MappedFileQueue":
         """Map every file in the directory; a file of the wrong size fails the load.  The newest
@@ -242,8 +320,7 @@ class MappedFileQueue:
                 unfinished = i == len(names) - 1 and os.path.getsize(path) < self.file_size
                 if unfinished and not self.writable:
                     break
-                mf = MappedFile(path, int(name), self.file_size, self.writable)
-                self.files.append(mf.open(create=unfinished))
+                self.files.append(self._file(path, int(name)).open(create=unfinished))
         except BaseException:
             self.close()
             raise
@@ -258,29 +335,29 @@ class MappedFileQueue:
             if int(name) not in known and (not self.files or int(name) > self.files[-1].start):
                 path = os.path.join(self.directory, name)
                 if os.path.getsize(path) == self.file_size:
-                    self.files.append(MappedFile(path, int(name), self.file_size, self.writable).open())
+                    self.files.append(self._file(path, int(name)).open())
 
     @property
     def min_offset(self) -> int:
         return self.files[0].start if self.files else 0
 
     def file_for(self, offset: int) -> MappedFile | None:
-        """The file holding global ``offset`` (None if not mapped)."""
+        """The file holding global ``offset`` (None if not mapped), ready to use (``MappedFile.use``)."""
         if not self.files:
             return None
         i = (offset - self.files[0].start) // self.file_size
         if 0 <= i < len(self.files) and self.files[i].start <= offset < self.files[i].end:
-            return self.files[i]
+            return self.files[i].use()
         for f in self.files:  # gaps after retention deletes
             if f.start <= offset < f.end:
-                return f
+                return f.use()
         return None
 
     def create(self, start: int) -> MappedFile:
         """Create (or map the existing) file starting at ``start``."""
         assert start % self.file_size == 0, start
         os.makedirs(self.directory, exist_ok=True)
-        mf = MappedFile(os.path.join(self.directory, offset_to_name(start)), start, self.file_size, True).open(create=True)
+        mf = self._file(os.path.join(self.directory, offset_to_name(start)), start).open(create=True)
         self.files.append(mf)
         return mf
 

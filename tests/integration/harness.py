@@ -7,6 +7,7 @@ import collections
 import itertools
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -59,13 +60,16 @@ class Appliance:
         return subprocess.run([sys.executable, "-m", "appliance", *args, "-c", self.conf],
                               cwd=ROOT, capture_output=True, text=True, timeout=60)
 
-    def start(self, timeout: float = 20) -> "Appliance":
+    def start(self, timeout: float = 20, nofile: int | None = None) -> "Appliance":
         """Start, and return once the appliance printed its ready line (every role up, every
-        listener accepting, the broker registered with its name server)."""
+        listener accepting, the broker registered with its name server). ``nofile``: its
+        processes' descriptor limit (``ulimit -n``, soft and hard)."""
         self.log.flush()
         mark = os.path.getsize(self.log.name)
+        limit = None if nofile is None else (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile)))
         self.proc = subprocess.Popen([sys.executable, "-m", "appliance", "start", "-c", self.conf], cwd=ROOT,
-                                     stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+                                     stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+                                     preexec_fn=limit)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -7,6 +7,8 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -16,7 +18,7 @@ from remoting.codes import ResponseCode as RC
 from shm.layout import C
 from store import message
 from store.configfile import loads_tolerant
-from tests.integration.harness import create_topic, dispatched
+from tests.integration.harness import ROOT, create_topic, dispatched
 from tests.integration.wire import Wire
 
 
@@ -460,6 +462,39 @@ def test_a_full_offset_table_refuses_new_offsets_and_keeps_serving(appliance_fac
     w.close()
     assert "consumer offsets of new (topic@group, queue)s are refused: the table is full (16 offsets" in app.log_text()
     assert "Traceback" not in app.log_text()
+
+
+def test_more_queues_than_a_process_may_hold_open_are_dispatched_and_pulled_across_a_restart(appliance_factory):
+    """ulimit -n 1024 and 600 queues of one message each: every queue's file counts against each
+    process's budget of open files (a sixth of the limit: 170), so the dispatcher and the readers
+    release and map again rather than die at the limit (before: the dispatcher held two
+    descriptors per consume-queue file it ever wrote, and died at ~500 queues here)."""
+    app = appliance_factory(shmQueueSlots="2048").start(nofile=1024)
+    w = Wire("127.0.0.1", app.cfg.listenPort)
+    topics = [f"Many{t}" for t in range(3)]
+    for t in topics:
+        create_topic(app, t, 200)
+    for t in topics:
+        for q in range(200):
+            assert send_v2(w, t, f"{t}/{q}".encode(), queue=q).code == RC.SUCCESS
+    w.close()
+
+    def every_queue_pulls() -> None:
+        w = Wire("127.0.0.1", app.cfg.listenPort)
+        for t in topics:
+            for q in range(200):
+                assert pull_n(w, t, 1, queue=q) == [f"{t}/{q}".encode()], (t, q)
+        w.close()
+    every_queue_pulls()
+    assert subprocess.run([sys.executable, "-m", "appliance", "status", "-c", app.conf], cwd=ROOT,
+                          capture_output=True).returncode == 0
+    for role in ("dispatcher", "reader-0", "reader-1"):
+        fds = len(os.listdir(f"/proc/{app.role_pid(role)}/fd"))
+        assert fds < 1024 // 2, (role, fds)
+    assert "Too many open files" not in app.log_text() and "Traceback" not in app.log_text()
+    assert app.stop() == 0
+    app.start(nofile=1024)
+    every_queue_pulls()
 
 
 def test_offsets_racing_for_the_last_slots_are_kept_or_refused_never_acknowledged_and_dropped(appliance_factory):

@@ -3,7 +3,7 @@ import os
 import numpy as np
 import pytest
 
-from store.consumequeue import ENTRY, ConsumeQueue, file_size_for
+from store.consumequeue import ENTRY, ENTRY_SIZE, ConsumeQueue, file_size_for
 from store.errors import CorruptData, FileSizeMismatch
 
 
@@ -110,3 +110,41 @@ def test_garbage_tail_ends_recovery(tmp_path):
     cq = ConsumeQueue(str(tmp_path), "T", 0, 100, False).load()
     assert cq.max_offset == 2 and cq.entries(0, 5).dtype == ENTRY
     cq.close()
+
+
+def _mapped(path) -> int:
+    with open("/proc/self/maps") as f:
+        return sum(str(path) in line for line in f)
+
+
+def _open_fds(path) -> int:
+    return sum(os.readlink(f"/proc/self/fd/{fd}").startswith(str(path)) for fd in os.listdir("/proc/self/fd")
+               if os.path.exists(f"/proc/self/fd/{fd}"))
+
+
+def test_more_queue_files_than_the_budget_of_open_files_stay_readable_and_writable(tmp_path, monkeypatch):
+    """A process holds at most OPEN_FILES.budget consume-queue files mapped and open (the least
+    recently used are released and mapped again when used), however many queues it writes and
+    reads; every entry is where it was written."""
+    from store import consumequeue
+    budget = 8
+    monkeypatch.setattr(consumequeue.OPEN_FILES, "budget", budget)
+    released = consumequeue.OPEN_FILES.released
+    cqs = [ConsumeQueue(str(tmp_path), "T", q, 10 * ENTRY_SIZE, True).load() for q in range(40)]
+    for rnd in range(3):                                   # 3 x 4 entries: two files of 10 entries per queue
+        for q, cq in enumerate(cqs):
+            base = (rnd * 40 + q) * 100
+            cq.put(cq.max_offset, [base + i for i in range(4)], [10] * 4, [q] * 4)
+        # a file: its mapping, and up to two descriptors (mmap's own dup, and the one it is written through)
+        assert _mapped(tmp_path) <= budget and _open_fds(tmp_path) <= 2 * budget, (_mapped(tmp_path), _open_fds(tmp_path))
+    assert consumequeue.OPEN_FILES.released > released
+    readers = [ConsumeQueue(str(tmp_path), "T", q, 10 * ENTRY_SIZE, False).load() for q in range(40)]
+    for q in range(40):
+        for cq in (cqs[q], readers[q]):
+            assert cq.max_offset == 12
+            got = [int(p) for off in range(12) for p in cq.entries(off, 1)["phys"]]
+            assert got == [(rnd * 40 + q) * 100 + i for rnd in range(3) for i in range(4)], q
+    assert _mapped(tmp_path) <= budget and _open_fds(tmp_path) <= 2 * budget
+    for cq in cqs + readers:
+        cq.close()
+    assert _mapped(tmp_path) == 0 and _open_fds(tmp_path) == 0
