@@ -44,6 +44,14 @@ def _status(cfg) -> int:
         all_up &= state == "up"
         unit = _unit(pid) if state == "up" and pid else ""
         print(f"{role:<11} {state:<5} pid {pid if pid else '-'}" + (f"  {unit}" if unit else ""))
+    if "haproxy" in roles_for(cfg):
+        from haproxy.service import admission_limit, connections, frontend_stats
+        row = frontend_stats(cfg)
+        if row is not None:
+            refused, now, maxconn = connections(row)
+            limit = admission_limit(maxconn)
+            near = " NEAR FULL (raise LimitNOFILE / ulimit -n)" if now >= 0.9 * limit else ""
+            print(f"connections {now} of {limit}, {refused} refused at the limit since HAProxy started{near}")
     return 0 if all_up else 1
 
 

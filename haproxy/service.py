@@ -11,11 +11,18 @@ HAProxy closed every new connection meanwhile.
 
 The config is generated from broker.conf into ``<store>/run/haproxy.cfg`` at every start; this
 role runs ``haproxy -db`` as its child and stops it with SIGTERM.
+
+Connections: ``maxconn`` (and the splice pipes) fit the descriptor limit (``fd_budget``). At
+``maxconn`` HAProxy would stop accepting and a client's connect would complete in the kernel's
+backlog and then wait forever; so a connection past ``admission_limit`` (5% below) is accepted and
+closed at once. The role reads HAProxy's counters every ``WATCH_S`` (its stats socket) and logs
+once when it refuses clients; ``appliance status`` shows the connections against the limit.
 """
 from __future__ import annotations
 
 import logging
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -38,6 +45,7 @@ def binary(cfg) -> str:
     return found
 
 
+WATCH_S = 2.0            # how often the role looks at HAProxy's counters
 MAX_PIPES = 256          # kernel pipes for splicing large replies (two descriptors each), at most
 RESERVED_FDS = 64        # HAProxy's own: listeners, health checks, logs
 
@@ -47,11 +55,54 @@ def fd_budget() -> tuple[int, int]:
     its soft one to: two descriptors a connection, two a pipe, ``RESERVED_FDS`` of its own. A
     small limit gets fewer pipes first (splicing is an optimisation; connections are not), then
     fewer connections; HAProxy refuses to start if they do not fit."""
-    import resource
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     hard = 1 << 20 if hard == resource.RLIM_INFINITY else hard
     pipes = max(0, min(MAX_PIPES, (hard - RESERVED_FDS) // 8))
     return max(1, min(20000, (hard - RESERVED_FDS - 2 * pipes) // 2)), pipes
+
+
+def admission_limit(maxconn: int) -> int:
+    """Client connections HAProxy takes; the few above, up to ``maxconn``, are accepted only to be
+    closed at once. At ``maxconn`` itself HAProxy stops accepting, and a client's connect then
+    completes in the kernel's backlog and waits there for an answer that never comes."""
+    return max(1, maxconn - max(4, maxconn // 20))
+
+
+def stats_name(cfg) -> str:
+    """HAProxy's stats socket: an abstract Unix socket (no path to outgrow sun_path), one per
+    appliance (its shared-memory prefix), read-only (``level user``)."""
+    return f"rocketbox-haproxy{cfg.shmPrefix.replace('/', '-')}"
+
+
+def frontend_stats(cfg, timeout_s: float = 1.0) -> dict | None:
+    """The client frontend's row of HAProxy's ``show stat`` (scur: connections now, slim: the
+    limit, dcon: connections refused by the admission rule, ...), or None if HAProxy does not
+    answer."""
+    import socket
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout_s)
+            s.connect(("\0" + stats_name(cfg)).ljust(108, "\0"))   # HAProxy pads abstract names to sun_path
+            s.sendall(b"show stat\n")
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+    except OSError:
+        return None
+    lines = data.decode(errors="replace").splitlines()
+    if not lines or not lines[0].startswith("# "):
+        return None
+    names = lines[0][2:].split(",")
+    for line in lines[1:]:
+        row = dict(zip(names, line.split(",")))
+        if row.get("pxname") == "clients" and row.get("svname") == "FRONTEND":
+            return row
+    return None
+
+
+def connections(row: dict) -> tuple[int, int, int]:
+    """(refused so far, connections now, maxconn) from ``frontend_stats``' row."""
+    return int(row.get("dcon") or 0), int(row.get("scur") or 0), int(row.get("slim") or 0)
 
 
 def render(cfg) -> str:
@@ -63,6 +114,7 @@ global
     maxconn {maxconn}
     nbthread 1
     maxpipes {pipes}
+    stats socket abns@{stats_name(cfg)} level user
     hard-stop-after 5s
 
 defaults
@@ -78,6 +130,7 @@ defaults
 frontend clients
     bind 0.0.0.0:{cfg.listenPort}
     bind 0.0.0.0:{cfg.listenPort - 2}
+    tcp-request connection reject if {{ fe_conn gt {admission_limit(maxconn)} }}
     default_backend readers
 
 backend readers
@@ -112,6 +165,7 @@ class HaproxyService:
         self.cfg = cfg
         self.stop_requested = False
         self.proc: subprocess.Popen | None = None
+        self.refused, self.told_full = 0, False
 
     def open(self) -> "HaproxyService":
         try:
@@ -131,10 +185,33 @@ class HaproxyService:
                     not answers("127.0.0.1", self.cfg.listenPort, broker=True):
                 time.sleep(0.2)
             notify("READY=1")
-        rc = self.proc.wait()
+        while True:
+            try:
+                rc = self.proc.wait(WATCH_S)
+                break
+            except subprocess.TimeoutExpired:
+                self._watch()
         if not self.stop_requested:
             log.error("haproxy exited with %d (its own message is above)", rc)
             raise SystemExit(1)
+
+    def _watch(self) -> None:
+        """Say once when clients are refused at the connection limit, and again only after the
+        connections fell below 80% of it."""
+        row = frontend_stats(self.cfg)
+        if row is None:
+            return
+        refused, now, maxconn = connections(row)
+        limit = admission_limit(maxconn)
+        if refused > self.refused and not self.told_full:
+            self.told_full = True
+            log.warning("new client connections are refused: %d connections, the limit is %d (HAProxy's maxconn %d, "
+                        "from the descriptor limit %d; raise LimitNOFILE / ulimit -n)", now, limit, maxconn,
+                        resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+        elif self.told_full and now < 0.8 * limit:
+            self.told_full = False
+            log.info("client connections below 80%% of the limit again (%d of %d)", now, limit)
+        self.refused = refused
 
     def wake(self) -> None:
         """From the SIGTERM handler: stop haproxy, which ends ``run``."""

@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -497,6 +498,49 @@ def test_more_queues_than_a_process_may_hold_open_are_dispatched_and_pulled_acro
     every_queue_pulls()
 
 
+def test_past_the_connection_limit_a_new_client_is_closed_at_once_and_it_is_said_once(appliance_factory):
+    """ulimit -n 256: HAProxy's maxconn fits it, and a connection past the admission limit is
+    closed at once instead of waiting in the kernel's backlog for an answer that never comes; the
+    role logs it once and `appliance status` shows the connections against the limit."""
+    from haproxy.service import admission_limit, connections, frontend_stats
+    app = appliance_factory().start(nofile=256)
+    _, _, maxconn = connections(frontend_stats(app.cfg))
+    limit = admission_limit(maxconn)
+    assert 16 <= limit < maxconn <= 128, (limit, maxconn)
+    held = [Wire("127.0.0.1", app.cfg.listenPort) for _ in range(limit)]
+    assert held[-1].call(R.GET_BROKER_RUNTIME_INFO, {}).code == RC.SUCCESS
+    deadline = time.monotonic() + 10
+    while connections(frontend_stats(app.cfg))[1] < limit:
+        assert time.monotonic() < deadline, frontend_stats(app.cfg)
+        time.sleep(0.1)
+    for _ in range(3):
+        t0 = time.monotonic()
+        try:                                                           # closed (or reset) at once, not parked
+            with socket.create_connection(("127.0.0.1", app.cfg.listenPort), timeout=5) as s:
+                s.sendall(codec.encode(codec.Command(R.GET_BROKER_RUNTIME_INFO, {})))
+                assert s.recv(1) == b""
+        except (ConnectionResetError, BrokenPipeError):
+            pass
+        assert time.monotonic() - t0 < 2
+    assert held[0].call(R.GET_BROKER_RUNTIME_INFO, {}).code == RC.SUCCESS      # those it holds are served
+    while "new client connections are refused" not in app.log_text():
+        assert time.monotonic() < deadline + 10, app.log_text()[-2000:]
+        time.sleep(0.2)
+    out = subprocess.run([sys.executable, "-m", "appliance", "status", "-c", app.conf], cwd=ROOT,
+                         capture_output=True, text=True).stdout
+    assert f"connections {limit} of {limit}, 3 refused at the limit since HAProxy started NEAR FULL" in out, out
+    for w in held:
+        w.close()
+    while connections(frontend_stats(app.cfg))[1] > 0:                # HAProxy sees the closes
+        assert time.monotonic() < deadline + 20
+        time.sleep(0.1)
+    w = Wire("127.0.0.1", app.cfg.listenPort)
+    assert w.call(R.GET_BROKER_RUNTIME_INFO, {}).code == RC.SUCCESS
+    w.close()
+    time.sleep(2 * 2.0)                                                # two more looks by the role
+    assert app.log_text().count("new client connections are refused") == 1
+
+
 def test_offsets_racing_for_the_last_slots_are_kept_or_refused_never_acknowledged_and_dropped(appliance_factory):
     """Pipelined bursts of new offsets from two connections on each reader cross the end of the
     table at once: the room check passes more than fit, the writer drops the rest, and exactly those
@@ -517,7 +561,11 @@ def test_offsets_racing_for_the_last_slots_are_kept_or_refused_never_acknowledge
             answers[i * 40 + q] = w.read_response()
     ok = {qid for qid, r in answers.items() if r.code == RC.SUCCESS}
     refused = {qid for qid, r in answers.items() if r.code == RC.SYSTEM_ERROR and "table is full" in r.remark}
-    assert len(ok) == slots and ok | refused == set(sent), (len(ok), len(refused))
+    late = {qid for qid, r in answers.items() if r.code == RC.SYSTEM_ERROR and "not applied within" in r.remark}
+    # never more SUCCESS than the table holds (before: 160); on a loaded box a few may be answered
+    # "not applied within 3 s" (an error, so not acknowledged), which is the safe side
+    assert len(ok) <= slots and len(ok) + len(late) >= slots and ok | refused | late == set(sent), \
+        (len(ok), len(refused), len(late), {r.remark for r in answers.values() if r.code != RC.SUCCESS})
     for qid in sorted(sent):
         r = wires[qid % 2].call(R.QUERY_CONSUMER_OFFSET, {"consumerGroup": "race", "topic": "T", "queueId": str(qid)})
         if qid in ok:
