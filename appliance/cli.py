@@ -25,7 +25,30 @@ def _unit(pid: int) -> str:
     return ""
 
 
-def _status(cfg) -> int:
+def _tables(cfg, every: bool) -> None:
+    """The shared tables' use: each one with ``every`` (``status --tables``), else only those
+    near full (90%), with the key that sizes them."""
+    from shm.state import SharedState
+    from shm.tables import table_use
+    try:
+        sh = SharedState(cfg.geometry()).attach()
+    except Exception:                         # not running: nothing to show
+        return
+    try:
+        rows = table_use(sh.views, sh.control)
+    finally:
+        sh.close()
+    if every:
+        print(f"{'#table':<31} {'#used':>9} {'#capacity':>10} {'#full':>6}  {'#sized by':<15} {'#shared memory':>14}")
+    for t in rows:
+        if every:
+            print(f"{t.name:<31} {t.used:>9} {t.capacity:>10} {100 * t.used / t.capacity:>5.1f}%  {t.key:<15} "
+                  f"{t.nbytes / 2**20:>10.1f} MiB")
+        elif t.near_full:
+            print(f"table {t.name} NEAR FULL: {t.used} of {t.capacity} (raise {t.key})")
+
+
+def _status(cfg, tables: bool = False) -> int:
     """Each role: up or down, its pid, and the systemd unit that runs it (none under ``appliance
     start``); "supervisor" is the supervisor or, under systemd, the store's keeper."""
     all_up = True
@@ -44,6 +67,7 @@ def _status(cfg) -> int:
         all_up &= state == "up"
         unit = _unit(pid) if state == "up" and pid else ""
         print(f"{role:<11} {state:<5} pid {pid if pid else '-'}" + (f"  {unit}" if unit else ""))
+    _tables(cfg, tables)
     if "haproxy" in roles_for(cfg):
         from haproxy.service import admission_limit, connections, frontend_stats
         row = frontend_stats(cfg)
@@ -118,11 +142,15 @@ def _main(argv) -> int:
     ap = argparse.ArgumentParser(prog="appliance", description="rocketbox appliance")
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name, text in (("start", "run every role in the foreground until SIGTERM/SIGINT"),
-                       ("status", "print each role with its pid; exit 0 only when all are up"),
+                       ("status", "print each role with its pid, the connections and any table near full; "
+                                  "exit 0 only when all roles are up"),
                        ("check", "verify a stopped store: records, consume queues, index"),
                        ("quarantine", "list what the store lost to damage, and where the original bytes are")):
         p = sub.add_parser(name, help=text)
         p.add_argument("-c", "--config", help="broker.conf (default: built-in defaults)")
+        if name == "status":
+            p.add_argument("--tables", action="store_true", help="every shared table: used, capacity, the key "
+                                                                 "that sizes it, its shared memory")
     from client import cli as client_cli
     client_cli.add_arguments(sub)
     p = sub.add_parser("scrub", help="verify every CommitLog record now; damage is logged and quarantined")
@@ -157,7 +185,7 @@ def _main(argv) -> int:
         print(f"appliance: configuration error: {e}", file=sys.stderr)
         return 2
     if args.cmd == "status":
-        return _status(cfg)
+        return _status(cfg, args.tables)
     if args.cmd == "scrub":
         return _scrub(cfg, args.rate)
     if args.cmd == "quarantine":

@@ -37,7 +37,7 @@ from net.client import split_addrs
 from shm import stats
 from shm.layout import C
 from shm.state import SharedState
-from shm.tables import TableFull
+from shm.tables import TableFull, table_use
 from store.errors import StoreError
 from store.topicconfig import QueueNumsOutOfRange
 
@@ -198,6 +198,9 @@ class Supervisor:
             print(f"rocketbox ready: broker {self.cfg.brokerName} at {self.cfg.brokerIP1}:{self.cfg.listenPort}"
                   f" (name server {self.cfg.namesrvAddr or 'none'}), store {self.cfg.root},"
                   f" roles {' '.join(self.roles)}", flush=True)
+            for t in table_use(self.sh.views, self.sh.control):
+                if t.near_full:
+                    print(f"rocketbox: table {t.name} NEAR FULL: {t.used} of {t.capacity} (raise {t.key})", flush=True)
         elif not self.told_waiting and time.monotonic() - self.started_at > READY_PATIENCE_S:
             self.told_waiting = True
             print(f"rocketbox not ready after {READY_PATIENCE_S} s: waiting for {', '.join(missing)}"

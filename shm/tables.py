@@ -5,6 +5,8 @@ entries past the count it saw last; a topic's meta row may change in place (topi
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from shm.layout import C, T
@@ -72,6 +74,36 @@ class TopicChanges:
         changed = np.flatnonzero((rows[:old] != self.seen).any(axis=1)).tolist() + list(range(old, n))
         self.seen = rows
         return [(self.names[i].decode(), rows[i].tolist()) for i in changed if rows[i][T.LIVE]]
+
+
+@dataclass(frozen=True)
+class TableUse:
+    """How full one shared table is, the broker.conf key that sizes it, and its bytes in shared memory."""
+    name: str
+    used: int
+    capacity: int
+    key: str
+    nbytes: int
+
+    @property
+    def near_full(self) -> bool:
+        return self.used >= 0.9 * self.capacity
+
+
+def table_use(views: dict, control: np.ndarray) -> list[TableUse]:
+    """Every sized table of the state segment: topics, queues, consumer offsets, and the consumer
+    group members of the fullest reader (each reader has rows of its own)."""
+    clients = views["clients"]
+    members = int((clients["heartbeat_ms"] != 0).sum(axis=1).max()) if clients.size else 0
+    return [
+        TableUse("topics", int(control[C.TOPIC_COUNT]), len(views["topic_names"]), "shmTopicSlots",
+                 views["topic_names"].nbytes + views["topic_meta"].nbytes),
+        TableUse("queues", int(control[C.QUEUE_COUNT]), len(views["queue_ids"]), "shmQueueSlots",
+                 sum(views[n].nbytes for n in ("queue_max", "queue_min", "queue_names", "queue_ids"))),
+        TableUse("consumer offsets", int(control[C.OFFSET_COUNT]), len(views["offset_qids"]), "shmOffsetSlots",
+                 sum(views[n].nbytes for n in ("offset_values", "offset_pulls", "offset_keys", "offset_qids"))),
+        TableUse("group members (fullest reader)", members, clients.shape[1], "shmClientRows", clients.nbytes),
+    ]
 
 
 class TableFull(RuntimeError):

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -462,6 +463,13 @@ def test_a_full_offset_table_refuses_new_offsets_and_keeps_serving(appliance_fac
     assert pull_n(w, "Full", 1, flag=0x1, group="g2") == [b"x"]            # its commit is not kept, the pull is
     w.close()
     assert "consumer offsets of new (topic@group, queue)s are refused: the table is full (16 offsets" in app.log_text()
+    status = [sys.executable, "-m", "appliance", "status", "-c", app.conf]
+    out = subprocess.run(status, cwd=ROOT, capture_output=True, text=True).stdout
+    assert "table consumer offsets NEAR FULL: 16 of 16 (raise shmOffsetSlots)" in out, out
+    assert "table topics" not in out                                       # only what is near full
+    out = subprocess.run(status + ["--tables"], cwd=ROOT, capture_output=True, text=True).stdout
+    assert re.search(r"\nconsumer offsets +16 +16 +100\.0% +shmOffsetSlots +\d+\.\d MiB\n", out), out
+    assert re.search(r"\nqueues +\d+ +1024 +\d+\.\d% +shmQueueSlots ", out), out
     assert "Traceback" not in app.log_text()
 
 
@@ -570,7 +578,7 @@ def test_offsets_racing_for_the_last_slots_are_kept_or_refused_never_acknowledge
         r = wires[qid % 2].call(R.QUERY_CONSUMER_OFFSET, {"consumerGroup": "race", "topic": "T", "queueId": str(qid)})
         if qid in ok:
             assert r.ext["offset"] == str(sent[qid]), qid
-        else:
+        elif qid in refused:                                           # "table is full": not kept
             assert r.code != RC.SUCCESS or r.ext["offset"] in ("0", "-1"), (qid, r.code, r.ext)
     for w in wires:
         w.close()
