@@ -86,10 +86,14 @@ class BenchAppliance:
         fds = self._by_role(lambda p: p.num_fds())
         return {role: (anon[role], fds.get(role, 0)) for role in anon}
 
-    def stop(self) -> None:
+    def halt(self) -> None:
+        """A clean stop that keeps the store (a restart follows)."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             self.proc.wait(120)
+
+    def stop(self) -> None:
+        self.halt()
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
