@@ -92,6 +92,24 @@ def _pull_all(port: int, queues: list[tuple[str, int]], what: str, timeout_s: fl
           + (f"  {len(left)} never found" if left else ""), flush=True)
 
 
+def _wait_dispatched(app: BenchAppliance, count: int, timeout_s: float = 600) -> float:
+    """Until ``count`` queues have an entry (the shared queue table's max offsets; the built-in
+    topics' queues are empty; nothing asks the readers meanwhile) -> seconds taken."""
+    from appliance import config
+    from shm.state import SharedState
+    sh = SharedState(config.load(app.conf).geometry()).attach()
+    try:
+        t0 = time.monotonic()
+        qmax = sh.views["queue_max"]
+        while (done := int((qmax >= 1).sum())) < count:
+            if time.monotonic() - t0 > timeout_s:
+                raise TimeoutError(f"{done} of {count} queues dispatched after {timeout_s} s")
+            time.sleep(0.2)
+        return time.monotonic() - t0
+    finally:
+        sh.close()
+
+
 def _report(app: BenchAppliance) -> None:
     print(f"{'role':<12} {'descriptors':>11} {'anon MiB':>9}")
     for role, (anon, fds) in sorted(app.role_memory().items()):
@@ -122,6 +140,8 @@ def main() -> None:
         _timed("topic creations", args.port, (_create(f"Meta{t:05d}", args.queues, t) for t in range(args.topics)),
                args.inflight)
         _timed("sends, one per queue", args.port, (_send(t, q, i) for i, (t, q) in enumerate(queues)))
+        print(f"{'dispatched, every queue':<34} {len(queues):>8} in {_wait_dispatched(app, len(queues)):7.2f} s "
+              f"after the last send's answer", flush=True)
         _pull_all(args.port, queues, "pulls, one per queue")
         _timed("consumer offsets committed", args.port,
                (_commit(t, q, i) for i, (t, q) in enumerate(queues[:args.offsets])))
