@@ -51,8 +51,8 @@ def _tables(cfg, every: bool) -> None:
 def _status(cfg, tables: bool = False) -> int:
     """Each role: up or down, its pid, and the systemd unit that runs it (none under ``appliance
     start``); "supervisor" is the supervisor or, under systemd, the store's keeper."""
-    all_up = True
-    for role in ["supervisor", *roles_for(cfg)]:
+    all_up, roles = True, roles_for(cfg)
+    for role in ["supervisor", *roles]:
         pid, state = None, "down"
         try:
             with open(pid_path(cfg, role)) as f:
@@ -68,7 +68,7 @@ def _status(cfg, tables: bool = False) -> int:
         unit = _unit(pid) if state == "up" and pid else ""
         print(f"{role:<11} {state:<5} pid {pid if pid else '-'}" + (f"  {unit}" if unit else ""))
     _tables(cfg, tables)
-    if "haproxy" in roles_for(cfg):
+    if "haproxy" in roles:
         from haproxy.service import admission_limit, connections, frontend_stats
         row = frontend_stats(cfg)
         if row is not None:

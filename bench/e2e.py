@@ -503,11 +503,16 @@ class RocketMQServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def create_topic_command(topic: str, queues: int, opaque: int = 0) -> Command:
+    """UPDATE_AND_CREATE_TOPIC as an admin tool sends it."""
+    return Command(R.UPDATE_AND_CREATE_TOPIC, {
+        "topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(queues), "writeQueueNums": str(queues),
+        "perm": "6", "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"}, opaque=opaque)
+
+
 def create_topic(port: int, topic: str, queues: int) -> None:
     """As an admin tool would: UPDATE_AND_CREATE_TOPIC through HAProxy on ``port``."""
-    resp = _call(port, Command(R.UPDATE_AND_CREATE_TOPIC, {
-        "topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(queues), "writeQueueNums": str(queues),
-        "perm": "6", "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"}))
+    resp = _call(port, create_topic_command(topic, queues))
     if resp.code != 0:
         raise RuntimeError(f"creating {topic} failed: {resp.code} {resp.remark}")
 

@@ -19,6 +19,8 @@ import sys
 import time
 
 from bench.appliance import ROOT, BenchAppliance
+from bench.e2e import create_topic_command
+from bench.longpoll import _read, _send_frame
 from remoting import codec
 from remoting.codec import Command, Decoder
 from remoting.codes import RequestCode as R
@@ -27,34 +29,16 @@ WINDOW = 1024              # requests in flight on one connection
 
 
 def _pipelined(port: int, frames, window: int = WINDOW) -> list[Command]:
-    """Send ``frames`` (encoded requests) on one connection, ``window`` in flight -> the responses."""
+    """Send ``frames`` (encoded requests) on one connection, ``window`` at a time -> the responses."""
     out: list[Command] = []
+    frames = list(frames)
     with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
-        dec, sent, frames = Decoder(), 0, list(frames)
-        while len(out) < len(frames):
-            if sent < len(frames) and sent - len(out) < window:
-                chunk = frames[sent:sent + window - (sent - len(out))]
-                s.sendall(b"".join(chunk))
-                sent += len(chunk)
-                continue
-            data = s.recv(1 << 20)
-            if not data:
-                raise ConnectionError("closed by the appliance")
-            out += dec.feed(data)
+        dec = Decoder()
+        for at in range(0, len(frames), window):
+            chunk = frames[at:at + window]
+            s.sendall(b"".join(chunk))
+            out += _read(s, dec, len(chunk))
     return out
-
-
-def _create(topic: str, queues: int, opaque: int) -> bytes:
-    return codec.encode(Command(R.UPDATE_AND_CREATE_TOPIC, {
-        "topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(queues), "writeQueueNums": str(queues),
-        "perm": "6", "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"}, opaque=opaque))
-
-
-def _send(topic: str, queue: int, opaque: int) -> bytes:
-    return codec.encode(Command(R.SEND_MESSAGE_V2, {
-        "a": "bench-producers", "b": topic, "c": "TBW102", "d": "1", "e": str(queue), "f": "0",
-        "g": str(int(time.time() * 1000)), "h": "0", "i": "", "j": "0", "k": "false"}, f"{topic}/{queue}".encode(),
-        opaque=opaque))
 
 
 def _pull(topic: str, queue: int, opaque: int) -> bytes:
@@ -137,9 +121,10 @@ def main() -> None:
           f"ulimit -n={__import__('resource').getrlimit(__import__('resource').RLIMIT_NOFILE)}")
     try:
         app.start(ready=app.wait_serving)
-        _timed("topic creations", args.port, (_create(f"Meta{t:05d}", args.queues, t) for t in range(args.topics)),
+        _timed("topic creations", args.port, (codec.encode(create_topic_command(f"Meta{t:05d}", args.queues, t))
+                                         for t in range(args.topics)),
                args.inflight)
-        _timed("sends, one per queue", args.port, (_send(t, q, i) for i, (t, q) in enumerate(queues)))
+        _timed("sends, one per queue", args.port, (_send_frame(t, q, f"{t}/{q}".encode(), i) for i, (t, q) in enumerate(queues)))
         print(f"{'dispatched, every queue':<34} {len(queues):>8} in {_wait_dispatched(app, len(queues)):7.2f} s "
               f"after the last send's answer", flush=True)
         _pull_all(args.port, queues, "pulls, one per queue")
