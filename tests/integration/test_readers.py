@@ -556,17 +556,19 @@ def test_offsets_racing_for_the_last_slots_are_kept_or_refused_never_acknowledge
     slots = 100
     app = appliance_factory(shmOffsetSlots=str(slots)).start()
     wires = [Wire("127.0.0.1", app.cfg.reader_port(i % 2)) for i in range(4)]
-    sent = {}
+    sent, asked = {}, {}
     for i, w in enumerate(wires):                              # 4 x 40 = 160 new offsets, all pipelined
         for q in range(40):
             qid = i * 40 + q
             sent[qid] = 1000 + qid
-            w.send(R.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "race", "topic": "T", "queueId": str(qid),
-                                              "commitOffset": str(sent[qid])})
+            opaque = w.send(R.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "race", "topic": "T", "queueId": str(qid),
+                                                       "commitOffset": str(sent[qid])})
+            asked[(i, opaque)] = qid
     answers = {}
-    for i, w in enumerate(wires):
-        for q in range(40):
-            answers[i * 40 + q] = w.read_response()
+    for i, w in enumerate(wires):          # by opaque: a refusal is answered at once, before the commits
+        for _ in range(40):                # ahead of it that wait for the writer
+            r = w.read_response()
+            answers[asked[(i, r.opaque)]] = r
     ok = {qid for qid, r in answers.items() if r.code == RC.SUCCESS}
     refused = {qid for qid, r in answers.items() if r.code == RC.SYSTEM_ERROR and "table is full" in r.remark}
     late = {qid for qid, r in answers.items() if r.code == RC.SYSTEM_ERROR and "not applied within" in r.remark}
