@@ -129,6 +129,15 @@ class MappedFile:
             self.cache.touch(self)
         return self
 
+    def defer(self) -> "MappedFile":
+        """A file under a budget, known but not mapped yet: its size is checked now, and its first
+        ``use`` maps it (a store of 100,000 queues loads without mapping them all)."""
+        length = os.stat(self.path).st_size
+        if length != self.size:
+            raise FileSizeMismatch(f"{self.path}: length {length} is not the configured file size {self.size}")
+        self.released = True
+        return self
+
     def use(self) -> "MappedFile":
         """This file, mapped: opened again if its budget released it, and counted as used now
         (the LRU's order). Callers of a file under a budget take it through here before using
@@ -298,19 +307,26 @@ class MappedFileQueue:
     """A directory of equally sized mapped files, ordered by start offset; with ``cache``, its
     files count against that budget of open files (``OpenFiles``)."""
 
-    def __init__(self, directory: str, file_size: int, writable: bool, cache: OpenFiles | None = None):
+    def __init__(self, directory: str, file_size: int, writable: bool, cache: OpenFiles | None = None,
+                 readahead: bool = True):
         self.directory, self.file_size, self.writable, self.cache = directory, file_size, writable, cache
+        self.readahead = readahead
         self.files: list[MappedFile] = []
 
     def _file(self, path: str, start: int) -> MappedFile:
-        return MappedFile(path, start, self.file_size, self.writable, cache=self.cache)
+        return MappedFile(path, start, self.file_size, self.writable, self.readahead, self.cache)
+
+    def _known(self, path: str, start: int, create: bool = False) -> MappedFile:
+        """A file of the directory: mapped now, or under a budget at its first use (``defer``)."""
+        mf = self._file(path, start)
+        return mf.defer() if self.cache is not None and not create else mf.open(create=create)
 
     def load(self) -> "MappedFileQueue":
-        """Map every file in the directory; a file of the wrong size fails the load.  The newest
-        file may still be short of its size: its creator is making it (``MappedFile.open``: the
-        file is made empty, then given its size), or was killed doing so.  A read-only user
-        leaves it to ``refresh``, which maps it once it has its size; its owner (loading for
-        recovery) finishes creating it."""
+        """Every file in the directory, mapped (under a budget: at first use); a file of the wrong
+        size fails the load.  The newest file may still be short of its size: its creator is
+        making it (``MappedFile.open``: the file is made empty, then given its size), or was
+        killed doing so.  A read-only user leaves it to ``refresh``, which maps it once it has
+        its size; its owner (loading for recovery) finishes creating it."""
         if not os.path.isdir(self.directory):         # made with its first file (``create``)
             return self
         names = sorted(n for n in os.listdir(self.directory) if is_offset_name(n))
@@ -320,7 +336,7 @@ class MappedFileQueue:
                 unfinished = i == len(names) - 1 and os.path.getsize(path) < self.file_size
                 if unfinished and not self.writable:
                     break
-                self.files.append(self._file(path, int(name)).open(create=unfinished))
+                self.files.append(self._known(path, int(name), create=unfinished))
         except BaseException:
             self.close()
             raise
@@ -335,7 +351,7 @@ class MappedFileQueue:
             if int(name) not in known and (not self.files or int(name) > self.files[-1].start):
                 path = os.path.join(self.directory, name)
                 if os.path.getsize(path) == self.file_size:
-                    self.files.append(self._file(path, int(name)).open())
+                    self.files.append(self._known(path, int(name)))
 
     @property
     def min_offset(self) -> int:

@@ -148,3 +148,38 @@ def test_more_queue_files_than_the_budget_of_open_files_stay_readable_and_writab
     for cq in cqs + readers:
         cq.close()
     assert _mapped(tmp_path) == 0 and _open_fds(tmp_path) == 0
+
+
+def test_loading_queues_maps_none_of_their_files_until_a_read_and_then_without_read_ahead(tmp_path):
+    """Recovery loads every queue of the store: a load reads each queue's last file up to its first
+    invalid entry (pread) and maps nothing; a read maps the file it needs, with MADV_RANDOM (a fault
+    on a fresh sparse file would otherwise read ahead 8 MiB of holes: milliseconds per new queue)."""
+    from tests.unit.store.test_mappedfile import mappings
+    cqs = [ConsumeQueue(str(tmp_path), "T", q, file_size_for(6000), True).load() for q in range(3)]
+    for q, cq in enumerate(cqs):
+        cq.put(0, arr(q * 100), arr(100), arr(q))
+        cq.close()
+    loaded = [ConsumeQueue(str(tmp_path), "T", q, file_size_for(6000), False).load() for q in range(3)]
+    assert [(cq.max_offset, cq.max_phys) for cq in loaded] == [(1, 100), (1, 200), (1, 300)]
+    assert _mapped(tmp_path) == 0 and _open_fds(tmp_path) == 0
+    assert loaded[1].entries(0, 1)["phys"].tolist() == [100]
+    flags = [fl for fl, _rss in mappings(str(tmp_path / "consumequeue/T/1/00000000000000000000"))]
+    assert len(flags) == 1 and "rr" in flags[0] and _mapped(tmp_path) == 1
+    for cq in loaded:
+        cq.close()
+
+
+@pytest.mark.parametrize("entries", [0, 1, 1023, 1024, 1025, 5000, 6000])
+def test_recovery_reads_up_to_the_first_invalid_entry_across_its_growing_reads(tmp_path, entries):
+    """``_valid`` reads 1,024 entries, then twice as many each time: the end is found wherever it
+    falls (0, inside the first read, at its edge, past it, at the file's end and into the next)."""
+    per_file = 3000
+    cq = ConsumeQueue(str(tmp_path), "T", 0, per_file * ENTRY_SIZE, True).load()
+    if entries:
+        phys = np.arange(entries, dtype=np.int64) * 50
+        cq.put(0, phys, np.full(entries, 50), np.zeros(entries, np.int64))
+    cq.close()
+    again = ConsumeQueue(str(tmp_path), "T", 0, per_file * ENTRY_SIZE, True).load()
+    assert (again.max_offset, again.max_phys) == (entries, entries * 50)
+    assert len(again.files.files) == -(-entries // per_file)
+    again.close()
