@@ -127,6 +127,9 @@ def _abnormal_start(commitlog: MappedFileQueue, min_ts: int) -> int:
 
 
 def _load_queues(cfg) -> dict:
+    """Every consume queue of the store, each with the end of its valid entries found (and none
+    of its files mapped: a store may hold 100,000 queues).  A queue directory holding no file
+    holds nothing."""
     cqs = {}
     base = os.path.join(cfg.root, "consumequeue")
     if not os.path.isdir(base):
@@ -134,9 +137,10 @@ def _load_queues(cfg) -> dict:
     size = file_size_for(cfg.mappedFileSizeConsumeQueue)
     for topic in sorted(os.listdir(base)):
         for qid in sorted(os.listdir(os.path.join(base, topic))):
-            path = os.path.join(base, topic, qid)
-            if qid.lstrip("-").isdigit() and os.listdir(path):      # empty directories hold nothing
-                cqs[(topic, int(qid))] = ConsumeQueue(cfg.root, topic, int(qid), size, True).load()
+            if qid.lstrip("-").isdigit():
+                cq = ConsumeQueue(cfg.root, topic, int(qid), size, True).load()
+                if cq.files.files:
+                    cqs[(topic, int(qid))] = cq
     return cqs
 
 

@@ -32,7 +32,7 @@ ENTRY = np.dtype([("phys", ">i8"), ("size", ">i4"), ("tags", ">i8")])
 ENTRY_SIZE = 20
 assert ENTRY.itemsize == ENTRY_SIZE
 BLANK_ENTRY = (0, 0x7FFFFFFF, 0)   # fills the front of a queue whose first file starts late
-FIRST_READ = 1024 * ENTRY_SIZE     # recovery's first read of a file (``_valid``): 20 KiB, 5 pages
+FIRST_READ = 4096 // ENTRY_SIZE * ENTRY_SIZE   # recovery's first read of a file (``_valid``): 204 entries, a page
 FEW_ENTRIES = 8                    # a run of at most this many entries is written with struct
 # ENTRY's layout again, for those struct writes: phys and tags (size left 0), then the size
 _PHYS_TAGS, _SIZE, _SIZE_AT = struct.Struct(">q4xq"), struct.Struct(">i"), ENTRY.fields["size"][1]

@@ -129,10 +129,10 @@ class MappedFile:
             self.cache.touch(self)
         return self
 
-    def defer(self) -> "MappedFile":
-        """A file under a budget, known but not mapped yet: its size is checked now, and its first
-        ``use`` maps it (a store of 100,000 queues loads without mapping them all)."""
-        length = os.stat(self.path).st_size
+    def defer(self, length: int) -> "MappedFile":
+        """A file under a budget, known but not mapped yet: its ``length`` (as found) is checked
+        now, and its first ``use`` maps it (a store of 100,000 queues loads without mapping them
+        all)."""
         if length != self.size:
             raise FileSizeMismatch(f"{self.path}: length {length} is not the configured file size {self.size}")
         self.released = True
@@ -316,10 +316,11 @@ class MappedFileQueue:
     def _file(self, path: str, start: int) -> MappedFile:
         return MappedFile(path, start, self.file_size, self.writable, self.readahead, self.cache)
 
-    def _known(self, path: str, start: int, create: bool = False) -> MappedFile:
-        """A file of the directory: mapped now, or under a budget at its first use (``defer``)."""
+    def _known(self, path: str, start: int, length: int, create: bool = False) -> MappedFile:
+        """A file of the directory (``length`` bytes now): mapped now, or under a budget at its
+        first use (``defer``)."""
         mf = self._file(path, start)
-        return mf.defer() if self.cache is not None and not create else mf.open(create=create)
+        return mf.defer(length) if self.cache is not None and not create else mf.open(create=create)
 
     def load(self) -> "MappedFileQueue":
         """Every file in the directory, mapped (under a budget: at first use); a file of the wrong
@@ -327,16 +328,18 @@ class MappedFileQueue:
         making it (``MappedFile.open``: the file is made empty, then given its size), or was
         killed doing so.  A read-only user leaves it to ``refresh``, which maps it once it has
         its size; its owner (loading for recovery) finishes creating it."""
-        if not os.path.isdir(self.directory):         # made with its first file (``create``)
+        try:
+            names = sorted(n for n in os.listdir(self.directory) if is_offset_name(n))
+        except FileNotFoundError:                     # made with its first file (``create``)
             return self
-        names = sorted(n for n in os.listdir(self.directory) if is_offset_name(n))
         try:
             for i, name in enumerate(names):
                 path = os.path.join(self.directory, name)
-                unfinished = i == len(names) - 1 and os.path.getsize(path) < self.file_size
+                length = os.stat(path).st_size
+                unfinished = i == len(names) - 1 and length < self.file_size
                 if unfinished and not self.writable:
                     break
-                self.files.append(self._known(path, int(name), create=unfinished))
+                self.files.append(self._known(path, int(name), length, create=unfinished))
         except BaseException:
             self.close()
             raise
@@ -350,8 +353,9 @@ class MappedFileQueue:
         for name in sorted(n for n in os.listdir(self.directory) if is_offset_name(n)):
             if int(name) not in known and (not self.files or int(name) > self.files[-1].start):
                 path = os.path.join(self.directory, name)
-                if os.path.getsize(path) == self.file_size:
-                    self.files.append(self._known(path, int(name)))
+                length = os.path.getsize(path)
+                if length == self.file_size:
+                    self.files.append(self._known(path, int(name), length))
 
     @property
     def min_offset(self) -> int:

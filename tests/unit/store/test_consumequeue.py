@@ -169,10 +169,13 @@ def test_loading_queues_maps_none_of_their_files_until_a_read_and_then_without_r
         cq.close()
 
 
-@pytest.mark.parametrize("entries", [0, 1, 1023, 1024, 1025, 5000, 6000])
+@pytest.mark.parametrize("entries", [0, 1, 203, 204, 205, 5000, 6000])
 def test_recovery_reads_up_to_the_first_invalid_entry_across_its_growing_reads(tmp_path, entries):
-    """``_valid`` reads 1,024 entries, then twice as many each time: the end is found wherever it
-    falls (0, inside the first read, at its edge, past it, at the file's end and into the next)."""
+    """``_valid`` reads a page (204 entries), then twice as much each time: the end is found
+    wherever it falls (0, inside the first read, at its edge, past it, at the file's end and into
+    the next)."""
+    from store.consumequeue import FIRST_READ
+    assert FIRST_READ == 204 * ENTRY_SIZE
     per_file = 3000
     cq = ConsumeQueue(str(tmp_path), "T", 0, per_file * ENTRY_SIZE, True).load()
     if entries:
