@@ -53,6 +53,9 @@ def _commit(topic: str, queue: int, opaque: int) -> bytes:
         "consumerGroup": "bench_meta", "topic": topic, "queueId": str(queue), "commitOffset": "1"}, opaque=opaque))
 
 
+SOLO = 200                  # topic creations timed one at a time, before and after the many
+
+
 def _timed(what: str, port: int, frames, window: int = WINDOW) -> tuple[float, list[Command]]:
     t0 = time.monotonic()
     out = _pipelined(port, frames, window)
@@ -61,6 +64,14 @@ def _timed(what: str, port: int, frames, window: int = WINDOW) -> tuple[float, l
     print(f"{what:<34} {len(out):>8} in {took:7.2f} s  {len(out) / took:>9.0f}/s"
           + (f"  {len(bad)} failed: {bad[0].code} {bad[0].remark}" if bad else ""), flush=True)
     return took, out
+
+
+def _one_at_a_time(port: int, prefix: str, queues: int, n: int = SOLO) -> None:
+    """``n`` topic creations, each sent once the last is answered (an admin tool's loop): what one
+    creation costs with as many topics as the broker holds now."""
+    took, _out = _timed(f"topic creations, one at a time", port, (
+        codec.encode(create_topic_command(f"{prefix}{t:05d}", queues, t)) for t in range(n)), 1)
+    print(f"{'':<34} {took / n * 1000:8.2f} ms each", flush=True)
 
 
 def _pull_all(port: int, queues: list[tuple[str, int]], what: str, timeout_s: float = 300) -> None:
@@ -121,9 +132,11 @@ def main() -> None:
           f"ulimit -n={__import__('resource').getrlimit(__import__('resource').RLIMIT_NOFILE)}")
     try:
         app.start(ready=app.wait_serving)
+        _one_at_a_time(args.port, "First", args.queues)
         _timed("topic creations", args.port, (codec.encode(create_topic_command(f"Meta{t:05d}", args.queues, t))
                                          for t in range(args.topics)),
                args.inflight)
+        _one_at_a_time(args.port, "Later", args.queues)
         _timed("sends, one per queue", args.port, (_send_frame(t, q, f"{t}/{q}".encode(), i) for i, (t, q) in enumerate(queues)))
         print(f"{'dispatched, every queue':<34} {len(queues):>8} in {_wait_dispatched(app, len(queues)):7.2f} s "
               f"after the last send's answer", flush=True)
