@@ -69,7 +69,7 @@ def _timed(what: str, port: int, frames, window: int = WINDOW) -> tuple[float, l
 def _one_at_a_time(port: int, prefix: str, queues: int, n: int = SOLO) -> None:
     """``n`` topic creations, each sent once the last is answered (an admin tool's loop): what one
     creation costs with as many topics as the broker holds now."""
-    took, _out = _timed(f"topic creations, one at a time", port, (
+    took, _out = _timed("topic creations, one at a time", port, (
         codec.encode(create_topic_command(f"{prefix}{t:05d}", queues, t)) for t in range(n)), 1)
     print(f"{'':<34} {took / n * 1000:8.2f} ms each", flush=True)
 

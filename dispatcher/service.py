@@ -22,7 +22,7 @@ import numpy as np
 
 from shm.layout import C, S
 from shm.tables import QueueIndex
-from store import configfile, indexfile, message, propscan, salvage, timer
+from store import indexfile, message, propscan, salvage, timer, topicjournal
 from store.consumequeue import ConsumeQueue, file_size_for
 from store.delay import SCHEDULE_TOPIC_BYTES, deliver_ts
 from store.errors import Condition, CorruptData, StoreError, no_space
@@ -430,7 +430,7 @@ class DispatcherService:
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         self.hidden_at = time.monotonic()
         try:
-            data = configfile.read(os.path.join(self.cfg.config_dir, "topics.json")) or {}
+            data = topicjournal.read(self.cfg.config_dir) or {}
         except StoreError as e:                             # (the writer's file: it says so itself)
             log.warning("per-topic retention skipped this time: %s", e)
             return

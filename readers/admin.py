@@ -19,7 +19,7 @@ from remoting.codes import RequestCode as R
 from remoting.codes import ResponseCode as RC
 from remoting.headers import HeaderError
 from shm.layout import C, T
-from store import configfile, delay, groupconfig, message
+from store import configfile, delay, groupconfig, message, topicjournal
 from store.errors import StoreError
 from store.topicconfig import QueueNumsOutOfRange, check_queue_nums, topic_config
 
@@ -256,7 +256,7 @@ class AdminProcessor:
         return cmd.response()
 
     def all_topics(self, cmd, _conn):
-        data = configfile.read(os.path.join(self.cfg.config_dir, "topics.json")) or {}
+        data = topicjournal.read(self.cfg.config_dir) or {}
         return cmd.response(body=json.dumps(data, sort_keys=True).encode())
 
     # ------------------------------------------------------------ what admin tools read

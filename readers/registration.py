@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 
 import orjson
@@ -31,7 +30,7 @@ from remoting.codes import RequestCode as R
 from remoting.codes import ResponseCode as RC
 from shm.layout import C, T
 from shm.tables import TopicChanges
-from store import configfile
+from store import topicjournal
 from store.message import body_crc
 from store.topicconfig import topic_config
 
@@ -72,7 +71,7 @@ class Registrar:
         """The whole table, as topics.json has it (persisted before the shared rows show a change,
         so marking them seen first leaves nothing out)."""
         self.changes.mark()
-        data = configfile.read(os.path.join(self.cfg.config_dir, "topics.json")) or {}
+        data = topicjournal.read(self.cfg.config_dir) or {}
         return self._body(data.get("dataVersion", {"counter": 0, "timestamp": 0}), data.get("topicConfigTable", {}))
 
     def _changed(self) -> bytes | None:

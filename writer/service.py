@@ -228,6 +228,7 @@ class WriterService:
             if not self.step():
                 self.sh.writer_waker.wait(1.0)
             self.offsets.persist()
+            self.topics.persist()
             self.groups.settle()
         while self.step():     # drain what producers already queued
             pass

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from shm.layout import NAME_BYTES, C, T
 from shm.tables import TableFull
-from store import configfile
+from store import configfile, topicjournal
 from store.consumequeue import queue_dir
 from store.delay import SCHEDULE_TOPIC
 from store.timer import TIMER_TOPIC
@@ -35,13 +35,14 @@ from writer.filethread import FileThread
 
 log = logging.getLogger("rocketbox.writer")
 SYSTEM_QUEUES_TOPICS = (SCHEDULE_TOPIC, TIMER_TOPIC)     # the roles' own topics, added to an older store's table
-
+REWRITE_AFTER_S = 1.0       # topics.json is rewritten whole this long after the last change (store/topicjournal.py)
 
 
 class _Change(NamedTuple):
-    """A topic's creation or update on its way to topics.json; ``token`` is the requester's."""
-    name: str
-    tc: dict
+    """A topic's creation or update on its way to topics.json; ``token`` is the requester's.  A
+    change without a name is the request to rewrite topics.json whole (``REWRITE``)."""
+    name: str | None
+    tc: dict | None
     version: dict           # topics.json's dataVersion once this change is in it
     token: object
 
@@ -50,8 +51,9 @@ class TopicTable:
     """Write side of the shared topic table plus the full TopicConfig dicts behind it.
 
     In the writer's loop a change is ``request``ed: checked, laid out into the configs at once, and
-    written to topics.json by a thread (``writer.filethread``); ``settle`` then publishes each
-    change whose write is done, so the file is never behind what producers see, and reports it."""
+    made durable by a thread (``writer.filethread``): a line in topics.json's journal, and now and
+    then topics.json rewritten whole (``store/topicjournal.py``); ``settle`` then publishes each
+    change whose write is done, so the files are never behind what producers see, and reports it."""
 
     def __init__(self, cfg, views: dict, control, waker=None):
         self.path = os.path.join(cfg.config_dir, "topics.json")
@@ -64,10 +66,14 @@ class TopicTable:
         self.making: set[str] = set()               # new topics requested, not published yet
         self.waker, self.file = waker, None         # the FileThread, started by the first request
         self.unclaimed: list[tuple] = []            # settled by ``upsert`` for ``settle``'s caller
+        self.journal = topicjournal.Journal(cfg.config_dir)   # the file thread's
+        self.changed_at = 0.0                       # monotonic time of the last change requested
+        self.rewriting = False                      # a REWRITE submitted, not settled yet
 
     def load(self) -> None:
-        """Boot: read topics.json (creating it with the built-in topics) into the shared table."""
-        data = configfile.read(self.path)
+        """Boot: read topics.json and its journal (creating the file with the built-in topics) into
+        the shared table; a journal that holds changes is folded into the file."""
+        data = topicjournal.read(self.cfg.config_dir)
         if data is None:
             data = {"topicConfigTable": {t["topicName"]: t for t in builtin_topics(self.cfg)}}
             self._set_configs(data["topicConfigTable"], self.data_version)
@@ -78,6 +84,7 @@ class TopicTable:
                 if tc["topicName"] in SYSTEM_QUEUES_TOPICS and tc["topicName"] not in table:
                     table[tc["topicName"]] = tc
             self._set_configs(table, data.get("dataVersion", self.data_version))
+            self._fold_journal()
         for name, tc in self.configs.items():
             try:
                 check_queue_nums(tc, self.cfg.maxTopicQueueNums)
@@ -87,10 +94,17 @@ class TopicTable:
 
     def attach(self) -> None:
         """A restarted writer: the shared table is already filled; re-read the full configs."""
-        data = configfile.read(self.path) or {}
+        data = topicjournal.read(self.cfg.config_dir) or {}
         self._set_configs(data.get("topicConfigTable", {}), data.get("dataVersion", self.data_version))
+        self._fold_journal()             # (a line the last writer was cut short in must not run into a new one)
         for i in range(int(self.control[C.TOPIC_COUNT])):
             self.index[self.names[i].decode()] = i
+
+    def _fold_journal(self) -> None:
+        """The journal's changes (already in the configs) into topics.json, and the journal emptied."""
+        if not self.journal.empty:
+            configfile.write_bytes(self.path, self.laid.file({"dataVersion": self.data_version}))
+            self.journal.clear()
 
     def request(self, tc: dict, token=None) -> None:
         """Create or update a topic: checked here (QueueNumsOutOfRange, TableFull, ValueError), then
@@ -115,6 +129,15 @@ class TopicTable:
             if new:
                 self.making.add(name)
             self.file.submit(_Change(name, tc, self.data_version, token))
+        self.changed_at = time.monotonic()
+
+    def persist(self) -> None:
+        """In the writer's loop: topics.json rewritten whole once changes stop coming for
+        ``REWRITE_AFTER_S`` (what the journal holds meanwhile is durable already)."""
+        if (self.journal.held and not self.rewriting and self.file is not None
+                and time.monotonic() - self.changed_at >= REWRITE_AFTER_S):
+            self.rewriting = True
+            self.file.submit(_Change(None, None, self.data_version, None))
 
     def settle(self) -> list[tuple]:
         """Publish each change topics.json now has: ``(token, topic index, None)`` each, or
@@ -128,6 +151,9 @@ class TopicTable:
                 log.error("cannot write %s: %s; %d topic change(s) refused", self.path, error, len(changes))
                 self._undo(changes)
             for ch in changes:
+                if ch.name is None:                     # a REWRITE (failed: the next one tries again)
+                    self.rewriting = False
+                    continue
                 self.making.discard(ch.name)
                 if error is not None:
                     out.append((ch.token, None, error))
@@ -155,22 +181,35 @@ class TopicTable:
         return got
 
     def close(self) -> None:
-        """The loop's stop: the file thread writes what is pending and ends (``settle`` after)."""
+        """The loop's stop: the file thread writes what is pending, topics.json whole, and ends
+        (``settle`` after)."""
         if self.file is not None:
+            self.file.submit(_Change(None, None, self.data_version, None))
             self.file.close()
 
-    def _lay_out(self, changes: list[_Change]) -> bytes:          # the file thread's, under the lock
-        return self.laid.file({"dataVersion": changes[-1].version})
+    def _lay_out(self, changes: list[_Change]) -> bytes | list[bytes]:   # the file thread's, under the lock
+        """topics.json whole (bytes), for a REWRITE or a journal that would pass JOURNAL_MAX; else
+        the changes' journal lines (a list)."""
+        named = [ch for ch in changes if ch.name is not None]
+        if len(named) < len(changes) or self.journal.held + len(named) > topicjournal.JOURNAL_MAX:
+            return self.laid.file({"dataVersion": changes[-1].version})
+        return [topicjournal.line(ch.version, ch.tc) for ch in named]
 
-    def _store(self, text: bytes, changes: list[_Change]) -> None:   # the file thread's
-        """The topic directories first, so the file never names a topic whose directory
-        recovery would find missing (and read as deleted); if either step fails, the directories
-        made for it are removed again (empty ones hold nothing, but an undone topic leaves none)."""
+    def _store(self, laid: bytes | list[bytes], changes: list[_Change]) -> None:   # the file thread's
+        """The topic directories first, so the files never name a topic whose directory
+        recovery would find missing (and read as deleted); then the journal's lines, or topics.json
+        whole and the journal emptied.  If a step fails, the directories made for it are removed
+        again (empty ones hold nothing, but an undone topic leaves none)."""
         made: list[str] = []
         try:
             for ch in changes:
-                self._ensure_dirs(ch.name, ch.tc, made)
-            configfile.write_bytes(self.path, text)
+                if ch.name is not None:
+                    self._ensure_dirs(ch.name, ch.tc, made)
+            if isinstance(laid, bytes):
+                configfile.write_bytes(self.path, laid)
+                self.journal.clear()
+            else:
+                self.journal.append(laid)
         except OSError:
             for d in reversed(made):
                 with contextlib.suppress(OSError):
@@ -181,7 +220,7 @@ class TopicTable:
         """A failed write's changes out of the configs again, unless a later change replaced one."""
         with self.file.lock:
             for ch in reversed(changes):
-                if self.configs.get(ch.name) is not ch.tc:
+                if ch.name is None or self.configs.get(ch.name) is not ch.tc:
                     continue
                 before = self.durable.get(ch.name)
                 if before is None:

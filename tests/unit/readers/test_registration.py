@@ -8,7 +8,7 @@ import socket
 import time
 
 from readers.registration import PERIOD_S, RETRY_FIRST_S, Registrar
-from store import configfile
+from store import topicjournal
 from tests.unit.writer.rig import running_store, small_config
 from writer.topics import topic_config
 
@@ -58,7 +58,7 @@ def test_a_registration_after_a_change_carries_the_changed_topics_alone(tmp_path
         assert reg._changed() is None                # what was there when it started goes whole
         w.topics.upsert(topic_config("Made", 4, 2))
         version, table = _table(reg._changed())
-        on_disk = configfile.read(os.path.join(cfg.config_dir, "topics.json"))
+        on_disk = topicjournal.read(cfg.config_dir)
         assert version == on_disk["dataVersion"] and version["counter"] >= 2
         assert table == {"Made": topic_config("Made", 4, 2)}
         assert reg._changed() is None                # registered: nothing new
@@ -73,6 +73,6 @@ def test_a_registration_after_a_change_carries_the_changed_topics_alone(tmp_path
         # the whole table is topics.json's, and what it covered is not sent again
         w.topics.upsert(topic_config("Late", 3, 3))
         version, table = _table(reg._whole())
-        on_disk = configfile.read(os.path.join(cfg.config_dir, "topics.json"))
+        on_disk = topicjournal.read(cfg.config_dir)
         assert table == on_disk["topicConfigTable"] and "Late" in table and version == on_disk["dataVersion"]
         assert reg._changed() is None

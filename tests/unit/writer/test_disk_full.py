@@ -54,18 +54,19 @@ def test_full_disk_refuses_cleanly_and_loses_nothing(small_fs):
 
 
 def test_a_topic_whose_topics_json_cannot_be_written_is_refused_and_undone(small_fs):
-    """topics.json's write fails (the disk is full): the creation is answered SYSTEM_ERROR, the
-    topic is not published, and neither the file nor the next write has it; once there is room
-    again the next creation goes through."""
-    from store import configfile
+    """topics.json's journal cannot take the change (the disk is full): the creation is answered
+    SYSTEM_ERROR, the topic is not published, the part of its line that was written is taken out
+    again, and neither the files nor the next write have it; once there is room again the next
+    creation goes through."""
+    from store import configfile, topicjournal
     from writer import protocol as P
     from writer.topics import topic_config
 
     cfg = small_config(small_fs / "store", "t", mappedFileSizeCommitLog=1024 * 1024)
     path = os.path.join(cfg.config_dir, "topics.json")
 
-    def create(name):
-        rid = c.push_topic(topic_config(name, 1, 1))
+    def create(name, **extra):
+        rid = c.push_topic(topic_config(name, 1, 1, **extra))
         while w.step():
             pass
         w.topics.file.wait_idle()
@@ -88,19 +89,22 @@ def test_a_topic_whose_topics_json_cannot_be_written_is_refused_and_undone(small
                     f.flush()
             except OSError:
                 pass
-        lost = create("Lost")
+        lost = create("Lost", purgedQueues={str(q): 1 for q in range(2000)})    # its line: more than a page
         assert lost.status == P.SYSTEM_ERROR
         assert int(sh.control[C.TOPIC_COUNT]) == count and w.topics.index.get("Lost") is None
         assert "Lost" not in w.topics.configs and int(sh.control[C.TOPICS_DATA_VERSION]) == version
-        assert open(path, "rb").read() == before
+        assert open(path, "rb").read() == before and "Lost" not in topicjournal.read(cfg.config_dir)["topicConfigTable"]
         assert not os.path.exists(os.path.join(cfg.root, "consumequeue", "Lost"))
         os.unlink(filler)
         later = create("Later")
         assert later.status == P.SUCCESS and later.queue_id == count
+        table = topicjournal.read(cfg.config_dir)["topicConfigTable"]      # (Lost's cut line gone: Later parses)
+        assert "Later" in table and "Kept" in table and "Lost" not in table
+        w.close()                                                      # the stop: topics.json whole again
         table = configfile.read(path)["topicConfigTable"]
         assert "Later" in table and "Kept" in table and "Lost" not in table
+        assert os.path.getsize(topicjournal.path_of(cfg.config_dir)) == 0
         c.close()
-        w.close()
     finally:
         sh.close()
         sh.unlink()

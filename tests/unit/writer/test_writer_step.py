@@ -9,7 +9,7 @@ import pytest
 
 from appliance.check import check
 from shm.layout import C, S
-from store import configfile, message
+from store import message, topicjournal
 from tests.unit.store.test_mappedfile import mappings
 from tests.unit.writer.rig import running_store, small_config
 from writer import protocol as P
@@ -389,7 +389,7 @@ def test_a_topic_is_answered_once_topics_json_has_it_and_sends_meanwhile_are_not
         [(P.SUCCESS, count), (P.SUCCESS, count + 1), (P.SUCCESS, count + 2)]
     assert int(sh.control[C.TOPIC_COUNT]) == count + 3
     assert int(sh.control[C.TOPICS_DATA_VERSION]) == version + 3
-    saved = configfile.read(os.path.join(cfg.config_dir, "topics.json"))
+    saved = topicjournal.read(cfg.config_dir)                 # topics.json with its journal
     assert saved["dataVersion"]["counter"] == version + 3
     assert {f"Made{i}" for i in range(3)} <= set(saved["topicConfigTable"])
     assert all(os.path.isdir(os.path.join(cfg.root, "consumequeue", f"Made{i}")) for i in range(3))
@@ -421,5 +421,5 @@ def test_a_topic_whose_queue_directory_cannot_be_made_is_refused_and_the_file_ne
     w.step()
     c.poll()
     assert c.topic_replies[rid].status == P.SUCCESS
-    table = configfile.read(path)["topicConfigTable"]
+    table = topicjournal.read(cfg.config_dir)["topicConfigTable"]
     assert "Later" in table and "Along" not in table and "Blocked" not in table
