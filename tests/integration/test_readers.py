@@ -18,7 +18,7 @@ from remoting import codec
 from remoting.codes import RequestCode as R
 from remoting.codes import ResponseCode as RC
 from shm.layout import C
-from store import message
+from store import message, topicjournal
 from store.configfile import loads_tolerant
 from tests.integration.harness import ROOT, create_topic, dispatched
 from tests.integration.wire import Wire
@@ -117,8 +117,7 @@ def test_pipelined_sends_to_a_new_topic_create_it_once_and_are_stored_in_order(a
     shared by all of them (not one per send), and every send stored once, in order."""
     app = appliance_factory().start()
     w = Wire("127.0.0.1", app.cfg.reader_port(0))
-    with open(f"{app.cfg.config_dir}/topics.json") as f:
-        before = loads_tolerant(f.read())["dataVersion"]["counter"]
+    before = topicjournal.read(app.cfg.config_dir)["dataVersion"]["counter"]      # topics.json and its journal
     for i in range(40):
         w.send(R.SEND_MESSAGE_V2, send_ext("Fresh"), b"m%d" % i)
     replies = sorted((w.read_response() for _ in range(40)), key=lambda r: r.opaque)
@@ -128,8 +127,7 @@ def test_pipelined_sends_to_a_new_topic_create_it_once_and_are_stored_in_order(a
     while len(got) < 40 and time.monotonic() < deadline:
         got += bodies(pull(w, "Fresh", len(got)))
     assert got == [b"m%d" % i for i in range(40)]
-    with open(f"{app.cfg.config_dir}/topics.json") as f:
-        topics = loads_tolerant(f.read())
+    topics = topicjournal.read(app.cfg.config_dir)
     assert topics["dataVersion"]["counter"] == before + 1 and "Fresh" in topics["topicConfigTable"]
     w.close()
 
@@ -180,7 +178,7 @@ def test_a_topic_past_maxTopicQueueNums_is_refused_when_made_and_at_start(applia
     assert create("Wide", "1024", "1024").code == RC.SUCCESS              # the limit itself is fine
     assert send_v2(w, "Wide", b"last", queue=1023).code == RC.SUCCESS
     assert pull_n(w, "Wide", 1, queue=1023) == [b"last"]
-    topics = configfile.read(f"{app.cfg.config_dir}/topics.json")
+    topics = topicjournal.read(app.cfg.config_dir)
     assert "Huge" not in topics["topicConfigTable"] and "Huge" not in os.listdir(f"{app.cfg.root}/consumequeue")
     assert os.listdir(f"{app.cfg.root}/consumequeue/Wide") == ["1023"]      # a queue's directory comes with its first file
     w.close()

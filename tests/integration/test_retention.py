@@ -9,6 +9,7 @@ import time
 from appliance.check import check, scan_commitlog
 from remoting.codes import RequestCode as R
 from remoting.codes import ResponseCode as RC
+from store import topicjournal
 from tests.integration.harness import start_producer
 from tests.integration.test_readers import bodies, pull
 from tests.integration.wire import Wire
@@ -109,9 +110,9 @@ def test_a_topics_own_retention_and_a_purge_hide_its_older_messages(appliance_fa
     retention = app.cmd("retention", "-t", "Short", "--hours", "0.0005")   # 1.8 s
     assert retention.returncode == 0, retention.stderr
     create_topic(app, "Short", 2)                                # an update that does not name them keeps them
-    tc = read(os.path.join(app.cfg.config_dir, "topics.json"))["topicConfigTable"]["Short"]
-    assert tc["retentionMs"] == 1800 and tc["purgedBeforeMs"] > 0 and "retentionMs" not in \
-        read(os.path.join(app.cfg.config_dir, "topics.json"))["topicConfigTable"]["Other"]
+    table = topicjournal.read(app.cfg.config_dir)["topicConfigTable"]           # topics.json and its journal
+    tc = table["Short"]
+    assert tc["retentionMs"] == 1800 and tc["purgedBeforeMs"] > 0 and "retentionMs" not in table["Other"]
     deadline = time.monotonic() + 10
     while mins("Short", 2) != [4, 3]:                            # "new" aged out too
         assert time.monotonic() < deadline, mins("Short", 2)

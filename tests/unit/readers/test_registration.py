@@ -3,7 +3,6 @@ that doubles from 1 s to the 30 s period, and the back-off starts over once all 
 registration after a change carries the changed topics alone, under topics.json's new dataVersion."""
 import asyncio
 import json
-import os
 import socket
 import time
 
