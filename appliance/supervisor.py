@@ -131,10 +131,7 @@ class Supervisor:
         os.makedirs(self.cfg.run_dir, exist_ok=True)
         with open(pid_path(self.cfg, "supervisor"), "w") as f:
             f.write(f"{os.getpid()}\n")
-        with open(os.path.join(self.cfg.run_dir, "store.json"), "w") as f:   # what a job reading the files needs
-            json.dump({"flushDiskType": self.cfg.flushDiskType, "brokerName": self.cfg.brokerName,
-                       "mappedFileSizeCommitLog": self.cfg.mappedFileSizeCommitLog,
-                       "maxHashSlotNum": self.cfg.maxHashSlotNum, "maxIndexNum": self.cfg.maxIndexNum}, f)
+        write_store_info(self.cfg)
         try:
             report = recovery.recover(self.cfg, self.sh)
         except TableFull as e:           # the store holds more than broker.conf makes room for
@@ -334,3 +331,13 @@ def run(cfg, config_path: str | None, spawn: bool = True) -> int:
         raise
     sup.watch()
     return sup.stop()
+
+
+def write_store_info(cfg) -> None:
+    """``run/store.json``: what a job reading the store's files needs to know of them
+    (``spark/storefiles.py``): where the CommitLog is, its file size, the flush mode, the IndexFile's."""
+    os.makedirs(cfg.run_dir, exist_ok=True)
+    with open(os.path.join(cfg.run_dir, "store.json"), "w") as f:
+        json.dump({"flushDiskType": cfg.flushDiskType, "brokerName": cfg.brokerName,
+                   "storePathCommitLog": cfg.commitlog_dir, "mappedFileSizeCommitLog": cfg.mappedFileSizeCommitLog,
+                   "maxHashSlotNum": cfg.maxHashSlotNum, "maxIndexNum": cfg.maxIndexNum}, f)

@@ -32,7 +32,7 @@ ENTRY = np.dtype([("phys", ">i8"), ("size", ">i4"), ("tags", ">i8")])
 ENTRY_SIZE = 20
 assert ENTRY.itemsize == ENTRY_SIZE
 BLANK_ENTRY = (0, 0x7FFFFFFF, 0)   # fills the front of a queue whose first file starts late
-FIRST_READ = 4096 // ENTRY_SIZE * ENTRY_SIZE   # recovery's first read of a file (``_valid``): 204 entries, a page
+FIRST_READ = 4096 // ENTRY_SIZE * ENTRY_SIZE   # ``valid_prefix``'s first read of a file: 204 entries, a page
 FEW_ENTRIES = 8                    # a run of at most this many entries is written with struct
 # ENTRY's layout again, for those struct writes: phys and tags (size left 0), then the size
 _PHYS_TAGS, _SIZE, _SIZE_AT = struct.Struct(">q4xq"), struct.Struct(">i"), ENTRY.fields["size"][1]
@@ -51,6 +51,40 @@ def queue_dir(root: str, topic: str, queue_id: int) -> str:
 def file_size_for(configured: int) -> int:
     """Configured ``mapedFileSizeConsumeQueue`` rounded up to a whole number of entries."""
     return -(-configured // ENTRY_SIZE) * ENTRY_SIZE
+
+
+def valid_prefix(path: str, size: int) -> tuple[int, tuple | None]:
+    """How many entries from the start of the consume-queue file at ``path`` (``size`` bytes) are
+    valid, and the last of them; read with ``pread`` in chunks that double, not through a mapping,
+    up to the first invalid entry.  A file is written from its start in order, so a queue's file
+    holding a few entries costs one small read, not a scan of 6 MB (recovery reads every queue's)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        at, chunk, last = 0, FIRST_READ, None
+        while at < size:
+            data = os.pread(fd, min(chunk, size - at), at)
+            e = np.frombuffer(data, ENTRY, len(data) // ENTRY_SIZE)
+            bad = np.flatnonzero((e["phys"] < 0) | (e["size"] <= 0))
+            n = int(bad[0]) if bad.size else len(e)
+            if n:
+                last = e[n - 1].item()
+            if n < len(e) or not len(e):
+                return at // ENTRY_SIZE + n, last
+            at, chunk = at + n * ENTRY_SIZE, chunk * 2
+        return at // ENTRY_SIZE, last
+    finally:
+        os.close(fd)
+
+
+def read_entries(path: str, first: int, end: int) -> np.ndarray:
+    """Entries [first, end) of the consume-queue file at ``path``, read with ``pread`` (a copy,
+    read-only; shorter when the file is)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        data = os.pread(fd, max(0, end - first) * ENTRY_SIZE, first * ENTRY_SIZE)
+    finally:
+        os.close(fd)
+    return np.frombuffer(data, ENTRY, len(data) // ENTRY_SIZE)
 
 
 class ConsumeQueue:
@@ -73,35 +107,12 @@ class ConsumeQueue:
         mf = mf.use()
         return mf.typed(ENTRY) if mf.view is not None else np.empty(0, ENTRY)
 
-    @staticmethod
-    def _valid(mf) -> tuple[int, tuple | None]:
-        """How many entries from the start of ``mf`` are valid, and the last of them; read with
-        ``pread`` in chunks that double, not through a mapping, up to the first invalid entry.
-        A file is written from its start in order, so a queue's file holding a few entries costs
-        one small read, not a scan of 6 MB."""
-        fd = os.open(mf.path, os.O_RDONLY)
-        try:
-            at, chunk, last = 0, FIRST_READ, None
-            while at < mf.size:
-                data = os.pread(fd, min(chunk, mf.size - at), at)
-                e = np.frombuffer(data, ENTRY, len(data) // ENTRY_SIZE)
-                bad = np.flatnonzero((e["phys"] < 0) | (e["size"] <= 0))
-                n = int(bad[0]) if bad.size else len(e)
-                if n:
-                    last = e[n - 1].item()
-                if n < len(e) or not len(e):
-                    return at // ENTRY_SIZE + n, last
-                at, chunk = at + n * ENTRY_SIZE, chunk * 2
-            return at // ENTRY_SIZE, last
-        finally:
-            os.close(fd)
-
     def _recover(self) -> None:
         files = self.files.files
         self.max_offset = files[0].start // ENTRY_SIZE if files else 0
         self.max_phys = 0
         for mf in files[max(0, len(files) - 3):]:
-            n, last = self._valid(mf)
+            n, last = valid_prefix(mf.path, mf.size)
             self.max_offset = mf.start // ENTRY_SIZE + n
             if last is not None and last != BLANK_ENTRY:
                 self.max_phys = last[0] + last[1]

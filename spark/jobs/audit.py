@@ -23,10 +23,11 @@ PROBLEMS = "kind string, file string, offset long, what string"
 def scan_commitlog_file(root: str, start: int):
     """Rows of one CommitLog file: ("record", topic, queue id, queue offset, phys, size) for each
     verified record, ("problem", file, offset, what) for each damaged span."""
+    from spark.storefiles import Store
     from store import message, salvage
     from store.errors import CorruptData
     from store.mappedfile import MappedFileQueue
-    directory = os.path.join(root, "commitlog")
+    directory = Store(root).commitlog
     size = os.path.getsize(os.path.join(directory, f"{start:020d}"))
     files = MappedFileQueue(directory, size, False).load()
     try:

@@ -84,3 +84,27 @@ def test_errors_name_what_is_wrong(tmp_path):
             storefiles.read_batch(cfg.root, "Flip", 0, 0, 2)
         kept = storefiles.read_batch(cfg.root, "Flip", 0, 0, 2, on_corrupt="skip")
         assert kept.column("body").to_pylist() == [b"y" * 64] and np.all(kept.column("queueOffset").to_numpy() == [1])
+
+
+def test_a_commitlog_kept_elsewhere_and_queues_over_several_files_read_back(tmp_path):
+    """storePathCommitLog on another disk: run/store.json (written at start) says where, and the
+    job reads there; a queue over several consume-queue files has its bounds and slices right
+    (each file read up to its first invalid entry, never mapped)."""
+    from appliance.supervisor import write_store_info
+    cfg = small_config(tmp_path / "store", "sf3", storePathCommitLog=str(tmp_path / "fast" / "commitlog"),
+                       mappedFileSizeConsumeQueue=20 * 300)
+    with running_store(cfg) as (sh, w, d, c):
+        write_store_info(cfg)
+        w.topics.upsert(topic_config("Far", 1, 1))
+        results = _put(w, d, c, [PutRequest("Far", 0, [b"far-%d" % i], [{}]) for i in range(700)])
+        assert all(r.ok for r in results)
+    assert not (tmp_path / "store" / "commitlog").exists()
+    store = storefiles.Store(cfg.root)
+    assert store.commitlog == str(tmp_path / "fast" / "commitlog")
+    assert len(storefiles._files(f"{cfg.root}/consumequeue/Far/0")) == 3 and store.bounds("Far", 0) == (0, 700)
+    assert store.entries("Far", 0, 295, 305)["phys"].tolist() == [r.phys_offsets[0] for r in results[295:305]]
+    got = storefiles.read_batch(cfg.root, "Far", 0, 290, 610).column("body").to_pylist()
+    assert got == [b"far-%d" % i for i in range(290, 610)]
+    (tmp_path / "store" / "run" / "store.json").unlink()           # a copy without it: root/commitlog, named
+    with pytest.raises(storefiles.NotAStore, match=f"no CommitLog directory at {cfg.root}/commitlog"):
+        storefiles.Store(cfg.root)

@@ -171,7 +171,7 @@ def test_loading_queues_maps_none_of_their_files_until_a_read_and_then_without_r
 
 @pytest.mark.parametrize("entries", [0, 1, 203, 204, 205, 5000, 6000])
 def test_recovery_reads_up_to_the_first_invalid_entry_across_its_growing_reads(tmp_path, entries):
-    """``_valid`` reads a page (204 entries), then twice as much each time: the end is found
+    """``valid_prefix`` reads a page (204 entries), then twice as much each time: the end is found
     wherever it falls (0, inside the first read, at its edge, past it, at the file's end and into
     the next)."""
     from store.consumequeue import FIRST_READ
