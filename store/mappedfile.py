@@ -81,6 +81,8 @@ def _map_counts() -> tuple[int, int]:
 
 class MappedFile:
     """One mapped file of ``size`` bytes starting at global offset ``start``."""
+    __slots__ = ("path", "start", "size", "writable", "readahead", "cache", "released", "mm", "fd", "view", "_typed",
+                 "_reserved", "_chunks", "_data_span", "__weakref__")     # a store may hold 100,000 of them
 
     def __init__(self, path: str, start: int, size: int, writable: bool, readahead: bool = True,
                  cache: "OpenFiles | None" = None):
@@ -306,6 +308,7 @@ class OpenFiles:
 class MappedFileQueue:
     """A directory of equally sized mapped files, ordered by start offset; with ``cache``, its
     files count against that budget of open files (``OpenFiles``)."""
+    __slots__ = ("directory", "file_size", "writable", "cache", "readahead", "files")
 
     def __init__(self, directory: str, file_size: int, writable: bool, cache: OpenFiles | None = None,
                  readahead: bool = True):
