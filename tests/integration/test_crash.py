@@ -265,3 +265,33 @@ def test_after_a_kill_recovery_starts_at_the_checkpoint_not_at_the_start_of_the_
     acked = read_acks(ack) + read_acks(os.path.join(app.dir, "acks2"))
     stored = stored_keys(app.cfg)                         # (clean: every key still found through the index)
     assert all(stored[k] == 1 for k in acked)
+
+
+def test_topics_acknowledged_just_before_a_kill9_are_there_after_the_restart(appliance_factory):
+    """A topic creation is durable once its line is in topics.json's journal: created, answered,
+    and the appliance killed within the second before topics.json is rewritten; the restart folds
+    the journal in, and the topics take messages and serve routes (GET_ALL_TOPIC_CONFIG)."""
+    import json
+
+    from remoting.codes import RequestCode as R
+    from remoting.codes import ResponseCode as RC
+    from store import configfile, topicjournal
+    from tests.integration.harness import create_topic
+    from tests.integration.test_readers import pull_n, send_v2
+    from tests.integration.wire import Wire
+    app = appliance_factory().start()
+    names = [f"Sudden{i}" for i in range(20)]
+    for name in names:
+        create_topic(app, name, 2)
+    journal = topicjournal.changes(app.cfg.config_dir)
+    file_had = set(configfile.read(os.path.join(app.cfg.config_dir, "topics.json"))["topicConfigTable"])
+    app.kill9()
+    assert {tc["topicName"] for _v, tc in journal} | file_had >= set(names)
+    app.start()
+    table = configfile.read(os.path.join(app.cfg.config_dir, "topics.json"))["topicConfigTable"]
+    assert set(names) <= set(table) and os.path.getsize(topicjournal.path_of(app.cfg.config_dir)) == 0
+    w = Wire("127.0.0.1", app.cfg.listenPort)
+    assert set(names) <= set(json.loads(w.call(R.GET_ALL_TOPIC_CONFIG).body)["topicConfigTable"])
+    assert send_v2(w, "Sudden19", b"after", queue=1).code == RC.SUCCESS
+    assert pull_n(w, "Sudden19", 1, queue=1) == [b"after"]
+    w.close()

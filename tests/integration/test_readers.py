@@ -545,6 +545,11 @@ def test_past_the_connection_limit_a_new_client_is_closed_at_once_and_it_is_said
     w.close()
     time.sleep(2 * 2.0)                                                # two more looks by the role
     assert app.log_text().count("new client connections are refused") == 1
+    assert app.stop() == 0                                             # and a restart serves again
+    app.start(nofile=256)
+    w = Wire("127.0.0.1", app.cfg.listenPort)
+    assert w.call(R.GET_BROKER_RUNTIME_INFO, {}).code == RC.SUCCESS
+    w.close()
 
 
 def test_offsets_racing_for_the_last_slots_are_kept_or_refused_never_acknowledged_and_dropped(appliance_factory):
@@ -574,15 +579,24 @@ def test_offsets_racing_for_the_last_slots_are_kept_or_refused_never_acknowledge
     # "not applied within 3 s" (an error, so not acknowledged), which is the safe side
     assert len(ok) <= slots and len(ok) + len(late) >= slots and ok | refused | late == set(sent), \
         (len(ok), len(refused), len(late), {r.remark for r in answers.values() if r.code != RC.SUCCESS})
-    for qid in sorted(sent):
-        r = wires[qid % 2].call(R.QUERY_CONSUMER_OFFSET, {"consumerGroup": "race", "topic": "T", "queueId": str(qid)})
-        if qid in ok:
-            assert r.ext["offset"] == str(sent[qid]), qid
-        elif qid in refused:                                           # "table is full": not kept
-            assert r.code != RC.SUCCESS or r.ext["offset"] in ("0", "-1"), (qid, r.code, r.ext)
+
+    def read_back(wires) -> None:
+        for qid in sorted(sent):
+            r = wires[qid % 2].call(R.QUERY_CONSUMER_OFFSET, {"consumerGroup": "race", "topic": "T", "queueId": str(qid)})
+            if qid in ok:
+                assert r.ext["offset"] == str(sent[qid]), qid
+            elif qid in refused:                                       # "table is full": not kept
+                assert r.code != RC.SUCCESS or r.ext["offset"] in ("0", "-1"), (qid, r.code, r.ext)
+    read_back(wires)
     for w in wires:
         w.close()
     assert "Traceback" not in app.log_text()
+    assert app.stop() == 0                                             # consumerOffset.json has the same
+    app.start()
+    wires = [Wire("127.0.0.1", app.cfg.reader_port(i)) for i in range(2)]
+    read_back(wires)
+    for w in wires:
+        w.close()
 
 
 def test_a_reader_with_all_client_rows_taken_refuses_new_members_and_keeps_the_others(appliance_factory):
