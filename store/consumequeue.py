@@ -89,6 +89,7 @@ def read_entries(path: str, first: int, end: int) -> np.ndarray:
 
 class ConsumeQueue:
     __slots__ = ("topic", "queue_id", "per_file", "files", "max_offset", "low", "max_phys")   # one per queue: 100,000
+
     def __init__(self, root: str, topic: str, queue_id: int, file_size: int, writable: bool):
         self.topic, self.queue_id = topic, queue_id
         self.per_file = file_size // ENTRY_SIZE

@@ -14,7 +14,8 @@ same bytes.  Killed after 3, the journal tells the next writer where each ring h
 request is appended twice.  Responses lost that way surface to producers as a writer-epoch change.
 
 A TOPIC entry is answered later than its pass: the pass hands the change to topics.json's thread,
-and the pass after that thread has written the file publishes the topic and answers it.
+and the pass after that thread has made it durable (``store/topicjournal.py``) publishes the topic
+and answers it.
 """
 from __future__ import annotations
 

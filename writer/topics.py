@@ -108,7 +108,8 @@ class TopicTable:
 
     def request(self, tc: dict, token=None) -> None:
         """Create or update a topic: checked here (QueueNumsOutOfRange, TableFull, ValueError), then
-        handed to the file thread; ``settle`` reports it, with ``token``, once topics.json has it."""
+        handed to the file thread; ``settle`` reports it, with ``token``, once it is durable (a
+        journal line, or topics.json whole)."""
         name = tc["topicName"]
         check_queue_nums(tc, self.cfg.maxTopicQueueNums)
         _shared_name(name)
