@@ -24,6 +24,7 @@ import logging
 import os
 
 from store import configfile
+from store.mappedfile import fdatasync
 
 log = logging.getLogger("rocketbox.store")
 NAME = "topics.json.journal"
@@ -105,22 +106,15 @@ class Journal:
         finally:
             os.close(fd)
         if new:
-            _sync_dir(self.dir)
+            fdatasync(self.dir)        # (a directory too: its entries)
         self.held += len(lines)
 
     def clear(self) -> None:
         """topics.json now holds every change: its rename made durable, then the journal emptied."""
-        _sync_dir(self.dir)
+        fdatasync(self.dir)
         if not self.empty:
             with open(self.path, "r+b") as f:
                 f.truncate(0)
                 os.fsync(f.fileno())
         self.held = 0
 
-
-def _sync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
