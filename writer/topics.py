@@ -183,8 +183,8 @@ class TopicTable:
 
     def close(self) -> None:
         """The loop's stop: the file thread writes what is pending, topics.json whole, and ends
-        (``settle`` after)."""
-        if self.file is not None:
+        (``settle`` after); a second close does nothing."""
+        if self.file is not None and not self.file.closing:
             self.file.submit(_Change(None, None, self.data_version, None))
             self.file.close()
 

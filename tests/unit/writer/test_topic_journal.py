@@ -45,6 +45,7 @@ def test_each_creation_is_one_journal_line_and_topics_json_is_rewritten_whole_on
         raw = open(os.path.join(cfg.config_dir, "topics.json"), "rb").read()
         assert raw == configfile.dumps(seen)                        # RocketMQ's layout, every topic in it
         assert not w.topics.rewriting and w.topics.journal.held == 0
+        w.close()                                                   # and running_store's close after it: a no-op
 
 
 def test_a_journal_at_its_limit_has_topics_json_rewritten_with_the_change(tmp_path, monkeypatch):
