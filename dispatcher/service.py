@@ -25,7 +25,7 @@ from shm.tables import QueueIndex
 from store import indexfile, message, propscan, salvage, timer, topicjournal
 from store.consumequeue import ConsumeQueue, file_size_for
 from store.delay import SCHEDULE_TOPIC_BYTES, deliver_ts
-from store.errors import Condition, CorruptData, StoreError, no_space
+from store.errors import Condition, CorruptData, StoreError, no_space, out_of_files
 from store.javahash import BufferHashes, index_abs, index_abs_one, string_hash, string_hashes
 from store.mappedfile import MappedFileQueue
 from store.timer import TIMER_TOPIC_BYTES
@@ -89,6 +89,7 @@ class DispatcherService:
         self.few_records = FEW_RECORDS
         self.stop_requested = False
         self.no_room = Condition(log, "consume queues and index wait: the disk is full")
+        self.no_files = Condition(log, "consume queues and index wait: no descriptor or mapping left for a file")
         self.short = False                                    # the last pass stopped short of written
         self.index: indexfile.IndexFile | None = None
 
@@ -473,9 +474,10 @@ class DispatcherService:
         return message.store_ts_of(mf.mm, phys - mf.start)
 
     def _step(self) -> bool:
-        """``step``, waiting out a full disk: a consume-queue or index file that cannot be made
-        leaves ``dispatched`` where it was (the pass is redone, idempotently, once there is room),
-        said once; the messages are safe in the CommitLog meanwhile."""
+        """``step``, waiting out a full disk, or a process out of descriptors or mappings: a
+        consume-queue or index file that cannot be made or opened leaves ``dispatched`` where it
+        was (the pass is redone, idempotently, once it can be), said once; the messages are safe
+        in the CommitLog meanwhile."""
         try:
             if int(self.ctl[C.MIN_PHYS]) > self.retired:
                 self.retire(int(self.ctl[C.MIN_PHYS]))
@@ -483,6 +485,11 @@ class DispatcherService:
                 self.hide_expired()
             did = self.step()
         except Exception as e:
+            if out_of_files(e):
+                self.no_files.met(f"{e}; messages stay in the CommitLog and become consumable once files can be "
+                                  "opened again (raise LimitNOFILE / ulimit -n, or vm.max_map_count)")
+                time.sleep(NO_ROOM_RETRY_S)
+                return False
             if not no_space(e):
                 raise
             self.no_room.met(f"{e}; sends are refused meanwhile, and what is in the CommitLog becomes consumable "
@@ -493,6 +500,7 @@ class DispatcherService:
         if self.no_room.since is not None:
             self.ctl[C.DISPATCH_NO_ROOM] = 0
             self.no_room.cleared()
+        self.no_files.cleared()
         return did
 
     def run(self) -> None:

@@ -37,11 +37,17 @@ class MessageRejected(StoreError):
 
 
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+OUT_OF_FILES = (errno.EMFILE, errno.ENFILE)
 
 
 def no_space(e: BaseException) -> bool:
     """The error says the disk (or the quota) is full."""
     return isinstance(e, DiskFull) or isinstance(e, OSError) and e.errno in NO_SPACE
+
+
+def out_of_files(e: BaseException) -> bool:
+    """The error says the process (or the system) has no descriptor or mapping left for a file."""
+    return isinstance(e, MapFailed) or isinstance(e, OSError) and e.errno in OUT_OF_FILES
 
 
 class Condition:

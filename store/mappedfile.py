@@ -32,7 +32,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from store.errors import DiskFull, FileSizeMismatch, MapFailed
+from store.errors import OUT_OF_FILES, DiskFull, FileSizeMismatch, MapFailed
 
 NAME_DIGITS = 20
 RESERVE_CHUNK = 64 << 10     # blocks reserved ahead of an in-order writer, and reserve_chunk's piece
@@ -73,10 +73,14 @@ def _reserve(fd: int, at: int, length: int, path: str) -> None:
 
 
 def _map_counts() -> tuple[int, int]:
-    with open("/proc/self/maps", "rb") as f:
-        maps = sum(1 for _ in f)
-    with open("/proc/sys/vm/max_map_count") as f:
-        return maps, int(f.read())
+    """(this process's mappings, vm.max_map_count); -1 for what cannot be read."""
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            maps = sum(1 for _ in f)
+        with open("/proc/sys/vm/max_map_count") as f:
+            return maps, int(f.read())
+    except (OSError, ValueError):
+        return -1, -1
 
 
 class MappedFile:
@@ -118,6 +122,8 @@ class MappedFile:
             try:
                 self.mm = mmap.mmap(fd, self.size, mmap.MAP_SHARED, prot)
             except OSError as e:
+                if e.errno in OUT_OF_FILES:             # (mmap dups the descriptor): said as it is
+                    raise OSError(e.errno, f"{e.strerror}: cannot map {self.path}") from None
                 raise MapFailed(map_failure(self.path, self.size, e.strerror, *_map_counts())) from None
             if not self.readahead:
                 self.mm.madvise(mmap.MADV_RANDOM)

@@ -3,6 +3,7 @@ each checked against a plain per-record reading of the same records (store/messa
 and Java's hash one string at a time): queue slots, tag codes, delivery times of delayed messages,
 transaction records left out, and every index key."""
 
+import os
 import time
 
 import pytest
@@ -132,3 +133,41 @@ def test_queue_offsets_with_a_gap_in_one_pass_are_corruption(tmp_path, few_recor
         mf.mm[at:at + 8] = (7).to_bytes(8, "big")        # a record claiming queue offset 7 after 0
         with pytest.raises(CorruptData, match="not dense"):
             d.step()
+
+
+def test_a_dispatcher_out_of_descriptors_waits_says_so_once_and_catches_up(tmp_path, caplog, monkeypatch):
+    """The process's descriptor limit is lowered under it (real EMFILE from open and mmap): the
+    pass fails, ``dispatched`` stays, it is said once however often it is tried, and once files can
+    be opened again every queue gets its entries (the pass redone, nothing twice)."""
+    import resource
+
+    from dispatcher import service
+    from store import consumequeue
+    from store.consumequeue import ConsumeQueue
+    monkeypatch.setattr(service, "NO_ROOM_RETRY_S", 0.0)
+    monkeypatch.setattr(consumequeue.OPEN_FILES, "budget", 1000)     # more files than the lowered limit allows
+    cfg = small_config(tmp_path / "store", "df", shmQueueSlots=256)
+    with running_store(cfg) as (sh, w, d, c):
+        w.topics.upsert(topic_config("Wide", 64, 64))
+        ticket = c.submit([PutRequest("Wide", q, [b"q%d" % q], [{}]) for q in range(64)])
+        while w.step():
+            pass
+        assert all(r.ok for r in c.collect(ticket, 1))
+        before = int(sh.control[C.DISPATCHED])
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 6, hard))
+        try:
+            assert [d._step() for _ in range(3)] == [False] * 3
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        assert int(sh.control[C.DISPATCHED]) == before
+        assert caplog.text.count("no descriptor or mapping left for a file") == 1
+        assert "Too many open files" in caplog.text
+        while d._step():
+            pass
+        assert int(sh.control[C.DISPATCHED]) == int(sh.control[C.WRITTEN])
+        assert "no descriptor or mapping left for a file: over after" in caplog.text
+        for q in range(64):
+            cq = ConsumeQueue(cfg.root, "Wide", q, cfg.mappedFileSizeConsumeQueue // 20 * 20, False).load()
+            assert cq.max_offset == 1, q
+            cq.close()
