@@ -79,6 +79,7 @@ class Appender:
         order = np.argsort(keys)
         self.slot_keys, self.slot_of_key = keys[order], order.astype(np.int64)   # sorted, for the vector path
         self.slot_of = dict(zip(self.slot_keys.tolist(), self.slot_of_key.tolist()))   # the same, scalar path
+        self.new_keys: list[int] = []     # queues in ``slot_of`` not yet in the sorted arrays (``_merge_new``)
 
     # ------------------------------------------------------------ a pass
     def put(self, payloads: list, ts: int) -> list:
@@ -159,17 +160,29 @@ class Appender:
         return True
 
     def _slot(self, key: int) -> int:
-        """The queue slot of a queue key, taken now if this is the queue's first write."""
+        """The queue slot of a queue key, taken now if this is the queue's first write (the sorted
+        arrays get it later, with the others new since: ``_merge_new``)."""
         slot = self.slot_of.get(key)
         if slot is None:
             tidx, qid = key >> QID_BITS, key & QID_MASK
             slot = append_queue(self.sh.views, self.ctl, self.sh.views["topic_names"][tidx], qid)
             self.next_qoff[slot] = 0
-            i = np.searchsorted(self.slot_keys, key)
-            self.slot_keys = np.insert(self.slot_keys, i, key)
-            self.slot_of_key = np.insert(self.slot_of_key, i, slot)
             self.slot_of[key] = slot
+            self.new_keys.append(key)
         return slot
+
+    def _merge_new(self) -> None:
+        """The queues written for the first time since the last merge into the vector path's
+        sorted arrays, in one insert: one per new queue copied both arrays, 98 µs a queue in the
+        writer at 100,000 queues (bench.metadata's sends to new queues)."""
+        if not self.new_keys:
+            return
+        keys = np.sort(np.array(self.new_keys, dtype=np.int64))
+        slots = np.array([self.slot_of[k] for k in keys.tolist()], dtype=np.int64)
+        at = np.searchsorted(self.slot_keys, keys)
+        self.slot_keys = np.insert(self.slot_keys, at, keys)
+        self.slot_of_key = np.insert(self.slot_of_key, at, slots)
+        self.new_keys = []
 
     def _blank_to(self, pos: int, file_end: int) -> int:
         """The rest of a full file from ``pos`` is a BLANK filler; the next file starts at its end."""
@@ -326,6 +339,7 @@ class Appender:
 
     def _slots(self, keys: np.ndarray) -> np.ndarray:
         """The queue slot of each queue key, taking slots for queues written for the first time."""
+        self._merge_new()
         if len(self.slot_keys):
             pos = np.minimum(np.searchsorted(self.slot_keys, keys), len(self.slot_keys) - 1)
             if (self.slot_keys[pos] == keys).all():

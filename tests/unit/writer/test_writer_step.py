@@ -423,3 +423,28 @@ def test_a_topic_whose_queue_directory_cannot_be_made_is_refused_and_the_file_ne
     assert c.topic_replies[rid].status == P.SUCCESS
     table = topicjournal.read(cfg.config_dir)["topicConfigTable"]
     assert "Later" in table and "Along" not in table and "Blocked" not in table
+
+
+def test_new_queues_taken_on_either_path_get_dense_offsets_on_the_other(tmp_path, monkeypatch, put_path):
+    """Queues first written on the few-requests path reach the vector path's sorted keys later, in
+    one merge: passes that switch paths, each bringing new queues and writing old ones, give every
+    queue the offsets 0, 1, 2, ... in order."""
+    from writer import append
+    if put_path == "few":
+        pytest.skip("switches paths itself")
+    cfg = small_config(tmp_path, "nq", shmQueueSlots=512)
+    with running_store(cfg) as (sh, w, d, c):
+        w.topics.upsert(topic_config("Spread", 200, 200))
+        sent: dict[int, int] = {}
+        for i in range(24):
+            monkeypatch.setattr(append, "FEW_REQUESTS", 10**6 if i % 2 else 0)
+            queues = [i * 8 + k for k in range(8)] + [k * 7 % (i * 8 + 1) for k in range(6)]   # new, then old
+            got = put(w, c, [PutRequest("Spread", q, [b"%d-%d" % (q, i)], [{}]) for q in queues])
+            for q, r in zip(queues, got):
+                assert r.status == P.SUCCESS and r.queue_offset == sent.get(q, 0), (i, q, r.queue_offset)
+                sent[q] = sent.get(q, 0) + 1
+        while d.step():                                      # the dispatcher publishes each queue's max offset
+            pass
+        table = {(bytes(sh.views["queue_names"][s]).decode(), int(sh.views["queue_ids"][s])): int(sh.views["queue_max"][s])
+                 for s in range(sh.queue_count())}
+        assert all(table[("Spread", q)] == n for q, n in sent.items())
