@@ -110,7 +110,7 @@ class MappedFile:
         flags = os.O_RDWR if self.writable else os.O_RDONLY
         if create:
             flags |= os.O_CREAT
-        fd = os.open(self.path, flags, 0o644)
+        fd, kept = os.open(self.path, flags, 0o644), False
         try:
             length = os.fstat(fd).st_size
             if create and length < self.size:       # new, or its creation was cut short
@@ -127,8 +127,10 @@ class MappedFile:
                 raise MapFailed(map_failure(self.path, self.size, e.strerror, *_map_counts())) from None
             if not self.readahead:
                 self.mm.madvise(mmap.MADV_RANDOM)
+            if create and self.writable and self.fd < 0:  # its creator writes it next: kept for ``write`` and
+                self.fd, kept = fd, True                   # ``reserve`` (one open less per new consume queue)
         finally:
-            if fd >= 0:
+            if not kept:
                 os.close(fd)
         self.view = np.frombuffer(self.mm, dtype=np.uint8)
         if not self.writable:
