@@ -24,10 +24,11 @@ from store import indexfile
 from store.checkpoint import Checkpoint
 from store.consumequeue import ENTRY_SIZE, file_size_for, queue_dir
 from store.errors import Condition, no_space
-from store.mappedfile import fdatasync, offset_to_name
+from store.mappedfile import fdatasync, offset_to_name, syncfs
 
 log = logging.getLogger("rocketbox.flusher")
 PAGE = 4096
+MANY_DIRTY_QUEUES = 64      # more consume queues written since the last flush: one syncfs, not an fdatasync each
 
 
 class FlusherService:
@@ -88,6 +89,18 @@ class FlusherService:
         return True
 
     # ------------------------------------------------------------ ConsumeQueue, index, checkpoint
+    def _sync_queues(self, dirty: np.ndarray, qmax: np.ndarray) -> None:
+        """fdatasync the consume-queue files the queue slots ``dirty`` wrote since the last flush."""
+        v, per_file = self.sh.views, self.cq_file_size // ENTRY_SIZE
+        for s in dirty.tolist():
+            d = queue_dir(self.cfg.root, v["queue_names"][s].decode(), int(v["queue_ids"][s]))
+            lo, hi = int(self.cq_flushed[s]), int(qmax[s])
+            first = lo - lo % per_file
+            for q in range(first, max(hi, first + 1), per_file):
+                path = os.path.join(d, offset_to_name(q * ENTRY_SIZE))
+                if os.path.exists(path):
+                    fdatasync(path)
+
     def flush_logics(self, force: bool = False) -> None:
         if not force and time.monotonic() - self.last_cq < self.cfg.flushIntervalConsumeQueue / 1000:
             return
@@ -98,20 +111,17 @@ class FlusherService:
         n = self.sh.queue_count()
         qmax = v["queue_max"][:n].copy()
         dirty = np.flatnonzero(qmax != self.cq_flushed[:n])
-        per_file = self.cq_file_size // ENTRY_SIZE
-        for s in dirty.tolist():
-            d = queue_dir(self.cfg.root, v["queue_names"][s].decode(), int(v["queue_ids"][s]))
-            lo, hi = int(self.cq_flushed[s]), int(qmax[s])
-            first = lo - lo % per_file
-            for q in range(first, max(hi, first + 1), per_file):
-                path = os.path.join(d, offset_to_name(q * ENTRY_SIZE))
-                if os.path.exists(path):
-                    fdatasync(path)
+        if len(dirty) > MANY_DIRTY_QUEUES:
+            syncfs(os.path.join(self.cfg.root, "consumequeue"))
+            if self.cfg.messageIndexEnable and os.path.isdir(self.cfg.index_dir):
+                syncfs(self.cfg.index_dir)      # (the same filesystem, unless linked elsewhere: then nearly free)
+        else:
+            self._sync_queues(dirty, qmax)
         self.cq_flushed[:n] = qmax
         if self.cfg.messageIndexEnable and len(dirty):
-            files = indexfile.list_index_files(self.cfg.index_dir)
-            for p in files[-2:]:
-                fdatasync(p)
+            if len(dirty) <= MANY_DIRTY_QUEUES:
+                for p in indexfile.list_index_files(self.cfg.index_dir)[-2:]:
+                    fdatasync(p)
             self.checkpoint.index_ts = ts
         if len(dirty):
             self.checkpoint.logics_ts, self.checkpoint.logics_offset = ts, dispatched

@@ -84,3 +84,47 @@ def test_async_flush_waits_for_least_pages_unless_someone_waits(tmp_path):
     finally:
         sh.close()
         sh.unlink()
+
+
+def test_consume_queues_written_since_the_last_flush_are_flushed_each_or_with_one_syncfs(tmp_path, monkeypatch):
+    """A few dirty consume queues get an fdatasync each; past MANY_DIRTY_QUEUES the filesystem is
+    synced once (100,000 new queues were 100,000 fdatasyncs, each a journal commit). Either way
+    the checkpoint then says how far consume queues are on disk, and nothing is left to flush."""
+    from flusher import service
+    from store import mappedfile
+    cfg = small_config(tmp_path / "store", "fq", shmQueueSlots=512)
+    sh = SharedState(cfg.geometry()).create()
+    calls = []
+    try:
+        recovery.recover(cfg, sh)
+        w, d = WriterService(cfg, sh).open(), DispatcherService(cfg, sh).open()
+        w.topics.upsert({"topicName": "Wide", "readQueueNums": 200, "writeQueueNums": 200, "perm": 6})
+        c = RingClient(cfg, sh).open()
+        f = FlusherService(cfg, sh).open()
+        for fn in ("fdatasync", "syncfs"):                   # counted, then done for real
+            real = getattr(mappedfile, fn)
+            monkeypatch.setattr(service, fn, lambda p, real=real, fn=fn: (calls.append(fn), real(p)))
+        for queues, expect in ((range(3), {"fdatasync"}), (range(3, 200), {"syncfs"})):
+            calls.clear()
+            ticket = c.submit([PutRequest("Wide", q, [b"m"], [{}]) for q in queues])
+            while w.step():
+                pass
+            c.collect(ticket, 1)
+            while d.step():
+                pass
+            f.flush_logics(force=True)
+            assert set(calls) == expect and (len(calls) == 3 if expect == {"fdatasync"} else calls.count("syncfs") <= 2)
+            cp = Checkpoint(os.path.join(cfg.root, "checkpoint")).load()
+            assert cp.logics_offset == int(sh.control[C.DISPATCHED]) == int(sh.control[C.WRITTEN])
+            n = sh.queue_count()
+            assert (f.cq_flushed[:n] == sh.views["queue_max"][:n]).all()
+        calls.clear()
+        f.flush_logics(force=True)
+        assert calls == []                                   # nothing dirty, nothing synced
+        f.close()
+        c.close()
+        w.close()
+        d.close()
+    finally:
+        sh.close()
+        sh.unlink()
