@@ -8,7 +8,7 @@ from flusher.service import FlusherService
 from shm.layout import C, S
 from shm.state import SharedState
 from store.checkpoint import Checkpoint
-from tests.unit.writer.rig import small_config
+from tests.unit.writer.rig import running_store, small_config
 from writer.client import PutRequest, RingClient
 from writer.service import WriterService
 
@@ -92,18 +92,14 @@ def test_consume_queues_written_since_the_last_flush_are_flushed_each_or_with_on
     the checkpoint then says how far consume queues are on disk, and nothing is left to flush."""
     from flusher import service
     from store import mappedfile
-    cfg = small_config(tmp_path / "store", "fq", shmQueueSlots=512)
-    sh = SharedState(cfg.geometry()).create()
     calls = []
-    try:
-        recovery.recover(cfg, sh)
-        w, d = WriterService(cfg, sh).open(), DispatcherService(cfg, sh).open()
+    for fn in ("fdatasync", "syncfs"):                       # counted, then done for real
+        real = getattr(mappedfile, fn)
+        monkeypatch.setattr(service, fn, lambda p, real=real, fn=fn: (calls.append(fn), real(p)))
+    cfg = small_config(tmp_path / "store", "fq", shmQueueSlots=512)
+    with running_store(cfg) as (sh, w, d, c):
         w.topics.upsert({"topicName": "Wide", "readQueueNums": 200, "writeQueueNums": 200, "perm": 6})
-        c = RingClient(cfg, sh).open()
         f = FlusherService(cfg, sh).open()
-        for fn in ("fdatasync", "syncfs"):                   # counted, then done for real
-            real = getattr(mappedfile, fn)
-            monkeypatch.setattr(service, fn, lambda p, real=real, fn=fn: (calls.append(fn), real(p)))
         for queues, expect in ((range(3), {"fdatasync"}), (range(3, 200), {"syncfs"})):
             calls.clear()
             ticket = c.submit([PutRequest("Wide", q, [b"m"], [{}]) for q in queues])
@@ -122,9 +118,3 @@ def test_consume_queues_written_since_the_last_flush_are_flushed_each_or_with_on
         f.flush_logics(force=True)
         assert calls == []                                   # nothing dirty, nothing synced
         f.close()
-        c.close()
-        w.close()
-        d.close()
-    finally:
-        sh.close()
-        sh.unlink()
