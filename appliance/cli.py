@@ -45,7 +45,7 @@ def _tables(cfg, every: bool) -> None:
             print(f"{t.name:<31} {t.used:>9} {t.capacity:>10} {100 * t.used / t.capacity:>5.1f}%  {t.key:<15} "
                   f"{t.nbytes / 2**20:>10.1f} MiB")
         elif t.near_full:
-            print(f"table {t.name} NEAR FULL: {t.used} of {t.capacity} (raise {t.key})")
+            print(t.warning())
 
 
 def _status(cfg, tables: bool = False) -> int:

@@ -197,7 +197,7 @@ class Supervisor:
                   f" roles {' '.join(self.roles)}", flush=True)
             for t in table_use(self.sh.views, self.sh.control):
                 if t.near_full:
-                    print(f"rocketbox: table {t.name} NEAR FULL: {t.used} of {t.capacity} (raise {t.key})", flush=True)
+                    print(f"rocketbox: {t.warning()}", flush=True)
         elif not self.told_waiting and time.monotonic() - self.started_at > READY_PATIENCE_S:
             self.told_waiting = True
             print(f"rocketbox not ready after {READY_PATIENCE_S} s: waiting for {', '.join(missing)}"

@@ -111,17 +111,18 @@ class FlusherService:
         n = self.sh.queue_count()
         qmax = v["queue_max"][:n].copy()
         dirty = np.flatnonzero(qmax != self.cq_flushed[:n])
+        index = self.cfg.messageIndexEnable
         if len(dirty) > MANY_DIRTY_QUEUES:
             syncfs(os.path.join(self.cfg.root, "consumequeue"))
-            if self.cfg.messageIndexEnable and os.path.isdir(self.cfg.index_dir):
+            if index and os.path.isdir(self.cfg.index_dir):
                 syncfs(self.cfg.index_dir)      # (the same filesystem, unless linked elsewhere: then nearly free)
-        else:
+        elif len(dirty):
             self._sync_queues(dirty, qmax)
-        self.cq_flushed[:n] = qmax
-        if self.cfg.messageIndexEnable and len(dirty):
-            if len(dirty) <= MANY_DIRTY_QUEUES:
+            if index:
                 for p in indexfile.list_index_files(self.cfg.index_dir)[-2:]:
                     fdatasync(p)
+        self.cq_flushed[:n] = qmax
+        if index and len(dirty):
             self.checkpoint.index_ts = ts
         if len(dirty):
             self.checkpoint.logics_ts, self.checkpoint.logics_offset = ts, dispatched

@@ -89,6 +89,10 @@ class TableUse:
     def near_full(self) -> bool:
         return self.used >= 0.9 * self.capacity
 
+    def warning(self) -> str:
+        """What ``appliance status`` and the ready line say of a table near full."""
+        return f"table {self.name} NEAR FULL: {self.used} of {self.capacity} (raise {self.key})"
+
 
 def table_use(views: dict, control: np.ndarray) -> list[TableUse]:
     """Every sized table of the state segment: topics, queues, consumer offsets, and the consumer
