@@ -9,6 +9,11 @@ import psutil
 
 from appliance import config as config_mod
 from appliance.roles import pid_path, raise_open_files_limit, roles_for, run_role
+from shm.layout import C
+
+STORE_COUNTS = ((C.DISPATCH_UNINDEXED, "records dispatched without index keys"),
+                (C.DISPATCH_UNQUEUED, "records left out of their queue"),
+                (C.RETENTION_UNCONSUMED, "messages deleted by retention before a group consumed them"))
 
 
 def _unit(pid: int) -> str:
@@ -27,7 +32,8 @@ def _unit(pid: int) -> str:
 
 def _tables(cfg, every: bool) -> None:
     """The shared tables' use: each one with ``every`` (``status --tables``), else only those
-    near full (90%), with the key that sizes them."""
+    near full (90%), with the key that sizes them; and what the store could not do as it should
+    (``STORE_COUNTS``), each case logged by its role with its offsets."""
     from shm.state import SharedState
     from shm.tables import table_use
     try:
@@ -36,8 +42,10 @@ def _tables(cfg, every: bool) -> None:
         return
     try:
         rows = table_use(sh.views, sh.control)
+        counts = [(int(sh.control[f]), what) for f, what in STORE_COUNTS]
     finally:
         sh.close()
+    print("; ".join(f"{n} {what}" for n, what in counts) + " (since the start)")
     if every:
         print(f"{'#table':<31} {'#used':>9} {'#capacity':>10} {'#full':>6}  {'#sized by':<15} {'#shared memory':>14}")
     for t in rows:

@@ -43,6 +43,7 @@ from store.topicconfig import QueueNumsOutOfRange
 
 log = logging.getLogger("rocketbox.supervisor")
 STOP_TIMEOUT_S = 60
+RECORD_POSITION = {"dispatcher": (C.DISPATCHED, C.WRITTEN)}   # role -> (the record it is at, the end)
 PORT_GRACE_S = 5            # how long a busy port may take to come free (a previous run still exiting)
 READY_PATIENCE_S = 20       # past this without the ready line, start says what it still waits for
 
@@ -93,6 +94,7 @@ class Supervisor:
         self.procs: dict[str, subprocess.Popen] = {}
         self.roles = roles_for(cfg)
         self.restarts: dict[str, list[float]] = {r: [] for r in self.roles}
+        self.died_at: dict[str, int] = {}        # role -> the CommitLog offset it last died at
         self.stop_requested = False
         self.lock_fd = -1
         self.started_at, self.ready, self.told_waiting = 0.0, False, False
@@ -168,6 +170,7 @@ class Supervisor:
                 self.restarts[role] = recent
                 delay = min(5.0, 0.2 * 2 ** (len(recent) - 1))
                 log.error("%s exited with %s; restarting in %.1f s", role, rc, delay)
+                self._same_record(role)
                 time.sleep(delay)
                 if not self.stop_requested:
                     self._spawn(role)
@@ -175,6 +178,19 @@ class Supervisor:
             if not self.ready and self.spawn:
                 self._tell_ready()
             time.sleep(0.2)
+
+    def _same_record(self, role: str) -> None:
+        """A role that follows the CommitLog and dies twice at the same record, with records left to
+        do, is a defect to report, not a restart loop to leave to itself: say so, naming the record."""
+        if role not in RECORD_POSITION:
+            return
+        at, end = (int(self.sh.control[f]) for f in RECORD_POSITION[role])
+        if at >= end:
+            return
+        if self.died_at.get(role) == at:
+            log.critical("DEFECT: %s died twice on the record at CommitLog offset %d (its records up to %d are "
+                         "waiting); report it with that record (appliance check names it)", role, at, end)
+        self.died_at[role] = at
 
     def _waiting_for(self) -> list[str]:
         """What the appliance lacks to serve: roles not up, listeners not answering, no name

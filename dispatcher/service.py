@@ -40,6 +40,12 @@ _I16, _I32, _I64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
 NO_ROOM_RETRY_S = 1.0   # a pass that found the disk full is tried again this much later
 
 
+def waits(e: BaseException) -> bool:
+    """A condition the dispatcher waits out, redoing the pass later (the disk full, no descriptor or
+    mapping left): not a fault of the records."""
+    return no_space(e) or out_of_files(e)
+
+
 def _gather(view: np.ndarray, at: np.ndarray, width: int, dtype: str) -> np.ndarray:
     """Big-endian integers of ``width`` bytes at each offset in ``at``, in one numpy gather."""
     return view[at[:, None] + np.arange(width)].view(dtype).ravel().astype(np.int64)
@@ -123,19 +129,88 @@ class DispatcherService:
         if start >= written:
             return False
         mf, starts, sizes, end = self._parse(start, written)
-        if len(starts) > self.few_records:
-            batch = Batch(mf, np.array(starts, dtype=np.int64), np.array(sizes, dtype=np.int64))
-            slots, tags, key_hashes, key_rows = self._columns(batch)
-            self._dispatch_queues(batch, slots, tags)
-            if key_hashes is not None:
-                self._dispatch_index(key_hashes, batch.phys[key_rows], batch.store_ts[key_rows])
-            self.ctl[C.DISPATCHED_TS] = int(batch.store_ts[-1])
-        elif starts:
-            self.ctl[C.DISPATCHED_TS] = self._dispatch_few(mf, starts)
+        if starts:
+            try:
+                self.ctl[C.DISPATCHED_TS] = self._dispatch(mf, starts, sizes)
+            except Exception as e:
+                if waits(e):
+                    raise
+                self.ctl[C.DISPATCHED_TS] = self._contain(mf, starts, e)
         self.ctl[C.DISPATCHED] = end
         self.short = end < written           # stopped at a file end or max_pass_bytes
         self._wake_waiters()
         return True
+
+    def _dispatch(self, mf, starts: list[int], sizes: list[int]) -> int:
+        """One pass's records, on the vector path or record by record.  -> the last one's store time."""
+        if len(starts) <= self.few_records:
+            return self._dispatch_few(mf, starts)
+        batch = Batch(mf, np.array(starts, dtype=np.int64), np.array(sizes, dtype=np.int64))
+        slots, tags, key_hashes, key_rows = self._columns(batch)
+        self._dispatch_queues(batch, slots, tags)
+        if key_hashes is not None:
+            self._dispatch_index(key_hashes, batch.phys[key_rows], batch.store_ts[key_rows])
+        return int(batch.store_ts[-1])
+
+    def _contain(self, mf, starts: list[int], error: Exception) -> int:
+        """A pass failed on something other than a condition that waits: no record may stop dispatch
+        (a role that died here would replay the same pass forever).  The pass is redone one record
+        at a time on the scalar path (writes are idempotent: what the failed pass wrote is skipped);
+        a record that still fails is put in its queue without index keys (it stays consumable), or,
+        when even that fails, left out; either is logged with its offset and counted
+        (``dispatch_unindexed``, ``dispatch_unqueued``: ``appliance status``).  -> the last store time."""
+        log.error("dispatch pass of %d records from CommitLog offset %d failed (%s: %s): redoing it one record "
+                  "at a time", len(starts), mf.start + starts[0], type(error).__name__, error)
+        store_ts = 0
+        for at in starts:
+            try:
+                store_ts = self._dispatch_few(mf, [at])
+                continue
+            except Exception as e:
+                if waits(e):
+                    raise
+                why = f"{type(e).__name__}: {e}"
+            store_ts = message.store_ts_of(mf.mm, at)
+            try:
+                self._queue_only(mf, at)
+            except Exception as e:
+                if waits(e):
+                    raise
+                self.ctl[C.DISPATCH_UNQUEUED] += 1
+                log.error("record at CommitLog offset %d cannot be dispatched (%s), nor put in its queue (%s: %s): "
+                          "left out; it stays in the CommitLog", mf.start + at, why, type(e).__name__, e)
+                continue
+            self.ctl[C.DISPATCH_UNINDEXED] += 1
+            log.error("record at CommitLog offset %d cannot be dispatched (%s): put in its queue without index keys",
+                      mf.start + at, why)
+        return store_ts
+
+    def _queue_only(self, mf, at: int) -> None:
+        """A record's consume-queue entry alone, read from its fixed header: no index keys, and its tag
+        code only if its properties parse (else 0: a tag subscriber filters it out, ``*`` gets it)."""
+        mm = mf.mm
+        size, _m, _c, queue_id, _f, qoff, _p, sys_flag = message.PREFIX.unpack_from(mm, at)
+        tx = sys_flag & message.TX_MASK
+        _ts_at, header = message.RECORD_SHAPES[(sys_flag >> 4) & 3]
+        topic_at = at + header + _I32.unpack_from(mm, at + header - 4)[0]
+        props_at = topic_at + 3 + mm[topic_at]
+        slot = self._slot(bytes(mm[topic_at + 1:props_at - 2]), queue_id)
+        if tx == message.TX_PREPARED or tx == message.TX_ROLLBACK:
+            return
+        try:
+            tag = message.parse_properties(
+                bytes(mm[props_at:props_at + _I16.unpack_from(mm, props_at - 2)[0]]).decode("utf-8", "replace")
+            ).get("TAGS")
+            code = self._tag_code(tag) if tag else 0
+        except Exception:
+            code = 0
+        try:
+            self._put_queue(slot, qoff, [mf.start + at], [size], [code])
+        except CorruptData:                     # its QUEUEOFFSET is not its queue's next (a damaged header)
+            cq = self._cq(self.slot_key[slot])
+            log.error("record at CommitLog offset %d says queue offset %d; %s/%d's next is %d: put there",
+                      mf.start + at, qoff, cq.topic, cq.queue_id, cq.max_offset)
+            self._put_queue(slot, cq.max_offset, [mf.start + at], [size], [code])
 
     def _parse(self, pos: int, written: int):
         """Records in [pos, written) (one pass's worth, within one CommitLog file).
@@ -485,13 +560,15 @@ class DispatcherService:
                 self.hide_expired()
             did = self.step()
         except Exception as e:
+            if not waits(e):
+                log.critical("dispatch stopped at CommitLog offset %d: %s: %s", int(self.ctl[C.DISPATCHED]),
+                             type(e).__name__, e)
+                raise
             if out_of_files(e):
                 self.no_files.met(f"{e}; messages stay in the CommitLog and become consumable once files can be "
                                   "opened again (raise LimitNOFILE / ulimit -n, or vm.max_map_count)")
                 time.sleep(NO_ROOM_RETRY_S)
                 return False
-            if not no_space(e):
-                raise
             self.no_room.met(f"{e}; sends are refused meanwhile, and what is in the CommitLog becomes consumable "
                              "once there is room")
             self.ctl[C.DISPATCH_NO_ROOM] = 1

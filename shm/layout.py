@@ -70,13 +70,19 @@ CONTROL_FIELDS = (
     ("disk_full", "cleaner", "1 while a partition is fuller than diskSpaceWarningLevelRatio: sends are refused"),
     ("dispatch_no_room", "dispatcher", "1 while a consume-queue or index file cannot be made: sends are refused"),
     ("registered_ms", "reader-0", "wall-clock ms a name server last took the whole topic table (0: none yet)"),
+    ("dispatch_unindexed", "dispatcher", "records dispatched to their queue without index keys since boot "
+                                         "(their pass failed, and so did they alone: logged with their offset)"),
+    ("dispatch_unqueued", "dispatcher", "records no consume queue could take since boot (logged with their offset)"),
+    ("retention_unconsumed", "cleaner", "messages deleted by retention before a subscribed group consumed them, "
+                                        "since boot"),
 )
 C = type("C", (), {name.upper(): i for i, (name, _w, _m) in enumerate(CONTROL_FIELDS)})
 CONTROL_LEN = 64      # int64 words reserved; room to grow without moving what follows
 assert len(CONTROL_FIELDS) <= CONTROL_LEN
-LAYOUT_MAGIC = 0x52424F5808       # "RBOX" v8 (v3: group names of 255 bytes, client ids of 248; v4: epoch_read_pos;
+LAYOUT_MAGIC = 0x52424F5809       # "RBOX" v9 (v3: group names of 255 bytes, client ids of 248; v4: epoch_read_pos;
                                   # v5: offset pulls; v6: slots of 16 words, pulls found and missed; v7: boot_written,
-                                  # disk ratios; v8: registered_ms)
+                                  # disk ratios; v8: registered_ms; v9: dispatch_unindexed, dispatch_unqueued,
+                                  # retention_unconsumed)
 
 SLOT_FIELDS = (
     ("owner_pid", "slot owner", "pid holding the slot (flock'ed), 0 = free"),

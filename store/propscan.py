@@ -75,6 +75,8 @@ def find(p: Props, names: tuple[bytes, ...]) -> dict[bytes, Values]:
 
 def split(p: Props, v: Values, sep: int) -> Values:
     """Cut every value at each ``sep`` byte; empty pieces are dropped."""
+    if v.starts.size == 0:                           # (separators elsewhere in the buffer cut nothing)
+        return v
     ends = v.starts + v.lens
     cuts = np.flatnonzero(p.buf == sep)
     j = np.searchsorted(v.starts, cuts, side="right") - 1

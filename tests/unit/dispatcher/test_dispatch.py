@@ -11,7 +11,6 @@ import pytest
 from readers.storeview import StoreView
 from shm.layout import C
 from store import indexfile, message
-from store.errors import CorruptData
 from store.javahash import index_key_hash, string_hash
 from tests.unit.writer.rig import running_store, small_config
 from writer.client import PutRequest
@@ -121,18 +120,77 @@ def test_pace_pauses_only_when_no_long_poll_waits_and_the_pass_caught_up(tmp_pat
 
 
 @PATHS
-def test_queue_offsets_with_a_gap_in_one_pass_are_corruption(tmp_path, few_records):
+def test_a_record_with_a_damaged_queue_offset_is_put_at_its_queues_next_offset(tmp_path, few_records, caplog):
+    """A record whose QUEUEOFFSET says 7 after 0 (a flipped header byte the body CRC does not cover)
+    does not stop dispatch: the pass is redone record by record, the record goes to its queue's next
+    offset without index keys (logged with its offset, counted), and the queue goes on densely."""
     cfg = small_config(tmp_path / "store", "gap")
     with running_store(cfg) as (sh, w, d, c):
         d.few_records = few_records
         t = c.submit([PutRequest("TBW102", 1, [b"m%d" % i], [{}]) for i in range(3)])
         w.step()
-        second = c.collect(t, 1)[1].phys_offsets[0]
-        mf = w.commitlog.file_for(second)
-        at = second - mf.start + message.QUEUE_OFFSET_AT
+        phys = [r.phys_offsets[0] for r in c.collect(t, 1)]
+        mf = w.commitlog.file_for(phys[1])
+        at = phys[1] - mf.start + message.QUEUE_OFFSET_AT
         mf.mm[at:at + 8] = (7).to_bytes(8, "big")        # a record claiming queue offset 7 after 0
-        with pytest.raises(CorruptData, match="not dense"):
-            d.step()
+        assert d._step() and int(sh.control[C.DISPATCHED]) == int(sh.control[C.WRITTEN])
+        view = StoreView(cfg, sh).open()
+        assert [int(e["phys"]) for e in view.entries("TBW102", 1, 0, 10)] == phys
+        view.close()
+        assert (int(sh.control[C.DISPATCH_UNINDEXED]), int(sh.control[C.DISPATCH_UNQUEUED])) == (1, 0)
+        assert f"record at CommitLog offset {phys[1]} says queue offset 7" in caplog.text
+
+
+@PATHS
+def test_a_record_that_fails_is_queued_without_index_keys_and_one_of_no_queue_is_left_out(
+        tmp_path, few_records, caplog, monkeypatch):
+    """Whatever a pass raises, dispatch goes on: a fault injected into one topic's index keys (every
+    record of "Poison" raises in both paths) leaves those records consumable without keys, the
+    others of the same pass fully dispatched; a record for a queue the writer never registered (its
+    QUEUEID flipped) is left out; each is logged with its offset and counted, nothing raises."""
+    from dispatcher.service import DispatcherService
+    real = DispatcherService._key_seed
+
+    def poisoned(self, topic):
+        if topic == b"Poison":
+            raise ValueError("injected: this topic's keys cannot be hashed")
+        return real(self, topic)
+
+    monkeypatch.setattr(DispatcherService, "_key_seed", poisoned)
+    cfg = small_config(tmp_path / "store", "contain")
+    with running_store(cfg) as (sh, w, d, c):
+        d.few_records = few_records
+        w.topics.upsert(topic_config("Poison", 2, 2))
+        reqs = [PutRequest(("Poison", "TBW102")[i % 2], 0, [b"m%d" % i],
+                           [{"TAGS": "T", "KEYS": f"k{i}", "UNIQ_KEY": f"U{i}"}]) for i in range(60)]
+        t = c.submit(reqs)
+        while w.step():
+            pass
+        phys = [r.phys_offsets[0] for r in c.collect(t, 1)]
+        stray = phys[-1]                                   # TBW102's last record: queue 9 does not exist
+        mf = w.commitlog.file_for(stray)
+        at = stray - mf.start + message.QUEUE_ID_AT
+        mf.mm[at:at + 4] = (9).to_bytes(4, "big")
+        assert d._step() and int(sh.control[C.DISPATCHED]) == int(sh.control[C.WRITTEN])
+        assert (int(sh.control[C.DISPATCH_UNINDEXED]), int(sh.control[C.DISPATCH_UNQUEUED])) == (30, 1)
+        view = StoreView(cfg, sh).open()
+        poison = view.entries("Poison", 0, 0, 100)
+        assert [int(e["phys"]) for e in poison] == phys[0::2]
+        assert set(poison["tags"].tolist()) == {string_hash("T")}
+        assert [int(e["phys"]) for e in view.entries("TBW102", 0, 0, 100)] == phys[1:-1:2]
+        view.close()
+        idx = indexfile.IndexFile(indexfile.list_index_files(cfg.index_dir)[-1], cfg.maxHashSlotNum,
+                                  cfg.maxIndexNum, False).open()
+        for i in range(1, 59, 2):                          # the others are indexed by key and UNIQ_KEY
+            assert phys[i] in idx.lookup(index_key_hash(f"TBW102#k{i}"), 0, 1 << 62, 64)
+            assert phys[i] in idx.lookup(index_key_hash(f"TBW102#U{i}"), 0, 1 << 62, 64)
+        assert idx.h("index_count") == 1 + 2 * 29
+        idx.mf.close()
+        for p in phys[0::2]:
+            assert f"record at CommitLog offset {p} cannot be dispatched (ValueError: injected" in caplog.text
+        assert f"record at CommitLog offset {stray} cannot be dispatched" in caplog.text
+        assert "left out; it stays in the CommitLog" in caplog.text
+        assert d.step() is False                            # nothing replays
 
 
 def test_a_dispatcher_out_of_descriptors_waits_says_so_once_and_catches_up(tmp_path, caplog, monkeypatch):

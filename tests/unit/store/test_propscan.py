@@ -60,3 +60,19 @@ def test_no_properties_at_all():
     found = propscan.find(p, NAMES)
     assert all(v.rows.size == 0 for v in found.values())
     assert propscan.split(p, found[b"KEYS"], 32).rows.size == 0
+
+
+def test_split_with_no_values_but_the_separator_elsewhere():
+    """#49: no record has KEYS, a value of another property holds a space (a pass of plain
+    messages and one with ``note=two words``, or a tombstone's reason): nothing to cut."""
+    p = _props(["TAGS\x01a", "note\x01two words", "RBX_DAMAGED\x01body CRC mismatch"])
+    found = propscan.find(p, NAMES)
+    assert found[b"KEYS"].rows.size == 0
+    pieces = propscan.split(p, found[b"KEYS"], ord(" "))
+    assert pieces.rows.size == pieces.starts.size == pieces.lens.size == 0
+
+
+def test_split_leaves_spaces_outside_the_values_alone():
+    p = _props(["note\x01x y", "KEYS\x01k1 k2", "note\x01p q", "KEYS\x01k3"])
+    pieces = propscan.split(p, propscan.find(p, (b"KEYS",))[b"KEYS"], ord(" "))
+    assert [(int(r), _value(p, pieces, i)) for i, r in enumerate(pieces.rows)] == [(1, "k1"), (1, "k2"), (3, "k3")]
