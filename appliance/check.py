@@ -12,11 +12,13 @@ Returns the problems found (empty = clean) and per-queue messages.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 from dataclasses import dataclass, field
 
-from store import indexfile, message, quarantine, salvage
-from store.consumequeue import ConsumeQueue, file_size_for
+from store import gaps, indexfile, message, quarantine, salvage
+from store.consumequeue import ConsumeQueue, file_size_for, load_all
 from store.errors import CorruptData
 from store.javahash import index_key_hash
 from store.mappedfile import MappedFileQueue, is_offset_name
@@ -79,6 +81,10 @@ def _file_sizes(directory: str, size: int, what: str) -> list[str]:
 
 def check(cfg, verify_index: bool = True) -> CheckReport:
     rep = CheckReport()
+    rep.problems += [g.describe() for g in gaps.find(cfg.commitlog_dir, cfg.mappedFileSizeCommitLog,
+                                                      _queues_end(cfg))]
+    if rep.problems:                # a log with holes: what recovery refuses to start on (store/gaps.py)
+        return rep
     rep.problems += _file_sizes(cfg.commitlog_dir, cfg.mappedFileSizeCommitLog, "CommitLog")
     index_size = indexfile.file_size(cfg.maxHashSlotNum, cfg.maxIndexNum)
     index_paths = indexfile.list_index_files(cfg.index_dir) if verify_index else []
@@ -134,6 +140,16 @@ def check(cfg, verify_index: bool = True) -> CheckReport:
     return rep
 
 
+def _queues_end(cfg) -> int:
+    """The furthest CommitLog offset any consume queue points to."""
+    cqs = load_all(cfg.root, cfg.mappedFileSizeConsumeQueue, False)
+    try:
+        return max((cq.max_phys for cq in cqs.values()), default=0)
+    finally:
+        for cq in cqs.values():
+            cq.close()
+
+
 def _check_dense(key, offs: list[int], cq: ConsumeQueue, problems: list) -> None:
     """A queue's offsets run without holes from its first, but for offsets lost in a damaged
     span whose entries point at a tombstone; the consume queue ends where they do."""
@@ -152,21 +168,66 @@ def _index_keys(r) -> list[str]:
     return keys + [k for k in r.properties.get("KEYS", "").split(" ") if k]
 
 
+@contextlib.contextmanager
+def _stopped(cfg, command: str):
+    """The store's lock held (no appliance can start meanwhile): yields False, having said so, when
+    a running appliance holds it."""
+    if not os.path.isdir(cfg.root):
+        yield True
+        return
+    fd = os.open(os.path.join(cfg.root, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"appliance {command}: the store is in use by a running appliance; stop it first")
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
+
+
+def accept_gap(cfg) -> int:
+    """``appliance accept-gap``: the operator accepts that the CommitLog's gaps are lost; each becomes
+    a filler the log's readers step over, the files after it stay readable (``store/gaps.py``)."""
+    if not os.path.isdir(cfg.commitlog_dir):
+        print(f"appliance accept-gap: no store at {cfg.root}")
+        return 2
+    with _stopped(cfg, "accept-gap") as free:
+        if not free:
+            return 2
+        cqs = load_all(cfg.root, cfg.mappedFileSizeConsumeQueue, True)
+        try:
+            found = gaps.find(cfg.commitlog_dir, cfg.mappedFileSizeCommitLog,
+                              max((cq.max_phys for cq in cqs.values()), default=0))
+            if not found:
+                print("no gap in the CommitLog: nothing to accept")
+                return 0
+            for g in found:
+                print("ACCEPTING", g.describe())
+            try:
+                done = gaps.fill(cfg.root, cfg.commitlog_dir, cfg.mappedFileSizeCommitLog, found, cqs)
+            except gaps.CommitLogGap as e:
+                print(f"appliance accept-gap: {e}")
+                return 1
+        finally:
+            for cq in cqs.values():
+                cq.close()
+    lost = sum(n for _, n in done)
+    print(f"{len(done)} gap(s) of {lost} bytes in all are now fillers that readers step over; every record after "
+          f"them is kept and served; listed in {quarantine.directory(cfg.root)} (appliance quarantine)")
+    return 0
+
+
 def main(cfg) -> int:
     if not os.path.isdir(cfg.commitlog_dir) or not any(is_offset_name(n) for n in os.listdir(cfg.commitlog_dir)):
         print(f"appliance check: no store at {cfg.root}: {cfg.commitlog_dir} is missing or holds no CommitLog file")
         return 2
-    if os.path.exists(os.path.join(cfg.root, "lock")):
-        import fcntl
-        fd = os.open(os.path.join(cfg.root, "lock"), os.O_RDWR)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print("appliance check: the store is in use by a running appliance; stop it first")
+    with _stopped(cfg, "check") as free:
+        if not free:
             return 2
-        finally:
-            os.close(fd)
-    rep = check(cfg)
+        rep = check(cfg)
     print(f"{rep.records} records, CommitLog end {rep.end_offset}, {len(rep.queues)} queues")
     for p in rep.problems[:50]:
         print("PROBLEM", p)
@@ -177,5 +238,7 @@ def main(cfg) -> int:
         print(f"QUARANTINED {length} bytes at offset {phys} ({where}): lost to damage, replaced by a tombstone")
     if rep.tombstones:
         print(f"(their original bytes: {quarantine.directory(cfg.root)})")
+    for at, length in gaps.accepted(cfg.root):
+        print(f"ACCEPTED GAP {length} bytes at offset {at}: missing CommitLog bytes the operator accepted to lose")
     print("clean" if rep.clean else f"{len(rep.problems)} problems")
     return 0 if rep.clean else 1

@@ -153,7 +153,9 @@ def _main(argv) -> int:
                        ("status", "print each role with its pid, the connections and any table near full; "
                                   "exit 0 only when all roles are up"),
                        ("check", "verify a stopped store: records, consume queues, index"),
-                       ("quarantine", "list what the store lost to damage, and where the original bytes are")):
+                       ("quarantine", "list what the store lost to damage, and where the original bytes are"),
+                       ("accept-gap", "on a stopped store whose CommitLog misses a file (start-up refuses it): "
+                                      "accept the loss, keep and serve everything after it")):
         p = sub.add_parser(name, help=text)
         p.add_argument("-c", "--config", help="broker.conf (default: built-in defaults)")
         if name == "status":
@@ -201,6 +203,9 @@ def _main(argv) -> int:
     if args.cmd == "check":
         from appliance import check
         return check.main(cfg)
+    if args.cmd == "accept-gap":
+        from appliance import check
+        return check.accept_gap(cfg)
     if args.cmd == "host":
         from appliance import host
         return host.main(args, cfg)

@@ -2,6 +2,8 @@
 before any role starts (FACTS §6).  Runs in the supervisor (or ``appliance run recover``), alone.
 
 1. ``abort`` present => the last exit was abnormal.
+   A gap in the CommitLog (a file missing or short between others, queues pointing past the last
+   file: ``store/gaps.py``) stops here, before anything is cut or deleted.
 2. Load topics.json into the shared topic table, the CommitLog files, every consume queue
    (each finds the end of its valid entries) and the checkpoint.
 3. Scan the CommitLog (magic, lengths, CRC, PHYSICALOFFSET): a normal restart from the
@@ -30,9 +32,9 @@ from dataclasses import dataclass
 from dispatcher.service import DispatcherService
 from shm.layout import C
 from shm.tables import append_queue
-from store import indexfile, message, quarantine, salvage
+from store import gaps, indexfile, message, quarantine, salvage
 from store.checkpoint import Checkpoint
-from store.consumequeue import ConsumeQueue, file_size_for, queue_dir
+from store.consumequeue import load_all, queue_dir
 from store.errors import CorruptData
 from store.mappedfile import MappedFileQueue
 from writer.groups import ConsumerOffsets
@@ -127,21 +129,7 @@ def _abnormal_start(commitlog: MappedFileQueue, min_ts: int) -> int:
 
 
 def _load_queues(cfg) -> dict:
-    """Every consume queue of the store, each with the end of its valid entries found (and none
-    of its files mapped: a store may hold 100,000 queues).  A queue directory holding no file
-    holds nothing."""
-    cqs = {}
-    base = os.path.join(cfg.root, "consumequeue")
-    if not os.path.isdir(base):
-        return cqs
-    size = file_size_for(cfg.mappedFileSizeConsumeQueue)
-    for topic in sorted(os.listdir(base)):
-        for qid in sorted(os.listdir(os.path.join(base, topic))):
-            if qid.lstrip("-").isdigit():
-                cq = ConsumeQueue(cfg.root, topic, int(qid), size, True).load()
-                if cq.files.files:
-                    cqs[(topic, int(qid))] = cq
-    return cqs
+    return load_all(cfg.root, cfg.mappedFileSizeConsumeQueue, True)
 
 
 def recover(cfg, shared) -> RecoveryReport:
@@ -153,8 +141,16 @@ def recover(cfg, shared) -> RecoveryReport:
     topics.load()
     ConsumerOffsets(cfg, views, ctl).load()
     checkpoint = Checkpoint(os.path.join(cfg.root, "checkpoint")).load()
-    commitlog = MappedFileQueue(cfg.commitlog_dir, cfg.mappedFileSizeCommitLog, True).load()
     cqs = _load_queues(cfg)
+    try:
+        gaps.refuse(gaps.find(cfg.commitlog_dir, cfg.mappedFileSizeCommitLog,
+                              max((cq.max_phys for cq in cqs.values()), default=0)))
+        commitlog = MappedFileQueue(cfg.commitlog_dir, cfg.mappedFileSizeCommitLog, True).load()
+    except BaseException:
+        for cq in cqs.values():
+            cq.close()
+        raise
+    tombstones = gaps.accepted(cfg.root)
     try:
         files = commitlog.files
         if not files:
@@ -169,6 +165,10 @@ def recover(cfg, shared) -> RecoveryReport:
         if files and end < last_end:
             holder = commitlog.file_for(end) or commitlog.file_for(end - 1)
             cut = salvage.tail_length(holder, end - holder.start) if holder else 0
+            for mf in commitlog.files:
+                if mf.start >= end:          # (a torn tail: no verified record in them, _scan made sure)
+                    log.warning("CommitLog: file %s is past the torn tail at %d and holds no verified record: "
+                                "deleted", mf.path, end)
             commitlog.truncate(end)
             if cut:
                 log.warning("CommitLog: cut %d bytes of torn or corrupt data at offset %d", cut, end)
@@ -176,7 +176,7 @@ def recover(cfg, shared) -> RecoveryReport:
             if cq.max_phys > end:
                 cq.truncate_phys(end)
         if files and damages:
-            tombstones = _bury(cfg, damages, cqs, topics)
+            tombstones = sorted(tombstones + _bury(cfg, damages, cqs, topics))
         redispatch = max((cq.max_phys for cq in cqs.values()), default=0)
         if abnormal and files:
             redispatch = min(redispatch, scan_from)

@@ -249,3 +249,21 @@ class ConsumeQueue:
 
     def close(self) -> None:
         self.files.close()
+
+
+def load_all(root: str, mapped_file_size: int, writable: bool) -> dict:
+    """Every consume queue of the store, (topic, queue id) -> ConsumeQueue, each with the end of its
+    valid entries found (and none of its files mapped: a store may hold 100,000 queues).  A queue
+    directory holding no file holds nothing."""
+    cqs = {}
+    base = os.path.join(root, "consumequeue")
+    if not os.path.isdir(base):
+        return cqs
+    size = file_size_for(mapped_file_size)
+    for topic in sorted(os.listdir(base)):
+        for qid in sorted(os.listdir(os.path.join(base, topic))):
+            if qid.lstrip("-").isdigit():
+                cq = ConsumeQueue(root, topic, int(qid), size, writable).load()
+                if cq.files.files:
+                    cqs[(topic, int(qid))] = cq
+    return cqs

@@ -204,7 +204,8 @@ async def read_topic(app: Appliance, topic: str) -> list:
 
 async def pull_all(namesrv: str, topic: str, broker_name: str | None = None, group: str = "audit") -> list:
     """Every message of ``topic`` (on ``broker_name`` alone, if given), each queue read from
-    offset 0 to its end with our pull consumer, through the name server ``namesrv``."""
+    offset 0 to its end with our pull consumer, through the name server ``namesrv``; a pull that
+    found only entries readers skip (tombstones) moves on, as a consumer does."""
     from client.consumer import PullConsumer
     pc = await PullConsumer(group, namesrv).start()
     out = []
@@ -213,7 +214,7 @@ async def pull_all(namesrv: str, topic: str, broker_name: str | None = None, gro
             continue
         await pc.assign([mq])
         pc.seek(mq, 0)
-        while (res := await pc.pull(mq, 32)).messages:
+        while (res := await pc.pull(mq, 32)).messages or res.status == "NO_MATCHED_MSG":   # (past tombstones)
             out += res.messages
     await pc.shutdown()
     return out

@@ -1,0 +1,110 @@
+"""A gap in the CommitLog stops start-up and never deletes (#49): a file moved away from the middle
+of the log (inside recovery's scan window or before it), or a middle file cut short, makes
+``appliance start`` exit 2 naming the missing range and the files after it, with every file left as
+it was; ``appliance check`` names the same; ``appliance accept-gap`` makes the gap a filler, and the
+appliance then serves every acknowledged message outside it, exactly once."""
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+
+import pytest
+
+from appliance.check import check
+from store.mappedfile import offset_to_name
+from tests.integration.harness import read_acks, read_topic, start_producer
+
+FILE = 256 * 1024
+
+
+def _store(appliance_factory, n: int = 6000):
+    """Six CommitLog files or so of acknowledged messages, stopped gracefully."""
+    app = appliance_factory(mappedFileSizeCommitLog=FILE, namesrv=True)
+    app.start()
+    ack = os.path.join(app.dir, "acks")
+    p = start_producer(app, "g", "TBW102", n, 4, ack, batch=50)
+    assert p.wait(120) == 0, p.stderr.read()
+    assert app.stop() == 0
+    files = sorted(os.listdir(app.cfg.commitlog_dir))
+    assert len(files) >= 3, files
+    return app, read_acks(ack), files
+
+
+def _in_file(rep, start: int) -> set[str]:
+    return {body.decode().split("body-")[1] for rows in rep.queues.values() for _q, p, body in rows
+            if start <= p < start + FILE}
+
+
+@pytest.mark.parametrize("which", [3, 2], ids=["inside-the-scan-window", "before-the-scan-window"])
+def test_a_missing_middle_file_stops_start_up_and_is_served_around_once_accepted(appliance_factory, which):
+    app, acked, files = _store(appliance_factory)
+    before = check(app.cfg)
+    assert before.clean, before.problems[:5]
+    gone = files[which]
+    lost = _in_file(before, int(gone))
+    assert lost
+    sizes = {f: os.path.getsize(os.path.join(app.cfg.commitlog_dir, f)) for f in files if f != gone}
+    shutil.move(os.path.join(app.cfg.commitlog_dir, gone), os.path.join(app.dir, gone))
+
+    with pytest.raises(RuntimeError, match="exited with 2") as e:
+        app.start()
+    assert f"CommitLog bytes {int(gone)}-{int(gone) + FILE} ({FILE} bytes) are missing: no file {gone} before " \
+           f"{files[which + 1]}; {len(files) - which - 1} file(s) after it ({files[which + 1]} .. {files[-1]})" in str(e.value)
+    assert "accept-gap" in str(e.value)
+    left = sorted(os.listdir(app.cfg.commitlog_dir))
+    assert {f: os.path.getsize(os.path.join(app.cfg.commitlog_dir, f)) for f in left} == sizes   # nothing cut
+    r = app.cmd("check")
+    assert r.returncode == 1 and f"PROBLEM CommitLog bytes {int(gone)}-" in r.stdout, r.stdout
+
+    r = app.cmd("accept-gap")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"ACCEPTING CommitLog bytes {int(gone)}-" in r.stdout
+    assert app.cmd("accept-gap").stdout.startswith("no gap")
+    r = app.cmd("check")
+    assert r.returncode == 0 and f"ACCEPTED GAP {FILE} bytes at offset {int(gone)}" in r.stdout, r.stdout
+    assert "missing CommitLog bytes" in app.cmd("quarantine").stdout
+
+    app.start()
+    got = [m.body.decode().split("body-")[1] for m in asyncio.run(read_topic(app, "TBW102"))]
+    assert len(got) == len(set(got))
+    assert set(got) == set(acked) - lost and len(got) == len(acked) - len(lost)
+    assert app.stop() == 0
+    assert check(app.cfg).clean
+
+
+def test_a_short_middle_file_stops_start_up_and_keeps_its_whole_records_once_accepted(appliance_factory):
+    app, acked, files = _store(appliance_factory)
+    before = check(app.cfg)
+    short = os.path.join(app.cfg.commitlog_dir, files[2])
+    cut_at = FILE // 2 + 77                                      # inside a record
+    os.truncate(short, cut_at)
+    with pytest.raises(RuntimeError, match="exited with 2") as e:
+        app.start()
+    assert f"CommitLog bytes {int(files[2]) + cut_at}-{int(files[3])} " in str(e.value)
+    assert f"file {files[2]} is {cut_at} bytes, not {FILE}" in str(e.value)
+    assert os.path.getsize(short) == cut_at
+    assert app.cmd("accept-gap").returncode == 0
+    app.start()
+    got = [m.body.decode().split("body-")[1] for m in asyncio.run(read_topic(app, "TBW102"))]
+    kept = {body.decode().split("body-")[1] for rows in before.queues.values() for _q, p, body in rows
+            if not int(files[2]) + cut_at - 300 < p < int(files[3])}
+    assert len(got) == len(set(got)) and kept <= set(got)
+    lost = set(acked) - set(got)
+    assert 0 < len(lost) < len(_in_file(before, int(files[2])))     # the file's first half is served
+    assert app.stop() == 0
+    assert check(app.cfg).clean
+
+
+def test_files_missing_at_the_end_stop_start_up(appliance_factory):
+    app, acked, files = _store(appliance_factory, 3000)
+    last = files[-1]
+    shutil.move(os.path.join(app.cfg.commitlog_dir, last), os.path.join(app.dir, last))
+    with pytest.raises(RuntimeError, match="exited with 2") as e:
+        app.start()
+    assert "past the last CommitLog file" in str(e.value) and offset_to_name(int(files[-2])) in str(e.value)
+    shutil.move(os.path.join(app.dir, last), os.path.join(app.cfg.commitlog_dir, last))   # put back: all there
+    app.start()
+    got = [m.body.decode().split("body-")[1] for m in asyncio.run(read_topic(app, "TBW102"))]
+    assert sorted(got) == sorted(acked)
+    assert app.stop() == 0
