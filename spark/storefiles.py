@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 from store import message
 from store.consumequeue import BLANK_ENTRY, ENTRY, ENTRY_SIZE, read_entries, valid_prefix
 from store.javahash import string_hash
+from store.salvage import TOMBSTONE_TAGS
 
 SCHEMA = ("topic string, queueId int, queueOffset long, physicalOffset long, storeTimestamp timestamp, "
           "bornTimestamp timestamp, bornHost string, storeHost string, msgId string, uniqKey string, tags string, "
@@ -297,7 +298,7 @@ def read_batches(store_root: str, topic: str, qid: int, start: int, end: int, *,
             if bad.size:
                 e = e[:int(bad[0])]                  # the queue ends there (as planned, or still being written)
             qoff = np.arange(at_off, at_off + len(e), dtype=np.int64)
-            real = ~((e["size"] == BLANK_ENTRY[1]) & (e["phys"] == 0))
+            real = ~((e["size"] == BLANK_ENTRY[1]) & (e["phys"] == 0)) & (e["tags"] != TOMBSTONE_TAGS)  # (what pulls skip)
             if tags is not None:
                 real &= np.isin(e["tags"].astype(np.int64), [string_hash(t) for t in tags])
             phys, size, qoff = e["phys"][real].astype(np.int64), e["size"][real].astype(np.int64), qoff[real]

@@ -283,8 +283,9 @@ class MappedFile:
         if self.mm is not None:
             try:
                 self.mm.close()
-            except BufferError:
-                pass
+            except BufferError:         # a caller still holds a view into it: mapped until dropped
+                if self.cache is not None:
+                    self.cache.linger(self.mm)
             self.mm = None
 
 
@@ -303,6 +304,7 @@ class OpenFiles:
         self.budget = budget
         self.lru: OrderedDict[MappedFile, None] = OrderedDict()
         self.released = 0                   # files released so far (a figure for status and benchmarks)
+        self.lingering: list[mmap.mmap] = []  # released files' mappings a view still holds open
 
     @staticmethod
     def budget_from_limits() -> int:
@@ -322,13 +324,30 @@ class OpenFiles:
         if self.budget is None:
             self.budget = self.budget_from_limits()
         lru[mf] = None
-        while len(lru) > self.budget:
+        if len(lru) + len(self.lingering) > self.budget:
+            self._reap()
+        while len(lru) > 1 and len(lru) + len(self.lingering) > self.budget:   # (never the file touched)
             old, _ = lru.popitem(last=False)
             old.release()
             self.released += 1
 
     def forget(self, mf: MappedFile) -> None:
         self.lru.pop(mf, None)
+
+    def linger(self, mm: mmap.mmap) -> None:
+        """A released file's mapping that could not be closed (a view into it is still held): it
+        counts against the budget until it is really closed (``_reap``)."""
+        self.lingering.append(mm)
+
+    def _reap(self) -> None:
+        """Close the lingering mappings whose views have been dropped since."""
+        still = []
+        for mm in self.lingering:
+            try:
+                mm.close()
+            except BufferError:
+                still.append(mm)
+        self.lingering = still
 
 
 class MappedFileQueue:

@@ -4,6 +4,7 @@ Every CommitLog record's magic, CRC and PHYSICALOFFSET (one task per CommitLog f
 resuming past damage as recovery does); every consume-queue entry against the record it points at
 (the records' (topic, queue, queue offset, offset, size) joined with the entries'); every
 IndexFile entry against a record start.  Each inconsistency is a row: kind, file, offset, what.
+Tombstones (damage already replaced and quarantined) are listed apart: known losses, not problems.
 
     spark-submit spark/jobs/audit.py --path STORE [--limit 100]
     appliance spark audit --path STORE
@@ -18,6 +19,7 @@ if __package__ in (None, ""):                 # run as a file (spark-submit): th
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 PROBLEMS = "kind string, file string, offset long, what string"
+TOMBSTONES = "file string, offset long, topic string, queueId int, reason string"
 
 
 def scan_commitlog_file(root: str, start: int):
@@ -51,6 +53,8 @@ def scan_commitlog_file(root: str, start: int):
             r = message.decode_record(mf.mm, at, mf.path)
             if r.tx_type not in (message.TX_PREPARED, message.TX_ROLLBACK):
                 yield ("record", r.topic, r.queue_id, r.queue_offset, mf.start + at, n)
+            if salvage.is_tombstone(r.properties):
+                yield ("tombstone", mf.path, at, r.topic, r.queue_id, r.properties[salvage.TOMBSTONE_PROPERTY])
             at += n
     finally:
         files.close()
@@ -83,11 +87,19 @@ def index_entries(path: str, slots: int, entries: int):
 
 def audit(spark, root: str):
     """A DataFrame of every inconsistency found (``PROBLEMS``)."""
+    return report(spark, root)[0]
+
+
+def report(spark, root: str):
+    """-> (every inconsistency found (``PROBLEMS``), every tombstone (``TOMBSTONES``): damage recovery
+    or a read already replaced and quarantined, a known loss and not a problem; consumers and the
+    Spark source skip them)."""
     from spark import storefiles
     store = storefiles.Store(root)
     sc = spark.sparkContext
     starts = [s for s, _p in storefiles._files(store.commitlog)]
     scanned = sc.parallelize(starts, max(1, len(starts))).flatMap(lambda s: scan_commitlog_file(root, s)).cache()
+    tombstones = spark.createDataFrame(scanned.filter(lambda r: r[0] == "tombstone").map(lambda r: r[1:]), TOMBSTONES)
     problems = scanned.filter(lambda r: r[0] == "problem").map(lambda r: (r[0] + ": commitlog", r[1], r[2], r[3]))
     records = spark.createDataFrame(scanned.filter(lambda r: r[0] == "record").map(lambda r: r[1:]),
                                     "topic string, queueId int, queueOffset long, phys long, size int")
@@ -110,7 +122,7 @@ def audit(spark, root: str):
                                "file string, position long, ixPhys long")
     bad_ix = ix.join(records.select("phys"), ix.ixPhys == records.phys, "left_anti").rdd.map(
         lambda r: ("problem: index", r.file, int(r.position), f"entry points at {r.ixPhys}, where no record starts"))
-    return spark.createDataFrame(problems.union(bad_cq).union(bad_ix), PROBLEMS)
+    return spark.createDataFrame(problems.union(bad_cq).union(bad_ix), PROBLEMS), tombstones
 
 
 def main(argv=None) -> int:
@@ -121,9 +133,14 @@ def main(argv=None) -> int:
     from spark import session
     spark = session("rocketbox-audit")
     try:
-        found = audit(spark, args.path).orderBy("kind", "file", "offset").collect()
+        problems, tombstones = report(spark, args.path)
+        found = problems.orderBy("kind", "file", "offset").collect()
+        buried = tombstones.orderBy("file", "offset").collect()
     finally:
         spark.stop()
+    for t in buried:
+        print(f"tombstone: {t.file} at {t.offset}: {t.topic} queue {t.queueId}, lost to damage ({t.reason}); "
+              "skipped by consumers and the Spark source")
     for r in found[:args.limit]:
         print(f"{r.kind}: {r.file} at {r.offset}: {r.what}")
     print(f"audit of {args.path}: {len(found)} problems" + (f" ({args.limit} shown)" if len(found) > args.limit else ""))

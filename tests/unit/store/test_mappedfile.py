@@ -153,3 +153,29 @@ def test_a_map_failure_near_max_map_count_says_how_to_raise_it():
         "cannot map /s/cq/T/0/0 (6000000 bytes): Cannot allocate memory; this process has 65530 mappings, "
         "vm.max_map_count is 65530 (raise it: sysctl -w vm.max_map_count=655360)")
     assert "raise it" not in map_failure("/f", 1, "Cannot allocate memory", 800, 65530)
+
+
+def test_a_released_mapping_a_view_still_holds_counts_against_the_budget_until_closed(tmp_path):
+    """#49: the budget evicts a file whose mapping a caller still views (mmap.close raises
+    BufferError): the mapping stays counted, so no more than ``budget`` mappings are ever open, and
+    it is closed (and uncounted) once the view is dropped."""
+    import numpy as np
+
+    from store.mappedfile import OpenFiles
+    budget = OpenFiles(budget=3)
+    files = []
+    for i in range(6):
+        mf = MappedFile(str(tmp_path / f"{i:020d}"), i * 4096, 4096, True, cache=budget).open(create=True)
+        files.append(mf)
+    held = np.frombuffer(files[3].use().mm, dtype=np.uint8)     # a view into file 3's mapping
+    for mf in files[4:] + files[:3]:                              # file 3 is evicted under the view
+        mf.use()
+        assert len(budget.lru) + len(budget.lingering) <= 3
+    assert len(budget.lingering) == 1 and held[0] == 0            # still mapped: the view is valid
+    assert len(budget.lru) == 2
+    del held
+    files[4].use()
+    files[5].use()                                                # the next eviction closes it
+    assert budget.lingering == [] and len(budget.lru) == 3
+    for mf in files:
+        mf.close()
