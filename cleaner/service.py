@@ -15,13 +15,16 @@ expired; fuller than ``diskSpaceCleanForciblyRatio`` (with ``cleanFileForciblyEn
 go whatever their age.  Never the newest file, never one not yet dispatched and flushed, at most
 ``DELETE_MAX`` a pass.  ``min_phys`` is raised before a file is unlinked; the dispatcher then
 deletes the consume-queue and index files that point only below it and moves each queue's min
-offset (consumers behind it get OFFSET_MOVED), and readers let go of their mappings.
+offset (consumers behind it get OFFSET_MOVED), and readers let go of their mappings.  Each deletion
+logs, per consumer group with an offset on a topic in the deleted files, how many of its messages
+there the group had not consumed yet (a WARNING when any, counted in ``retention_unconsumed``).
 
 Scrub (``Scrubber``): every ``scrubIntervalHours`` a pass verifies every record below what is
 flushed and dispatched, at ``scrubBytesPerSecond``, and reports damage (log, quarantine) before a
 consumer meets it; RocketMQ checks CRCs only at recovery.
 
-Sole writer of: ``disk_cl_ppm``, ``disk_cq_ppm``, ``disk_index_ppm``, ``disk_full``, and, once
+Sole writer of: ``disk_cl_ppm``, ``disk_cq_ppm``, ``disk_index_ppm``, ``disk_full``,
+``retention_unconsumed``, and, once
 recovery has set it, ``min_phys``.
 """
 from __future__ import annotations
@@ -34,6 +37,7 @@ import time
 
 from shm.layout import C
 from store import quarantine, salvage
+from store.consumequeue import ConsumeQueue, file_size_for
 from store.errors import CorruptData
 from store.mappedfile import MappedFileQueue
 
@@ -116,7 +120,7 @@ class CleanerService:
         directory = self.cfg.commitlog_dir
         names = sorted(n for n in os.listdir(self.cfg.commitlog_dir) if n.isdigit() and len(n) == 20) \
             if os.path.isdir(self.cfg.commitlog_dir) else []
-        gone = []
+        doomed = []
         for name in names[:-1][:DELETE_MAX]:                 # never the newest
             start, path = int(name), os.path.join(directory, name)
             if start + self.cfg.mappedFileSizeCommitLog > safe:
@@ -127,16 +131,51 @@ class CleanerService:
                 break
             if not (expired or forced):
                 break                                          # no holes: the oldest go first
+            doomed.append((start, path))
+        if not doomed:
+            return []
+        cost = self.unconsumed(doomed[-1][0] + self.cfg.mappedFileSizeCommitLog)
+        gone = []
+        for start, path in doomed:
             self.ctl[C.MIN_PHYS] = start + self.cfg.mappedFileSizeCommitLog      # before the bytes go
             os.unlink(path)
             gone.append(path)
-        if gone:
-            log.info("retention deleted %d CommitLog file(s) (%s; %s), min offset now %d", len(gone),
-                     "forced: disk %.2f" % ratio if forced and not due else
-                     ("deleteWhen hour %d" % hour if due else "disk %.2f" % ratio),
-                     ", ".join(os.path.basename(p) for p in gone), int(self.ctl[C.MIN_PHYS]))
-            self.sh.dispatcher_waker.post()
+        lost = sum(cost.values())
+        self.ctl[C.RETENTION_UNCONSUMED] += lost
+        why = ("forced: disk %.2f" % ratio if forced and not due else
+               ("deleteWhen hour %d" % hour if due else "disk %.2f" % ratio))
+        per_group = ", ".join(f"{g} on {t}: {n}" for (g, t), n in sorted(cost.items())) or "no group has an offset there"
+        log.log(logging.WARNING if lost else logging.INFO,
+                "retention deleted %d CommitLog file(s) (%s; %s), min offset now %d; messages in them not consumed "
+                "yet, per group: %s%s", len(gone), why, ", ".join(os.path.basename(p) for p in gone),
+                int(self.ctl[C.MIN_PHYS]), per_group,
+                f" ({lost} unconsumed messages deleted: cleanFileForciblyEnable=false keeps them, refusing sends "
+                "instead; docs/STORE-SAFETY.md)" if lost else "")
+        self.sh.dispatcher_waker.post()
         return gone
+
+    def unconsumed(self, below: int) -> dict[tuple[str, str], int]:
+        """(group, topic) -> how many of the topic's messages stored below CommitLog offset ``below``
+        the group has not consumed yet (past its committed offset), for every group with a committed
+        offset on a queue that has messages there: what deleting below ``below`` costs it."""
+        v, n = self.sh.views, int(self.ctl[C.OFFSET_COUNT])
+        size = file_size_for(self.cfg.mappedFileSizeConsumeQueue)
+        cqs: dict[tuple[str, int], ConsumeQueue] = {}
+        out: dict[tuple[str, str], int] = {}
+        try:
+            for s in range(n):
+                topic, _, group = bytes(v["offset_keys"][s]).decode("utf-8", "replace").partition("@")
+                qid, committed = int(v["offset_qids"][s]), int(v["offset_values"][s])
+                cq = cqs.get((topic, qid))
+                if cq is None:
+                    cq = cqs[(topic, qid)] = ConsumeQueue(self.cfg.root, topic, qid, size, False).load()
+                first = cq.first_at_or_past(below)
+                if first > cq.min_offset and committed >= 0:    # the queue has messages there
+                    out[(group, topic)] = out.get((group, topic), 0) + max(0, first - max(committed, cq.min_offset))
+        finally:
+            for cq in cqs.values():
+                cq.close()
+        return out
 
     def scrub(self, seconds: float) -> None:
         """Scrub for about ``seconds`` at ``scrubBytesPerSecond``; a pass starts every

@@ -149,7 +149,7 @@ class ConsumeQueue:
             mf.close()
             if self.files.writable:
                 os.unlink(mf.path)
-        self.low = self._first_at_or_past(min_phys)
+        self.low = self.first_at_or_past(min_phys)
         return self.min_offset
 
     # ------------------------------------------------------------ write (dispatcher)
@@ -202,7 +202,7 @@ class ConsumeQueue:
         front["phys"], front["size"], front["tags"] = BLANK_ENTRY
         self.max_offset = queue_offset
 
-    def _first_at_or_past(self, phys_offset: int) -> int:
+    def first_at_or_past(self, phys_offset: int) -> int:
         """The first queue offset whose entry points at or past ``phys_offset`` (``max_offset``
         when none does): a binary search, as entries' phys only grow."""
         lo, hi = self.min_offset, self.max_offset
@@ -216,7 +216,7 @@ class ConsumeQueue:
 
     def entries_within(self, start: int, end: int) -> range:
         """The queue offsets whose entries point into CommitLog bytes [start, end)."""
-        return range(self._first_at_or_past(start), self._first_at_or_past(end))
+        return range(self.first_at_or_past(start), self.first_at_or_past(end))
 
     def rewrite(self, queue_offset: int, phys: int, size: int, tags: int) -> None:
         """Rewrite one entry in place (recovery pointing it at a tombstone)."""
@@ -225,7 +225,7 @@ class ConsumeQueue:
 
     def truncate_phys(self, phys_offset: int) -> None:
         """Drop every entry pointing at or past ``phys_offset`` (CommitLog tail was cut)."""
-        lo = self._first_at_or_past(phys_offset)
+        lo = self.first_at_or_past(phys_offset)
         if lo < self.max_offset:
             self.files.truncate(lo * ENTRY_SIZE)
             self.max_offset = lo

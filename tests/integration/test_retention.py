@@ -33,6 +33,9 @@ def test_expired_files_go_at_the_delete_hour_and_consumers_move_on(appliance_fac
     w = Wire("127.0.0.1", app.cfg.listenPort)
     time.sleep(1)
     assert _min_offsets(w) == [0, 0, 0, 0]                  # nothing has expired: nothing goes
+    for group, q, at in [("caught-up", q, 1000) for q in range(4)] + [("behind", 0, 100)]:
+        assert w.call(R.UPDATE_CONSUMER_OFFSET, {"consumerGroup": group, "topic": "TBW102", "queueId": str(q),
+                                                 "commitOffset": str(at)}).code == RC.SUCCESS
     old = time.time() - 2 * 3600
     for n in names:                                          # every file two hours old, the newest too
         os.utime(os.path.join(app.cfg.commitlog_dir, n), (old, old))
@@ -51,6 +54,16 @@ def test_expired_files_go_at_the_delete_hour_and_consumers_move_on(appliance_fac
             at = int(r.ext["nextBeginOffset"])
     w.close()
     assert "retention deleted" in app.log_text()
+    # what it cost each group (#49): nothing to the one that had consumed everything, the rest of
+    # queue 0 below the new minimum to the one committed at 100, a WARNING, counted in status
+    import re
+    costs = re.findall(r"(WARNING|INFO) retention deleted .* per group: (.*?)(?: \(\d+ unconsumed|$)", app.log_text(), re.M)
+    assert costs
+    behind = sum(int(n) for _lvl, line in costs for n in re.findall(r"behind on TBW102: (\d+)", line))
+    assert behind == mins[0] - 100 > 0
+    assert all(re.search(r"caught-up on TBW102: 0\b", line) for _lvl, line in costs)
+    assert "WARNING" in {lvl for lvl, _ in costs}
+    assert f"{mins[0] - 100} messages deleted by retention before a group consumed them" in app.cmd("status").stdout
     assert app.stop() == 0
     kept = [r for _p, r in scan_commitlog(app.cfg)]
     assert sorted(got) == sorted(r.body for r in kept) and len(kept) < 4000
