@@ -32,13 +32,13 @@ from dataclasses import dataclass
 from dispatcher.service import DispatcherService
 from shm.layout import C
 from shm.tables import append_queue
-from store import gaps, indexfile, message, quarantine, salvage
+from store import gaps, indexfile, message, quarantine, salvage, topicjournal
 from store.checkpoint import Checkpoint
 from store.consumequeue import load_all, queue_dir
 from store.errors import CorruptData
 from store.mappedfile import MappedFileQueue
 from writer.groups import ConsumerOffsets
-from writer.topics import TopicTable
+from writer.topics import TopicTable, queue_nums
 
 log = logging.getLogger("rocketbox.recovery")
 
@@ -62,6 +62,7 @@ class Damage:
     at: int
     length: int
     why: str
+    found_by: str = "recovery"
 
     @property
     def phys(self) -> int:
@@ -128,8 +129,19 @@ def _abnormal_start(commitlog: MappedFileQueue, min_ts: int) -> int:
     return 0
 
 
-def _load_queues(cfg) -> dict:
-    return load_all(cfg.root, cfg.mappedFileSizeConsumeQueue, True)
+def _load_queues(cfg) -> tuple[dict, bool]:
+    """Every consume queue; one whose files cannot be loaded (a file missing between others, or
+    short) is moved aside into the quarantine, whole, to be rebuilt from the CommitLog.
+    -> (the queues, whether one was moved)."""
+    broken: list = []
+    cqs = load_all(cfg.root, cfg.mappedFileSizeConsumeQueue, True, broken)
+    for (topic, qid), why in broken:
+        aside = os.path.join(quarantine.directory(cfg.root), "consumequeue", topic, f"{qid}.{int(time.time() * 1000)}")
+        os.makedirs(os.path.dirname(aside), exist_ok=True)
+        os.rename(queue_dir(cfg.root, topic, qid), aside)
+        log.error("consume queue %s/%d cannot be read (%s): moved to %s, rebuilt from the CommitLog", topic, qid,
+                  why, aside)
+    return cqs, bool(broken)
 
 
 def recover(cfg, shared) -> RecoveryReport:
@@ -141,7 +153,7 @@ def recover(cfg, shared) -> RecoveryReport:
     topics.load()
     ConsumerOffsets(cfg, views, ctl).load()
     checkpoint = Checkpoint(os.path.join(cfg.root, "checkpoint")).load()
-    cqs = _load_queues(cfg)
+    cqs, moved = _load_queues(cfg)
     try:
         gaps.refuse(gaps.find(cfg.commitlog_dir, cfg.mappedFileSizeCommitLog,
                               max((cq.max_phys for cq in cqs.values()), default=0)))
@@ -175,15 +187,19 @@ def recover(cfg, shared) -> RecoveryReport:
         for cq in cqs.values():
             if cq.max_phys > end:
                 cq.truncate_phys(end)
+        damages += _found_damage(cfg, commitlog, end, damages)
         if files and damages:
-            tombstones = sorted(tombstones + _bury(cfg, damages, cqs, topics))
+            tombstones = sorted(tombstones + _bury(cfg, damages, cqs, topics.configs))
         redispatch = max((cq.max_phys for cq in cqs.values()), default=0)
         if abnormal and files:
             redispatch = min(redispatch, scan_from)
         cutoff = min(end, scan_from) if abnormal else end
         redispatch = min(redispatch, _trim_index(cfg, cutoff), _index_end(cfg, commitlog, end))
-        if files and _lost_topic_dirs(cfg, topics):
-            log.warning("a known topic has no consume-queue directory: rebuilding from the whole CommitLog")
+        lost = _lost_queue_dirs(cfg, topics)
+        if files and (lost or moved):
+            if lost:
+                log.warning("known queues have no consume-queue directory (%s%s): rebuilding them from the whole "
+                            "CommitLog", ", ".join(lost[:5]), f" and {len(lost) - 5} more" if len(lost) > 5 else "")
             redispatch = commitlog.min_offset
         redispatch = max(min(redispatch, end), commitlog.min_offset)
         for (topic, qid), cq in sorted(cqs.items()):
@@ -208,7 +224,58 @@ def recover(cfg, shared) -> RecoveryReport:
     return RecoveryReport(abnormal, scan_from, end, cut, redispatch, shared.queue_count(), len(damages))
 
 
-def _bury(cfg, damages: list[Damage], cqs: dict, topics: TopicTable) -> list[tuple[int, int]]:
+def _found_damage(cfg, commitlog: MappedFileQueue, end: int, known: list[Damage]) -> list[Damage]:
+    """Damage running processes found and left in place (a read that left a record out, the
+    scrub: their quarantine lists) and that is not a tombstone yet, each as the span from it to
+    the next verified record, so that it ends as the tombstone recovery makes for its own finds:
+    one outcome for ``appliance check`` and Spark whoever found it.  A record that verifies now
+    (the bytes read were damaged in memory, not on disk) is left alone."""
+    try:
+        entries = quarantine.load(cfg.root)
+    except ValueError as e:
+        log.error("the quarantine lists cannot be read (%s): damage found while running stays as it is", e)
+        return []
+    seen = {d.phys for d in known}
+    buried = {e["offset"] for e in quarantine.replaced(cfg.root)}
+    out = []
+    for e in entries:
+        phys = e.get("offset")
+        if phys in buried or not isinstance(phys, int) or phys in seen or phys >= end:
+            continue
+        mf = commitlog.file_for(phys)
+        if mf is None:                                       # (retention deleted it since)
+            continue
+        at = phys - mf.start
+        if salvage.verified(mf.mm, at, phys, mf.size) is not None:
+            continue
+        resume = salvage.damage_end(commitlog.files, commitlog.files.index(mf), at)
+        if resume is None:
+            continue
+        seen.add(phys)
+        out.append(Damage(mf, at, resume - at, e.get("reason") or "found damaged while running", e["foundBy"]))
+    return out
+
+
+def bury_found(cfg) -> int:
+    """At a clean stop, with every role gone: what ``_found_damage`` finds becomes tombstones now,
+    so a stopped store checks as recovery would leave it.  -> how many spans were buried."""
+    commitlog = MappedFileQueue(cfg.commitlog_dir, cfg.mappedFileSizeCommitLog, True).load()
+    cqs = load_all(cfg.root, cfg.mappedFileSizeConsumeQueue, True)
+    try:
+        end = commitlog.files[-1].end if commitlog.files else 0
+        damages = _found_damage(cfg, commitlog, end, [])
+        if damages:
+            known = (topicjournal.read(cfg.config_dir) or {}).get("topicConfigTable", {})
+            _bury(cfg, damages, cqs, known)
+            os.sync()                        # (the consume-queue entries it pointed at the tombstones)
+        return len(damages)
+    finally:
+        for cq in cqs.values():
+            cq.close()
+        commitlog.close()
+
+
+def _bury(cfg, damages: list[Damage], cqs: dict, topics: dict) -> list[tuple[int, int]]:
     """Write a tombstone over each damaged span (``store/salvage.py``), point every consume-queue
     entry into it at the tombstone, and put the span in the quarantine with its original bytes.
     -> (offset, length) of every tombstone, sorted, for re-dispatch to fill queue gaps with."""
@@ -224,7 +291,7 @@ def _bury(cfg, damages: list[Damage], cqs: dict, topics: TopicTable) -> list[tup
                 cq.rewrite(q, phys, d.length, salvage.TOMBSTONE_TAGS)
         if who is None:
             who = salvage.header_identity(mm, d.at, d.length)
-            if who is not None and who.topic.decode() not in topics.configs:
+            if who is not None and who.topic.decode() not in topics:
                 who = None
         who = who or salvage.UNKNOWN
         if not who.store_ts:
@@ -242,7 +309,7 @@ def _bury(cfg, damages: list[Damage], cqs: dict, topics: TopicTable) -> list[tup
         entries.append({"offset": phys, "length": d.length, "file": d.mf.path, "fileOffset": d.at,
                         "reason": d.why, "topic": who.topic.decode(), "queueId": who.queue_id,
                         "queueOffset": who.queue_offset if who.source != "unknown" else None,
-                        "identity": who.source, "foundBy": "recovery", "time": int(time.time() * 1000)})
+                        "identity": who.source, "foundBy": d.found_by, "time": int(time.time() * 1000)})
         log.error("CommitLog: damaged record at offset %d (%s @ %d, %d bytes: %s) of %s queue %d offset %s "
                   "replaced by a tombstone; every record after it is kept; original bytes in %s",
                   phys, d.mf.path, d.at, d.length, d.why, who.topic.decode(), who.queue_id,
@@ -293,8 +360,17 @@ def _index_end(cfg, commitlog: MappedFileQueue, end: int) -> int:
     return commitlog.min_offset
 
 
-def _lost_topic_dirs(cfg, topics: TopicTable) -> bool:
-    return any(not os.path.isdir(os.path.dirname(queue_dir(cfg.root, name, 0))) for name in topics.configs)
+def _lost_queue_dirs(cfg, topics: TopicTable) -> list[str]:
+    """Known topic-queues without a consume-queue directory (deleted: every queue of a topic has one,
+    files or not, ``TopicTable._ensure_dirs``), as ``topic/queue``.  (A store of before 2026-11-29,
+    whose empty queues had no directory, is rebuilt once.)"""
+    lost = []
+    for name, tc in topics.configs.items():
+        if not os.path.isdir(os.path.dirname(queue_dir(cfg.root, name, 0))):
+            lost.append(f"{name}/*")
+            continue
+        lost += [f"{name}/{q}" for q in range(queue_nums(tc)) if not os.path.isdir(queue_dir(cfg.root, name, q))]
+    return lost
 
 
 def _register_queue(shared, topic: str, qid: int, cq=None) -> int:

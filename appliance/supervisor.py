@@ -265,6 +265,8 @@ class Supervisor:
                     self.failures.append(f"{role} (pid {pid}) was still running")
         if os.path.exists(os.path.join(self.cfg.root, "abort")):
             self.failures.append("the abort marker is still there (not everything was flushed or dispatched)")
+        else:
+            self._bury_found()
         written = int(self.sh.control[C.WRITTEN])
         self.sh.close()
         self.sh.unlink()
@@ -281,6 +283,18 @@ class Supervisor:
         print(f"rocketbox stopped cleanly: store {self.cfg.root} flushed and checkpointed, CommitLog end {written}",
               flush=True)
         return 0
+
+
+    def _bury_found(self) -> None:
+        """Damage the readers or the scrub found while running becomes the tombstone recovery would
+        make, now that no role runs (``recovery.bury_found``)."""
+        try:
+            n = recovery.bury_found(self.cfg)
+        except (StoreError, OSError) as e:
+            log.error("damage found while running stays as it is until the next start: %s", e)
+            return
+        if n:
+            log.warning("%d damaged span(s) found while running replaced by tombstones (appliance quarantine)", n)
 
 
 def _pid_of(cfg, role: str) -> int | None:

@@ -20,7 +20,7 @@ import numpy as np
 
 from shm.layout import C, S
 from shm.tables import QueueIndex
-from store import message, quarantine
+from store import message, quarantine, salvage
 from store.consumequeue import ENTRY, ENTRY_SIZE, ConsumeQueue, file_size_for
 from store.mappedfile import MappedFileQueue
 from store.salvage import TOMBSTONE_TAGS
@@ -168,9 +168,9 @@ class StoreView:
         phys, sizes = picked["phys"], picked["size"]
         skip_to = None                               # past a damaged record, when one is dropped
         if self.verify_all or self.verify_cold and (int(phys[0]) < self.boot_written or self.on_disk(int(phys[0]))):
-            k = self._verified(phys.tolist(), sizes.tolist())
+            k, why = self._verified(phys.tolist(), sizes.tolist())
             if k < len(picked):
-                self._damaged(topic, queue_id, queue_offset + take[k], int(phys[k]), int(sizes[k]))
+                self._damaged(topic, queue_id, queue_offset + take[k], int(phys[k]), int(sizes[k]), why)
                 skip_to = take[k] + 1
                 if k == 0:
                     return Pulled(NO_MATCHED, queue_offset + skip_to, lo, hi, [])
@@ -204,29 +204,34 @@ class StoreView:
             cq.close()
         self.cqs = {}
 
-    def _verified(self, phys: list[int], sizes: list[int]) -> int:
-        """How many of these records, from the first, have bodies that match their CRC."""
+    def _verified(self, phys: list[int], sizes: list[int]) -> tuple[int, str]:
+        """How many of these records, from the first, pass a read's checks (``salvage.first_bad``:
+        magic, sizes, PHYSICALOFFSET, body CRC), and what the next one failed."""
         mf = self.commitlog.file_for(phys[0])
         if mf is not None and phys[-1] + sizes[-1] <= mf.end:       # one file: offsets into its mmap
-            bad = message.first_bad_body(memoryview(mf.mm), [a - mf.start for a in phys])
+            bad, why = salvage.first_bad(memoryview(mf.mm), [a - mf.start for a in phys], sizes, phys)
         else:
-            bad = next((i for i, (a, z) in enumerate(zip(phys, sizes))
-                        if message.first_bad_body(memoryview(self.span(a, a + z)), [0]) == 0), -1)
-        return len(phys) if bad < 0 else bad
+            bad, why = -1, ""
+            for i, (a, z) in enumerate(zip(phys, sizes)):
+                if (found := salvage.first_bad(memoryview(self.span(a, a + z)), [0], [z], [a]))[0] == 0:
+                    bad, why = i, found[1]
+                    break
+        return (len(phys), "") if bad < 0 else (bad, why)
 
-    def _damaged(self, topic: str, queue_id: int, queue_offset: int, phys: int, size: int) -> None:
-        """A record whose body does not match its CRC, left out of a pull: said once (by this
-        process) in the log and the quarantine, with its bytes."""
+    def _damaged(self, topic: str, queue_id: int, queue_offset: int, phys: int, size: int, why: str) -> None:
+        """A record that fails a read's checks, left out of a pull: said once (by this process) in
+        the log and the quarantine, with its bytes; the next stop (or start) makes it the tombstone
+        recovery makes (``appliance.recovery.bury_found``)."""
         if phys in self.damaged:
             return
         self.damaged.add(phys)
         mf = self.commitlog.file_for(phys)
-        log.error("CommitLog: the record at offset %d (%s queue %d offset %d, %d bytes) does not match its body CRC: "
-                  "left out of pulls, its queue goes on past it", phys, topic, queue_id, queue_offset, size)
+        log.error("CommitLog: the record at offset %d (%s queue %d offset %d, %d bytes) fails its checks (%s): "
+                  "left out of pulls, its queue goes on past it", phys, topic, queue_id, queue_offset, size, why)
         try:
             quarantine.note(self.cfg.root, self.name, {
                 "offset": phys, "length": size, "file": mf.path if mf else None,
-                "fileOffset": phys - mf.start if mf else None, "reason": "body CRC mismatch", "topic": topic,
+                "fileOffset": phys - mf.start if mf else None, "reason": why, "topic": topic,
                 "queueId": queue_id, "queueOffset": queue_offset, "identity": "consume queue",
                 "foundBy": self.name}, bytes(self.span(phys, phys + size)))
         except OSError as e:

@@ -25,7 +25,7 @@ import struct
 
 import numpy as np
 
-from store.errors import CorruptData
+from store.errors import CorruptData, FileGap, FileSizeMismatch
 from store.mappedfile import MappedFileQueue, OpenFiles
 
 ENTRY = np.dtype([("phys", ">i8"), ("size", ">i4"), ("tags", ">i8")])
@@ -251,10 +251,12 @@ class ConsumeQueue:
         self.files.close()
 
 
-def load_all(root: str, mapped_file_size: int, writable: bool) -> dict:
+def load_all(root: str, mapped_file_size: int, writable: bool, broken: list | None = None) -> dict:
     """Every consume queue of the store, (topic, queue id) -> ConsumeQueue, each with the end of its
     valid entries found (and none of its files mapped: a store may hold 100,000 queues).  A queue
-    directory holding no file holds nothing."""
+    directory holding no file holds nothing.  With ``broken``, a queue whose files cannot be loaded
+    (one missing between others, or of the wrong size) is left out and listed there as
+    ((topic, queue id), what is wrong); without it, that raises."""
     cqs = {}
     base = os.path.join(root, "consumequeue")
     if not os.path.isdir(base):
@@ -263,7 +265,14 @@ def load_all(root: str, mapped_file_size: int, writable: bool) -> dict:
     for topic in sorted(os.listdir(base)):
         for qid in sorted(os.listdir(os.path.join(base, topic))):
             if qid.lstrip("-").isdigit():
-                cq = ConsumeQueue(root, topic, int(qid), size, writable).load()
+                cq = ConsumeQueue(root, topic, int(qid), size, writable)
+                try:
+                    cq.load()
+                except (FileGap, FileSizeMismatch) as e:
+                    if broken is None:
+                        raise
+                    broken.append(((topic, int(qid)), str(e)))
+                    continue
                 if cq.files.files:
                     cqs[(topic, int(qid))] = cq
     return cqs

@@ -20,6 +20,10 @@ class FileSizeMismatch(StoreError):
     """A mapped file whose length is not the configured file size (RocketMQ refuses to load it)."""
 
 
+class FileGap(StoreError):
+    """A directory of offset-named files with one missing between two others."""
+
+
 class DiskFull(StoreError):
     """A store file could not be created: no space left (or another allocation failure)."""
 

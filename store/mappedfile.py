@@ -34,7 +34,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from store.errors import OUT_OF_FILES, DiskFull, FileSizeMismatch, MapFailed
+from store.errors import OUT_OF_FILES, DiskFull, FileGap, FileSizeMismatch, MapFailed
 
 NAME_DIGITS = 20
 RESERVE_CHUNK = 64 << 10     # blocks reserved ahead of an in-order writer, and reserve_chunk's piece
@@ -372,7 +372,7 @@ class MappedFileQueue:
 
     def load(self) -> "MappedFileQueue":
         """Every file in the directory, mapped (under a budget: at first use); a file of the wrong
-        size fails the load.  The newest file may still be short of its size: its creator is
+        size fails the load, and so does one missing between two others (``FileGap``).  The newest file may still be short of its size: its creator is
         making it (``MappedFile.open``: the file is made empty, then given its size), or was
         killed doing so.  A read-only user leaves it to ``refresh``, which maps it once it has
         its size; its owner (loading for recovery) finishes creating it."""
@@ -383,6 +383,9 @@ class MappedFileQueue:
         try:
             for i, name in enumerate(names):
                 path = os.path.join(self.directory, name)
+                if i and int(name) != int(names[i - 1]) + self.file_size:
+                    raise FileGap(f"{self.directory}: no file at offset {int(names[i - 1]) + self.file_size} "
+                                  f"between {names[i - 1]} and {name}")
                 length = os.stat(path).st_size
                 unfinished = i == len(names) - 1 and length < self.file_size
                 if unfinished and not self.writable:

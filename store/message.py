@@ -475,19 +475,6 @@ def record_fields(buf, where: str = "records"):
 _I32 = struct.Struct(">i")
 
 
-def first_bad_body(buf, offsets) -> int:
-    """The index of the first record (one at each of ``offsets`` in ``buf``, a memoryview of
-    whole records) whose body does not match its BODYCRC, or -1: what a read checks before it
-    hands records out (the rest of each record is checked where it is parsed)."""
-    i32 = _I32.unpack_from
-    for i, at in enumerate(offsets):
-        hs = RECORD_SHAPES[(i32(buf, at + SYSFLAG_AT)[0] >> 4) & 3][1]
-        body_at = at + hs
-        if crc32(buf[body_at:body_at + i32(buf, body_at - 4)[0]]) & BODY_CRC_MASK != i32(buf, at + 8)[0]:
-            return i
-    return -1
-
-
 def check_record(buf, pos: int, check_crc: bool = True, where: str = "commitlog"):
     """Recovery's ``checkMessageAndReturnSize``: returns the record size, 0 for a BLANK filler,
     or raises CorruptData.  An all-zero header (never written) is CorruptData too."""

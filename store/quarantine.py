@@ -35,11 +35,14 @@ def directory(root: str) -> str:
 
 def load(root: str) -> list[dict]:
     """The entries, oldest first ([] when there are none); a file that does not parse raises
-    ValueError naming it."""
-    return _replaced(root) + _found(root)
+    ValueError naming it.  Damage a running process found and a stop or start buried since is
+    listed once, as buried."""
+    done = replaced(root)
+    buried = {e["offset"] for e in done}
+    return done + [e for e in _found(root) if e["offset"] not in buried]
 
 
-def _replaced(root: str) -> list[dict]:
+def replaced(root: str) -> list[dict]:
     """The spans recovery replaced by tombstones."""
     path = os.path.join(directory(root), LIST)
     try:
@@ -98,7 +101,7 @@ def add(root: str, entries: list[dict], originals: list[bytes]) -> None:
             e["bytes"] = path
         except OSError:
             e["bytes"] = None
-    everything = _replaced(root) + entries
+    everything = replaced(root) + entries
     tmp = os.path.join(d, LIST + ".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(everything, f, indent=1)

@@ -72,6 +72,24 @@ def phys_field(buf, at: int) -> int:
     return _PHYS.unpack_from(buf, at + message.PHYS_OFFSET_AT)[0]
 
 
+def first_bad(buf, offsets, sizes, phys) -> tuple[int, str]:
+    """What a read checks before it hands records out: the record at each of ``offsets`` in
+    ``buf`` (a memoryview), which its consume-queue entry says is ``sizes[i]`` bytes at CommitLog
+    offset ``phys[i]``, passes recovery's checks (magic, sizes, field lengths, body CRC), has that
+    TOTALSIZE and says it lies at that PHYSICALOFFSET.  -> (index of the first that does not, what
+    failed), or (-1, "")."""
+    for i, (at, size, p) in enumerate(zip(offsets, sizes, phys)):
+        try:
+            total = message.check_record(buf, at, True)
+        except CorruptData as e:
+            return i, e.why
+        if total != size:
+            return i, f"TOTALSIZE {total} is not its consume-queue entry's size {size}"
+        if phys_field(buf, at) != p:
+            return i, f"PHYSICALOFFSET {phys_field(buf, at)} is not where the record lies ({p})"
+    return -1, ""
+
+
 def check(mf, at: int, check_crc: bool = True) -> int:
     """Recovery's check of the record at ``at`` of a mapped CommitLog file ``mf``: its size (0 for
     a BLANK filler), else CorruptData naming what failed, PHYSICALOFFSET included."""

@@ -236,13 +236,15 @@ class TopicTable:
             self._ensure_dirs(name, tc)
 
     def _ensure_dirs(self, name: str, tc: dict, made: list[str] | None = None) -> None:
-        """A topic's consume-queue directory (its queues' own come with their first file):
-        recovery reads a missing one as deleted.  A directory made is added to ``made``."""
-        path = os.path.dirname(queue_dir(self.cfg.root, name, 0))
-        if not os.path.isdir(path):
-            os.makedirs(path)
-            if made is not None:
-                made.append(path)
+        """A topic's consume-queue directory and one for each of its queues, files or not:
+        recovery reads a missing one as deleted (and rebuilds it from the CommitLog).  A directory
+        made is added to ``made``."""
+        for path in (os.path.dirname(queue_dir(self.cfg.root, name, 0)),
+                     *(queue_dir(self.cfg.root, name, q) for q in range(queue_nums(tc)))):
+            if not os.path.isdir(path):
+                os.makedirs(path)
+                if made is not None:
+                    made.append(path)
 
     def _set_configs(self, configs: dict, version: dict) -> None:
         self.configs, self.durable = dict(configs), dict(configs)
