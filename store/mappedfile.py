@@ -374,8 +374,9 @@ class MappedFileQueue:
         """Every file in the directory, mapped (under a budget: at first use); a file of the wrong
         size fails the load, and so does one missing between two others (``FileGap``).  The
         newest file may still be short of its size: its creator is making it (``MappedFile.open``:
-        the file is made empty, then given its size), or was killed doing so.  A read-only user leaves it to ``refresh``, which maps it once it has
-        its size; its owner (loading for recovery) finishes creating it."""
+        the file is made empty, then given its size), or was killed doing so.  A read-only user
+        leaves it to ``refresh``, which maps it once it has its size; its owner (loading for
+        recovery) finishes creating it."""
         try:
             names = sorted(n for n in os.listdir(self.directory) if is_offset_name(n))
         except FileNotFoundError:                     # made with its first file (``create``)
