@@ -97,6 +97,7 @@ class DispatcherService:
         self.no_room = Condition(log, "consume queues and index wait: the disk is full")
         self.no_files = Condition(log, "consume queues and index wait: no descriptor or mapping left for a file")
         self.short = False                                    # the last pass stopped short of written
+        self.redone = 0                                       # passes redone record by record (_contain)
         self.index: indexfile.IndexFile | None = None
 
     def open(self) -> "DispatcherService":
@@ -161,6 +162,7 @@ class DispatcherService:
         (``dispatch_unindexed``, ``dispatch_unqueued``: ``appliance status``).  -> the last store time."""
         log.error("dispatch pass of %d records from CommitLog offset %d failed (%s: %s): redoing it one record "
                   "at a time", len(starts), mf.start + starts[0], type(error).__name__, error)
+        self.redone += 1
         store_ts = 0
         for at in starts:
             try:
