@@ -180,7 +180,9 @@ def test_a_topic_past_maxTopicQueueNums_is_refused_when_made_and_at_start(applia
     assert pull_n(w, "Wide", 1, queue=1023) == [b"last"]
     topics = topicjournal.read(app.cfg.config_dir)
     assert "Huge" not in topics["topicConfigTable"] and "Huge" not in os.listdir(f"{app.cfg.root}/consumequeue")
-    assert os.listdir(f"{app.cfg.root}/consumequeue/Wide") == ["1023"]      # a queue's directory comes with its first file
+    wide = f"{app.cfg.root}/consumequeue/Wide"
+    assert sorted(os.listdir(wide), key=int) == [str(q) for q in range(1024)]  # every queue's directory, made with the topic
+    assert [q for q in os.listdir(wide) if os.listdir(f"{wide}/{q}")] == ["1023"]       # files come with the first message
     w.close()
     assert app.stop() == 0
     topics["topicConfigTable"]["Wide"]["readQueueNums"] = 1025          # an edit past the limit

@@ -367,7 +367,9 @@ def test_the_writer_refuses_a_topic_past_maxTopicQueueNums_and_makes_none_of_its
     assert w.step()                    # topics.json has it: published and answered
     c.poll()
     assert c.topic_replies.pop(rid).status == P.SUCCESS
-    assert os.listdir(os.path.join(cfg.root, "consumequeue", "Wide")) == []      # queues' come with their files
+    wide = os.path.join(cfg.root, "consumequeue", "Wide")
+    assert sorted(os.listdir(wide), key=int) == [str(q) for q in range(cfg.maxTopicQueueNums)]   # each queue's, empty
+    assert not any(os.listdir(os.path.join(wide, q)) for q in os.listdir(wide))
 
 
 def test_a_topic_is_answered_once_topics_json_has_it_and_sends_meanwhile_are_not_held(rig):
