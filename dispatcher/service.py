@@ -24,7 +24,7 @@ from shm.layout import C, S
 from shm.tables import QueueIndex
 from store import indexfile, message, propscan, salvage, timer, topicjournal
 from store.consumequeue import ConsumeQueue, file_size_for
-from store.delay import SCHEDULE_TOPIC_BYTES, deliver_ts
+from store.delay import SCHEDULE_TOPIC_BYTES, deliver_ts, level_of
 from store.errors import Condition, CorruptData, StoreError, no_space, out_of_files
 from store.javahash import BufferHashes, index_abs, index_abs_one, string_hash, string_hashes
 from store.mappedfile import MappedFileQueue
@@ -360,9 +360,11 @@ class DispatcherService:
 
     def _deliver_ts(self, delay: bytes, store_ts: int, default: int) -> int:
         """Delayed message in SCHEDULE_TOPIC_XXXX: its tag code is the delivery time."""
-        if not delay.isdigit() or int(delay) <= 0:
+        try:
+            level = level_of(delay)
+        except ValueError:
             return default
-        return deliver_ts(store_ts, int(delay), self.delays)
+        return deliver_ts(store_ts, level, self.delays) if level > 0 else default
 
     def _tag_code(self, tag: str) -> int:
         """A tag's hash code, remembered: a topic's messages carry a few tags, over and over."""

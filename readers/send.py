@@ -260,6 +260,9 @@ class SendProcessor:
                                               h["reconsumeTimes"] or 0)
             stored_qid = qid
         else:
+            if len(pbytes) > message.PROPERTIES_MAX_LEN:           # before the DELAY is read, as 4.9.8's checkMessage
+                raise MessageRejected(RC.MESSAGE_ILLEGAL, f"message properties length too long {len(pbytes)} > "
+                                                          f"{message.PROPERTIES_MAX_LEN}")
             tidx, tb, stored_qid, pbytes = self._scheduled(tidx, tb, topic, qid, sys_flag, pbytes)
             records = self.ring.record(tb, stored_qid, sys_flag, cmd.body, pbytes, h["flag"], born_ts, born_host,
                                        h["reconsumeTimes"] or 0)

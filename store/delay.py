@@ -18,12 +18,13 @@ SCHEDULE_QUEUES = 18                          # SCHEDULE_TOPIC_XXXX's queues wit
 
 
 def level_of(value: bytes | None) -> int:
-    """The level a ``DELAY`` property asks for: 0 when absent; ValueError when not a whole number
-    (Java's ``Integer.parseInt`` throws)."""
-    if value is None:
+    """The level a ``DELAY`` property asks for: 0 when absent or empty (Java's parse of the
+    properties drops a pair with an empty value); ValueError when not a whole number as Java's
+    ``Integer.parseInt`` reads one (no spaces, no ``_``)."""
+    if not value:
         return 0
     try:
-        return int(value)
+        return message.java_long(value, 32)
     except ValueError:
         raise ValueError(f"the DELAY property {value.decode('utf-8', 'replace')!r} is not a delay level (a whole number)") \
             from None

@@ -129,6 +129,21 @@ def body_crc(body) -> int:
 
 # ---------------------------------------------------------------- properties string
 
+def java_long(value: bytes | str, bits: int = 64) -> int:
+    """``value`` read as Java's ``Long.parseLong`` (``bits`` 32: ``Integer.parseInt``) reads it:
+    an optional ``+`` or ``-``, then decimal digits only (any script's, as ``Character.digit``),
+    within range; no spaces, no ``_``, nothing else (ValueError).  (5.x parses the timer
+    properties so, 4.9.8 the DELAY level.)"""
+    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    digits = text[1:] if text[:1] in ("+", "-") else text
+    if not digits or not digits.isdecimal():
+        raise ValueError(f"For input string: {text!r}")
+    n = int(text)
+    if not -2**(bits - 1) <= n < 2**(bits - 1):
+        raise ValueError(f"For input string: {text!r}")
+    return n
+
+
 def encode_properties(props: dict[str, str]) -> str:
     """``k1\\x01v1\\x02k2\\x01v2`` (4.9.4+: no trailing separator); None values skipped."""
     return PROPERTY_SEP.join(f"{k}{NAME_VALUE_SEP}{v}" for k, v in props.items() if v is not None)

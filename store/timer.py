@@ -41,7 +41,7 @@ def deliver_ms(props: bytes, now_ms: int, max_delay_ms: int) -> int | None:
         if value is None:
             continue
         try:
-            n = java_long(value)
+            n = message.java_long(value)
         except ValueError:
             raise ValueError(illegal(max_delay_ms)) from None
         when = n if name == DELIVER_MS else now_ms + (n * 1000 if name == DELAY_SEC else n)
@@ -49,20 +49,6 @@ def deliver_ms(props: bytes, now_ms: int, max_delay_ms: int) -> int | None:
             raise ValueError(illegal(max_delay_ms))
         return when
     return None
-
-
-def java_long(value: bytes | str) -> int:
-    """``value`` read as Java's ``Long.parseLong`` reads it (5.x parses the timer properties so): an
-    optional ``+`` or ``-``, then decimal digits only (any script's, as ``Character.digit``), within
-    a long; no spaces, no ``_``, nothing else (ValueError)."""
-    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-    digits = text[1:] if text[:1] in ("+", "-") else text
-    if not digits or not digits.isdecimal():
-        raise ValueError(f"For input string: {text!r}")
-    n = int(text)
-    if not -2**63 <= n < 2**63:
-        raise ValueError(f"For input string: {text!r}")
-    return n
 
 
 def without_timer(props: bytes) -> bytes:

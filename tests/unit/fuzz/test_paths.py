@@ -10,7 +10,6 @@ message reads back as sent.  A failure names the seed and the one message that m
 from __future__ import annotations
 
 import os
-import shutil
 
 import pytest
 
@@ -81,16 +80,6 @@ def _masked(cfg) -> list[bytes]:
     return out
 
 
-def _tree(root: str, sub: str) -> dict[str, bytes]:
-    base = os.path.join(root, sub)
-    out = {}
-    for d, _dirs, files in os.walk(base):
-        for f in files:
-            with open(os.path.join(d, f), "rb") as fh:
-                out[os.path.relpath(os.path.join(d, f), base)] = fh.read()
-    return out
-
-
 def _differences(tmp_path, sends, monkeypatch, stats: dict | None = None) -> list[str]:
     """What differs between the two paths for these sends (empty: nothing); ``stats`` gets the
     messages accepted and refused."""
@@ -110,18 +99,7 @@ def _differences(tmp_path, sends, monkeypatch, stats: dict | None = None) -> lis
         stats["refused"] = sum(len(s.msgs) for s, r in zip(sends, a_res) if not r.ok)
         stats["codes"] = sorted({r.status for r in a_res})
     if not out:
-        c = small_config(tmp_path / f"c{run}", f"fc{run[:4]}", **STORE)
-        shutil.copytree(a.commitlog_dir, c.commitlog_dir)
-        shutil.copytree(a.config_dir, c.config_dir)
-        monkeypatch.setattr("dispatcher.service.FEW_RECORDS", 10**9)       # recovery's re-dispatch: scalar
-        with running_store(c) as (sh, *_):
-            if sh.control[C.DISPATCH_UNINDEXED] or sh.control[C.DISPATCH_UNQUEUED]:
-                out.append("the scalar re-dispatch contained records")
-        for sub in ("consumequeue", "index"):
-            live, again = _tree(a.root, sub), _tree(c.root, sub)
-            if live != again:
-                names = sorted(set(live) | set(again))
-                out.append(f"{sub} differs: " + ", ".join(n for n in names if live.get(n) != again.get(n))[:300])
+        out += fuzzgen.redispatch_differences(a, str(tmp_path / f"c{run}"), f"fc{run[:4]}", **STORE)
     return out
 
 
