@@ -133,7 +133,7 @@ def test_deleted_consume_queues_are_rebuilt_on_start(appliance_factory):
     shutil.rmtree(os.path.join(app.cfg.root, "consumequeue", "TBW102"))
     shutil.rmtree(app.cfg.index_dir)
     app.start()
-    assert "rebuilding from the whole CommitLog" in app.log_text()
+    assert "rebuilding them from the whole CommitLog" in app.log_text()
     assert app.stop() == 0
     rep = check(app.cfg)
     assert rep.clean, rep.problems[:5]
