@@ -172,8 +172,8 @@ class DispatcherService:
                 if waits(e):
                     raise
                 why = f"{type(e).__name__}: {e}"
-            store_ts = message.store_ts_of(mf.mm, at)
             try:
+                store_ts = message.store_ts_of(mf.mm, at)
                 self._queue_only(mf, at)
             except Exception as e:
                 if waits(e):

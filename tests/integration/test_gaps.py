@@ -13,22 +13,16 @@ import pytest
 
 from appliance.check import check
 from store.mappedfile import offset_to_name
-from tests.integration.harness import read_acks, read_topic, start_producer
-
-FILE = 256 * 1024
+from tests.integration.harness import read_topic
+from tests.integration.test_damage import FILE, _filled
 
 
 def _store(appliance_factory, n: int = 6000):
-    """Six CommitLog files or so of acknowledged messages, stopped gracefully."""
-    app = appliance_factory(mappedFileSizeCommitLog=FILE, namesrv=True)
-    app.start()
-    ack = os.path.join(app.dir, "acks")
-    p = start_producer(app, "g", "TBW102", n, 4, ack, batch=50)
-    assert p.wait(120) == 0, p.stderr.read()
-    assert app.stop() == 0
+    """Five or six CommitLog files of acknowledged messages, stopped gracefully."""
+    app, acked, _records = _filled(appliance_factory, n)
     files = sorted(os.listdir(app.cfg.commitlog_dir))
     assert len(files) >= 3, files
-    return app, read_acks(ack), files
+    return app, acked, files
 
 
 def _in_file(rep, start: int) -> set[str]:

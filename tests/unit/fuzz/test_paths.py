@@ -9,6 +9,7 @@ message reads back as sent.  A failure names the seed and the one message that m
 """
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
@@ -34,17 +35,16 @@ def _requests(sends) -> list[PutRequest]:
             for i, s in enumerate(sends)]
 
 
-def _run(root, tag: str, sends, vector: bool, monkeypatch):
-    """The sends through one store on one path; -> (each request's result, the store's config, what
-    went wrong in the dispatcher: a pass that failed and was redone, records it contained)."""
-    cfg = small_config(root, tag, **STORE)
-    results = []
+@contextlib.contextmanager
+def _stored(cfg, sends, vector: bool, monkeypatch):
+    """The sends through a store on one path (both topics made first), still open:
+    yields (shared state, each request's result, the dispatcher)."""
     with running_store(cfg) as (sh, w, d, c):
         for name in ("Fz0", "Fz1"):
             w.topics.upsert(topic_config(name, 4, 4))
         d.few_records = 0 if vector else 10**9
         monkeypatch.setattr(append, "FEW_REQUESTS", 0 if vector else 10**6)
-        reqs = _requests(sends)
+        reqs, results = _requests(sends), []
         for i in range(0, len(reqs), 16):
             ticket = c.submit(reqs[i:i + 16])
             while w.step():
@@ -52,6 +52,14 @@ def _run(root, tag: str, sends, vector: bool, monkeypatch):
             results += c.collect(ticket, 5)
             while d.step():
                 pass
+        yield sh, results, d
+
+
+def _run(root, tag: str, sends, vector: bool, monkeypatch):
+    """The sends through one store on one path; -> (each request's result, the store's config, what
+    went wrong in the dispatcher: a pass that failed and was redone, records it contained)."""
+    cfg = small_config(root, tag, **STORE)
+    with _stored(cfg, sends, vector, monkeypatch) as (sh, results, d):
         problems = [f"{'vector' if vector else 'scalar'} dispatcher: {d.redone} passes failed (redone record by "
                     f"record), {int(sh.control[C.DISPATCH_UNINDEXED])} records unindexed, "
                     f"{int(sh.control[C.DISPATCH_UNQUEUED])} unqueued"] \
@@ -131,18 +139,7 @@ def test_every_accepted_message_reads_back_as_sent_and_every_refusal_stores_noth
     sends += [fuzzgen.Send("Fz0", 1, [fuzzgen.Msg(b"x", [("note", "L" * 40000)])], False),     # too long: refused
               fuzzgen.Send("Fz1", 2, [fuzzgen.Msg(bytes((1 << 20) + 1))], False)]
     cfg = small_config(tmp_path / "rb", "frb", **STORE)
-    with running_store(cfg) as (sh, w, d, c):
-        for name in ("Fz0", "Fz1"):
-            w.topics.upsert(topic_config(name, 4, 4))
-        reqs = _requests(sends)
-        results = []
-        for i in range(0, len(reqs), 16):
-            ticket = c.submit(reqs[i:i + 16])
-            while w.step():
-                pass
-            results += c.collect(ticket, 5)
-        while d.step():
-            pass
+    with _stored(cfg, sends, True, monkeypatch) as (sh, results, d):
         assert d.redone == 0
         view = StoreView(cfg, sh).open()
         accepted = refused = 0
