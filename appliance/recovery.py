@@ -121,7 +121,7 @@ def _abnormal_start(commitlog: MappedFileQueue, min_ts: int) -> int:
         mm = commitlog.files[i].mm
         try:
             if message.check_record(mm, 0, False) > 0:
-                store_ts = int.from_bytes(mm[message.store_ts_at(int.from_bytes(mm[36:40], "big", signed=True)):][:8], "big")
+                store_ts = message.store_ts_of(mm, 0)
                 if store_ts != 0 and store_ts <= min_ts:
                     return i
         except CorruptData:

@@ -95,7 +95,7 @@ def _timer_copies(port: int, topic: str, queues: int) -> tuple[np.ndarray, np.nd
             key = message.property_value(props, b"UNIQ_KEY")
             keys.append(int(key[1:]) if key and key.startswith(b"T") else -1)
             outs.append(int(message.property_value(props, b"TIMER_OUT_MS") or 0))
-            stores.append(h[11])
+            stores.append(h.store_ts)
     return np.array(keys), np.array(outs), np.array(stores)
 
 

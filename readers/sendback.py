@@ -61,7 +61,7 @@ class SendBackProcessor:
         if stored is None:
             return cmd.response(RC.SYSTEM_ERROR, f"look message by offset failed, {h['offset']}")
         head, body, topic, props = stored
-        reconsume = head[14]
+        reconsume = head.reconsume_times
         level = h["delayLevel"]
         limit = max_reconsume_times(sg, h["maxReconsumeTimes"], cmd.version)
         if reconsume >= limit or level < 0:
@@ -71,7 +71,7 @@ class SendBackProcessor:
                 return cmd.response(RC.SYSTEM_ERROR, f"topic[{target}] not exist")
         else:
             target, level = retry, level or 3 + reconsume
-        origin = message.offset_msg_id(head[12], head[13], h["offset"])
+        origin = message.offset_msg_id(head.store_ip, head.store_port, h["offset"])
         props = message.with_properties(props, {b"RETRY_TOPIC": topic, b"ORIGIN_MESSAGE_ID": origin.encode()},
                                 only_if_absent={b"RETRY_TOPIC", b"ORIGIN_MESSAGE_ID"})
         props = message.with_properties(props, {b"WAIT": b"false", delay.DELAY: b"%d" % level})
@@ -86,7 +86,7 @@ class SendBackProcessor:
             stored_topic, stored_qid = target.encode(), qid
         record = message.record_again(head, body, props, topic=stored_topic, queue_id=stored_qid,
                                       reconsume_times=reconsume + 1)
-        failed = await self.link.put(tidx, stored_qid, head[7], record)       # (its sysflag)
+        failed = await self.link.put(tidx, stored_qid, head.sys_flag, record)
         if failed is not None:
             return cmd.response(RC.SYSTEM_ERROR, failed)
         return cmd.response(RC.SUCCESS, None)
@@ -108,6 +108,6 @@ class SendBackProcessor:
             h, body, topic, props = next(message.record_fields(bytes(self.view.record(offset)), "send-back"))
         except Exception:
             return None
-        if h[6] != offset:                                           # not a record's start
+        if h.phys_offset != offset:                                  # not a record's start
             return None
         return h, body, topic, props

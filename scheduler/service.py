@@ -173,8 +173,8 @@ class SchedulerService:
                 real = (message.property_value(props, delay.REAL_TOPIC) or b"").decode()
                 when = int(message.property_value(props, timer.OUT_MS) or 0)
                 copy = message.record_again(h, body, timer.rolled(props), topic=timer.TIMER_TOPIC_BYTES, queue_id=0)
-                marker = timer.marker_record(real, uniq, when, p, int(time.time() * 1000), h[12], h[13])
-                rows += [(0, tidx, 0, h[7], 1, 0, 0), (0, tidx, 0, timer.host_flags(h[12]), 1, 0, 0)]
+                marker = timer.marker_record(real, uniq, when, p, int(time.time() * 1000), h.store_ip, h.store_port)
+                rows += [(0, tidx, 0, h.sys_flag, 1, 0, 0), (0, tidx, 0, timer.host_flags(h.store_ip), 1, 0, 0)]
                 sizes += [len(copy), len(marker)]
                 records += [copy, marker]
                 phys.append(p)
@@ -272,7 +272,7 @@ class SchedulerService:
             log.error("delayed message for topic %s, which no longer exists: not delivered", topic)
             return None
         rec = message.record_again(h, body, props, topic=real_topic, queue_id=int(real_qid))
-        return tidx, int(real_qid), rec, h[7]                  # (its sysflag)
+        return tidx, int(real_qid), rec, h.sys_flag
 
     # ------------------------------------------------------------ state
     def _bounds(self, level: int) -> tuple[int, int]:

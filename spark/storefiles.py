@@ -200,11 +200,7 @@ class CommitLog:
         return m
 
     def store_ts(self, phys: int) -> int:
-        v = self.view(phys - phys % self.file_size)
-        at = phys % self.file_size
-        (sys_flag,) = np.frombuffer(v[at + 36:at + 40].tobytes(), ">i4")
-        ts_at = message.store_ts_at(int(sys_flag))
-        return int(np.frombuffer(v[at + ts_at:at + ts_at + 8].tobytes(), ">i8")[0])
+        return message.store_ts_of(self.view(phys - phys % self.file_size), phys % self.file_size)
 
     def gather(self, phys: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The records at ``phys`` (``size`` bytes each) copied into one buffer -> (buffer, each
@@ -328,8 +324,8 @@ def _read_in(log: CommitLog, base: int, phys, size, qoff, topic, qid, flushed_ts
     ok = _check(buf, at, size, phys, log, on_corrupt)
     if not ok.all():
         phys, at, qoff = phys[ok], at[ok], qoff[ok]
-    sys_flag = _be(buf, at + 36, 4, ">i4")
-    store_ts = _be(buf, at + np.where(sys_flag & message.BORNHOST_V6, 68, 56), 8, ">i8")
+    sys_flag = _be(buf, at + message.SYSFLAG_AT, 4, ">i4")
+    store_ts = _be(buf, at + message.STORE_TS_AT + np.where(sys_flag & message.BORNHOST_V6, message.HOST_V6_EXTRA, 0), 8, ">i8")
     past = False
     if flushed_ts is not None:
         within = store_ts <= flushed_ts
@@ -351,7 +347,7 @@ def _check(buf, at, size, phys, log: CommitLog, on_corrupt: str) -> np.ndarray:
     """Records whose TOTALSIZE and MAGIC agree with their entries; the others raise, or are left
     out with ``on_corrupt="skip"``."""
     total = _be(buf, at, 4, ">i4")
-    magic = _be(buf, at + 4, 4, ">i4")
+    magic = _be(buf, at + message.MAGIC_AT, 4, ">i4")
     ok = (total == size) & (magic == message.MAGIC)
     if not ok.all() and on_corrupt != "skip":
         i = int(np.argmin(ok))
@@ -373,8 +369,8 @@ def _columns(buf, at, phys, qoff, sys_flag, store_ts, topic: str | None, qid: in
     v6 = (sys_flag & (message.BORNHOST_V6 | message.STOREHOST_V6)) != 0
     if v6.any():
         return _columns_slow(buf, at, phys, qoff, topic, qid).select(list(names))
-    body_len = _be(buf, at + 84, 4, ">i4").astype(np.int64)
-    topic_at = at + 88 + body_len
+    body_len = _be(buf, at + message.BODY_LEN_AT, 4, ">i4").astype(np.int64)
+    topic_at = at + message.HEADER_V4_SIZE + body_len
     memo: dict = {}
 
     def props():
@@ -385,7 +381,7 @@ def _columns(buf, at, phys, qoff, sys_flag, store_ts, topic: str | None, qid: in
         return memo["p"]
 
     def body():
-        out = _binary(buf, at + 88, body_len)
+        out = _binary(buf, at + message.HEADER_V4_SIZE, body_len)
         if (sys_flag & message.COMPRESSED).any():
             raw = out.to_pylist()
             for i in np.flatnonzero(sys_flag & message.COMPRESSED).tolist():
@@ -394,7 +390,7 @@ def _columns(buf, at, phys, qoff, sys_flag, store_ts, topic: str | None, qid: in
         return out
 
     def msg_id():
-        store = buf[(at + 64)[:, None] + np.arange(8)]
+        store = buf[(at + message.STORE_HOST_AT)[:, None] + np.arange(8)]
         ids = np.concatenate([store, phys.astype(">i8").view(np.uint8).reshape(-1, 8)], axis=1)
         return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(np.arange(n + 1, dtype=np.int32) * 32),
                                                       pa.py_buffer(ids.tobytes().hex().upper().encode())])
@@ -402,19 +398,20 @@ def _columns(buf, at, phys, qoff, sys_flag, store_ts, topic: str | None, qid: in
     build = {
         "topic": lambda: pa.array([topic] * n, pa.string()) if topic is not None
         else _strings(buf, topic_at + 1, buf[topic_at].astype(np.int64)),
-        "queueId": lambda: pa.array(np.full(n, qid, np.int32)) if qid is not None else pa.array(_be(buf, at + 12, 4, ">i4")),
-        "queueOffset": lambda: pa.array(qoff if qid is not None else _be(buf, at + 20, 8, ">i8")),
+        "queueId": lambda: pa.array(np.full(n, qid, np.int32)) if qid is not None
+        else pa.array(_be(buf, at + message.QUEUE_ID_AT, 4, ">i4")),
+        "queueOffset": lambda: pa.array(qoff if qid is not None else _be(buf, at + message.QUEUE_OFFSET_AT, 8, ">i8")),
         "physicalOffset": lambda: pa.array(phys),
         "storeTimestamp": lambda: pa.array(store_ts * 1000, pa.timestamp("us", tz="UTC")),
-        "bornTimestamp": lambda: pa.array(_be(buf, at + 40, 8, ">i8") * 1000, pa.timestamp("us", tz="UTC")),
-        "bornHost": lambda: _hosts(buf[(at + 48)[:, None] + np.arange(8)]),
-        "storeHost": lambda: _hosts(buf[(at + 64)[:, None] + np.arange(8)]),
+        "bornTimestamp": lambda: pa.array(_be(buf, at + message.BORN_TS_AT, 8, ">i8") * 1000, pa.timestamp("us", tz="UTC")),
+        "bornHost": lambda: _hosts(buf[(at + message.BORN_HOST_AT)[:, None] + np.arange(8)]),
+        "storeHost": lambda: _hosts(buf[(at + message.STORE_HOST_AT)[:, None] + np.arange(8)]),
         "msgId": msg_id,
         "uniqKey": lambda: props()[3], "tags": lambda: props()[1], "keys": lambda: props()[2],
         "properties": lambda: props()[0],
-        "reconsumeTimes": lambda: pa.array(_be(buf, at + 72, 4, ">i4")),
+        "reconsumeTimes": lambda: pa.array(_be(buf, at + message.RECONSUME_AT, 4, ">i4")),
         "sysFlag": lambda: pa.array(sys_flag.astype(np.int32)),
-        "bodyCRC": lambda: pa.array(_be(buf, at + 8, 4, ">i4")),
+        "bodyCRC": lambda: pa.array(_be(buf, at + message.BODY_CRC_AT, 4, ">i4")),
         "body": body,
     }
     return pa.RecordBatch.from_arrays([build[c]() for c in names], schema=pa.schema([ARROW_SCHEMA.field(c) for c in names]))
@@ -450,8 +447,8 @@ def read_at(store_root: str, phys: list[int], *, on_corrupt: str = "fail") -> pa
         buf, at = log.gather(p, size)
         ok = _check(buf, at, size, p, log, on_corrupt)
         p, at = p[ok], at[ok]
-        sys_flag = _be(buf, at + 36, 4, ">i4")
-        store_ts = _be(buf, at + np.where(sys_flag & message.BORNHOST_V6, 68, 56), 8, ">i8")
+        sys_flag = _be(buf, at + message.SYSFLAG_AT, 4, ">i4")
+        store_ts = _be(buf, at + message.STORE_TS_AT + np.where(sys_flag & message.BORNHOST_V6, message.HOST_V6_EXTRA, 0), 8, ">i8")
         return _columns(buf, at, p, None, sys_flag, store_ts, None, None)
     finally:
         log.close()

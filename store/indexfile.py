@@ -145,12 +145,12 @@ class IndexFile:
                     for _ in range(max_entries):
                         if prev < n0:
                             break
-                        prev = ENTRY_S.unpack_from(mm, entries_at + prev * 20)[3] if prev < max_entries else 0
+                        prev = ENTRY_S.unpack_from(mm, entries_at + prev * ENTRY_S.size)[3] if prev < max_entries else 0
                 if prev <= 0:
                     prev = 0
                     slot_count += 1
             diff = (ts - base) // 1000
-            write_entry(mm, entries_at + n * 20, key_hash, offset, 0 if diff < 0 else min(diff, INT_MAX), prev)
+            write_entry(mm, entries_at + n * ENTRY_S.size, key_hash, offset, 0 if diff < 0 else min(diff, INT_MAX), prev)
             reserve_chunk(slot_at)
             write_slot(mm, slot_at, n)
             newest[slot_at] = n
@@ -205,7 +205,7 @@ class IndexFile:
                 out.append(int(e["phys"]))
             nxt = int(e["prev"])
             if nxt == n:
-                raise CorruptData(self.path, HEADER_SIZE + self.max_slots * 4 + n * 20, "index entry points to itself")
+                raise CorruptData(self.path, HEADER_SIZE + self.max_slots * SLOT_S.size + n * ENTRY_S.size, "index entry points to itself")
             n, seen = nxt, seen + 1
         return out
 

@@ -39,6 +39,7 @@ from typing import NamedTuple
 
 from isal.isal_zlib import crc32  # zlib's CRC-32, with PCLMULQDQ: ~55 ns a KiB against zlib's ~310
 
+from remoting.codes import ResponseCode
 from store.errors import CorruptData, MessageRejected
 
 MAGIC = -626843481          # 0xDAA320A7, MESSAGE_MAGIC_CODE (v1)
@@ -61,39 +62,83 @@ NAME_VALUE_SEP = "\x01"
 PROPERTY_SEP = "\x02"
 PROP_TAGS, PROP_KEYS, PROP_UNIQ_KEY, PROP_DELAY, PROP_WAIT = "TAGS", "KEYS", "UNIQ_KEY", "DELAY", "WAIT"
 
-# response codes used when a message is refused (FACTS §2.2)
-SYSTEM_ERROR, MESSAGE_ILLEGAL = 1, 13
+# response codes used when a message is refused (FACTS §2.2): remoting/codes.py's table
+SYSTEM_ERROR, MESSAGE_ILLEGAL = int(ResponseCode.SYSTEM_ERROR), int(ResponseCode.MESSAGE_ILLEGAL)
 
 TOPIC_MAX_LEN = 127
 PROPERTIES_MAX_LEN = 32767
 RECORD_SLACK = 64 * 1024     # 4.9.4+: whole record may exceed maxMessageSize by this much
 _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
-# The fixed prefix every record shares, up to and including SYSFLAG.
-PREFIX = struct.Struct(">iiiiiqqi")
-QUEUE_ID_AT = 12
-QUEUE_OFFSET_AT = 20
-PHYS_OFFSET_AT = 28
-SYSFLAG_AT = 36
-BORN_TS_AT = 40
-BORN_HOST_AT = 48
-assert PREFIX.size == 40
+# A record's fixed header (FACTS §4.1), declared once: each field's name and big-endian format,
+# a host's address 4 bytes (IPv4) or 16 (IPv6, by the sysflag's BORNHOST_V6 / STOREHOST_V6).
+# Every offset, struct and header size below is derived from it; ``Header`` names a parsed one.
+# (BODY, then TOPICLEN u8 + TOPIC, then PROPERTIESLENGTH i16 + PROPERTIES follow it.)
+FIELDS = (("total_size", "i"), ("magic", "i"), ("body_crc", "i"), ("queue_id", "i"), ("flag", "i"),
+          ("queue_offset", "q"), ("phys_offset", "q"), ("sys_flag", "i"), ("born_ts", "q"),
+          ("born_ip", "host"), ("born_port", "i"), ("store_ts", "q"), ("store_ip", "host"), ("store_port", "i"),
+          ("reconsume_times", "i"), ("prepared_offset", "q"), ("body_len", "i"))
+
+
+class Header(NamedTuple):
+    """A parsed fixed header, field by field as ``FIELDS`` declares them."""
+    total_size: int
+    magic: int
+    body_crc: int
+    queue_id: int
+    flag: int
+    queue_offset: int
+    phys_offset: int
+    sys_flag: int
+    born_ts: int
+    born_ip: bytes
+    born_port: int
+    store_ts: int
+    store_ip: bytes
+    store_port: int
+    reconsume_times: int
+    prepared_offset: int
+    body_len: int
+
+
+assert Header._fields == tuple(name for name, _ in FIELDS)
+
+
+def _formats(born_v6: bool, store_v6: bool) -> list[str]:
+    hosts = {"born_ip": "16s" if born_v6 else "4s", "store_ip": "16s" if store_v6 else "4s"}
+    return [hosts.get(name, fmt) for name, fmt in FIELDS]
 
 
 def _header_struct(born_v6: bool, store_v6: bool) -> struct.Struct:
-    born = "16si" if born_v6 else "4si"
-    store = "16si" if store_v6 else "4si"
-    return struct.Struct(">iiiiiqqiq" + born + "q" + store + "iqi")
+    return struct.Struct(">" + "".join(_formats(born_v6, store_v6)))
 
+
+def _offsets(born_v6: bool = False, store_v6: bool = False) -> dict[str, int]:
+    """Each field's byte offset in a header of these host widths."""
+    out, at = {}, 0
+    for (name, _fmt), fmt in zip(FIELDS, _formats(born_v6, store_v6)):
+        out[name] = at
+        at += struct.calcsize(">" + fmt)
+    return out
+
+
+AT = _offsets()              # IPv4 hosts; the fields before BORNHOST are where they are with any host
+# The fixed prefix every record shares, up to and including SYSFLAG.
+PREFIX = struct.Struct(">" + "".join(fmt for _name, fmt in FIELDS[:8]))
+MAGIC_AT, BODY_CRC_AT, QUEUE_ID_AT, FLAG_AT = AT["magic"], AT["body_crc"], AT["queue_id"], AT["flag"]
+QUEUE_OFFSET_AT, PHYS_OFFSET_AT, SYSFLAG_AT = AT["queue_offset"], AT["phys_offset"], AT["sys_flag"]
+BORN_TS_AT, BORN_HOST_AT = AT["born_ts"], AT["born_ip"]
+assert PREFIX.size == BORN_TS_AT == 40
 
 # HEADERS[sysflag & 0x30 >> 4]: the full fixed header through BODYLEN, for each host-width mix.
 HEADERS = tuple(_header_struct(bool(i & 1), bool(i & 2)) for i in range(4))
 MIN_RECORD_SIZE = HEADERS[0].size + 1 + 2       # IPv4 hosts, empty body, topic and properties
-assert HEADERS[0].size == 88
 HEADER_V4_SIZE = HEADERS[0].size                # through BODYLEN, both hosts IPv4
 HOST_V6_EXTRA = HEADERS[1].size - HEADERS[0].size   # what an IPv6 host adds to the header (12)
-STORE_TS_AT = BORN_HOST_AT + struct.calcsize(">4si")  # STORETIMESTAMP with an IPv4 born host (56)
-assert (HOST_V6_EXTRA, STORE_TS_AT) == (12, 56)
+STORE_TS_AT = AT["store_ts"]                    # with an IPv4 born host (the store host comes after it)
+# with both hosts IPv4 (a wider host moves them: ``header_for``, ``store_ts_at``)
+STORE_HOST_AT, RECONSUME_AT, BODY_LEN_AT = AT["store_ip"], AT["reconsume_times"], AT["body_len"]
+assert (HEADER_V4_SIZE, HOST_V6_EXTRA, STORE_TS_AT, BODY_LEN_AT) == (88, 12, 56, 84)
 
 
 def header_for(sys_flag: int) -> struct.Struct:
@@ -191,18 +236,18 @@ def with_properties(props: bytes, updates: dict[bytes, bytes], only_if_absent: f
     return sep.join(nv.join(kv) for kv in pairs)
 
 
-def record_again(fields: tuple, body: bytes, props: bytes, *, topic: bytes, queue_id: int,
+def record_again(fields: "Header", body: bytes, props: bytes, *, topic: bytes, queue_id: int,
                  reconsume_times: int | None = None) -> bytes:
     """A stored record (``record_fields``' header tuple, body, properties) stored again under
     ``topic`` and ``queue_id``: flag, sysflag, born time and host, store host and prepared offset
     as they were (queue and physical offsets and store time for the writer to fill), its
     reconsume count ``reconsume_times`` or as it was."""
-    (_total, _magic, _crc, _qid, flag, _qoff, _phys, sys_flag, born_ts, born_ip, born_port, _sts,
-     store_ip, store_port, reconsume, prepared, _blen) = fields
-    return encode_record(topic=topic, queue_id=queue_id, body=body, properties=props, flag=flag, sys_flag=sys_flag,
-                         born_ts=born_ts, born_ip=born_ip, born_port=born_port, store_ip=store_ip,
-                         store_port=store_port, reconsume_times=reconsume if reconsume_times is None else reconsume_times,
-                         prepared_offset=prepared)
+    f = fields
+    return encode_record(topic=topic, queue_id=queue_id, body=body, properties=props, flag=f.flag, sys_flag=f.sys_flag,
+                         born_ts=f.born_ts, born_ip=f.born_ip, born_port=f.born_port, store_ip=f.store_ip,
+                         store_port=f.store_port,
+                         reconsume_times=f.reconsume_times if reconsume_times is None else reconsume_times,
+                         prepared_offset=f.prepared_offset)
 
 
 _BATCH_HEAD = struct.Struct(">iiiii")        # totalSize, magic (0), bodyCRC (0), flag, bodyLen
@@ -432,10 +477,13 @@ class Record:
         return offset_msg_id(self.store_ip, self.store_port, self.phys_offset)
 
 
+_BODY_CRC, _BODY_LEN = Header._fields.index("body_crc"), Header._fields.index("body_len")   # (a raw header's)
+
+
 def _fields(buf, pos: int, where: str):
     """Parse one record at ``pos`` into (header tuple, body, topic, props); raises CorruptData."""
     n = len(buf)
-    if pos + 40 > n:
+    if pos + PREFIX.size > n:
         raise CorruptData(where, pos, "record header runs past the end of the data")
     total, magic = struct.unpack_from(">ii", buf, pos)
     if magic != MAGIC:
@@ -445,7 +493,7 @@ def _fields(buf, pos: int, where: str):
     if total < hdr.size + 3 or pos + total > n:
         raise CorruptData(where, pos, f"record size {total} does not fit the data")
     h = hdr.unpack_from(buf, pos)
-    body_len = h[-1]
+    body_len = h[_BODY_LEN]
     body_at = pos + hdr.size
     topic_at = body_at + body_len
     if body_len < 0 or topic_at + 1 > pos + total:
@@ -466,25 +514,25 @@ def decode_record(buf, pos: int = 0, where: str = "record") -> Record:
     UTF-8 become U+FFFD.  A batch's properties are stored as the client sent them, by RocketMQ's
     broker as by ours, so a store may hold such bytes; they are not a broken record."""
     h, body, topic, props = _fields(buf, pos, where)
-    return Record(h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9], h[10], h[11], h[12], h[13], h[14],
-                  h[15], body, topic.decode("utf-8", "replace"), parse_properties(props.decode("utf-8", "replace")))
+    return Record(*h[:_BODY_LEN], body, topic.decode("utf-8", "replace"),  # type: ignore[call-arg]  # the header but BODYLEN
+                  parse_properties(props.decode("utf-8", "replace")))
 
 
 def decode_records(buf, where: str = "records") -> list[Record]:
     """Every record of ``buf``, whole records back to back (a pull body)."""
-    return [Record(*h[:16], body, topic.decode("utf-8", "replace"),  # type: ignore[call-arg]  # a 16-field slice
+    return [Record(*h[:_BODY_LEN], body, topic.decode("utf-8", "replace"),  # type: ignore[call-arg]  # but BODYLEN
                    parse_properties(props.decode("utf-8", "replace")))
             for h, body, topic, props in record_fields(buf, where)]
 
 
 def record_fields(buf, where: str = "records"):
-    """(header tuple, body, topic, properties) of every record of ``buf``, whole records back to
+    """(``Header``, body, topic, properties) of every record of ``buf``, whole records back to
     back, each checked as ``decode_record`` checks it (CorruptData naming ``where``)."""
     at, n = 0, len(buf)
     while at < n:
-        fields = _fields(buf, at, where)
-        yield fields
-        at += fields[0][0]
+        h, body, topic, props = _fields(buf, at, where)
+        yield Header._make(h), body, topic, props
+        at += h[0]
 
 
 _I32 = struct.Struct(">i")
@@ -499,6 +547,6 @@ def check_record(buf, pos: int, check_crc: bool = True, where: str = "commitlog"
     if magic == BLANK_MAGIC:
         return 0
     h, body, _topic, _props = _fields(buf, pos, where)
-    if check_crc and body_crc(body) != h[2]:
-        raise CorruptData(where, pos, f"body CRC mismatch: stored {h[2]}, computed {body_crc(body)}")
+    if check_crc and body_crc(body) != h[_BODY_CRC]:
+        raise CorruptData(where, pos, f"body CRC mismatch: stored {h[_BODY_CRC]}, computed {body_crc(body)}")
     return total

@@ -22,7 +22,9 @@ import struct
 
 import numpy as np
 
+from remoting.codes import ResponseCode
 from shm.layout import OFFSET_KEY_BYTES
+from shm.ring import align8
 
 PUT, PUT_RESULT, TOPIC, TOPIC_RESULT, OFFSET, GROUP = 1, 2, 3, 4, 5, 6
 
@@ -53,7 +55,9 @@ TOPIC_REQ = np.dtype([("req_id", "<u8")])
 TOPIC_RES = np.dtype([("req_id", "<u8"), ("status", "<i4"), ("topic_idx", "<i4")])
 OFFSET_UPDATE = np.dtype([("key", f"S{OFFSET_KEY_BYTES}"), ("queue_id", "<i4"), ("pad", "<i4"), ("offset", "<i8")])
 
-SUCCESS, SYSTEM_ERROR, MESSAGE_ILLEGAL, SERVICE_NOT_AVAILABLE, TOPIC_NOT_EXIST = 0, 1, 13, 14, 17
+SUCCESS, SYSTEM_ERROR, MESSAGE_ILLEGAL, SERVICE_NOT_AVAILABLE, TOPIC_NOT_EXIST = (
+    int(ResponseCode[name]) for name in ("SUCCESS", "SYSTEM_ERROR", "MESSAGE_ILLEGAL", "SERVICE_NOT_AVAILABLE",
+                                         "TOPIC_NOT_EXIST"))           # (remoting/codes.py's table)
 QUEUES_FULL = 1001      # rocketbox's own: a first write to a queue with no queue slot left (answered SYSTEM_ERROR)
 TOPICS_FULL = 1002      # rocketbox's own: a new topic with no topic slot left (answered SYSTEM_ERROR)
 
@@ -79,10 +83,6 @@ SLAB_HEAD_S, REQUEST_S, RESULT_HEAD_S, RESULT_S = (struct_of(d) for d in (SLAB_H
 # by name, ``row[RESULT_AT.status]``, at the cost of a tuple index
 REQUEST_AT = collections.namedtuple("RequestAt", names_of(REQUEST))(*range(len(names_of(REQUEST))))
 RESULT_AT = collections.namedtuple("ResultAt", names_of(RESULT))(*range(len(names_of(RESULT))))
-
-
-def align8(n: int) -> int:
-    return (n + 7) & ~7
 
 
 def slab_parts(requests: np.ndarray, sizes: np.ndarray, records: bytes) -> list:
