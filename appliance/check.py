@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 
 from store import gaps, indexfile, message, quarantine, salvage
 from store.consumequeue import ConsumeQueue, file_size_for, load_all
-from store.errors import CorruptData
 from store.javahash import index_key_hash
 from store.mappedfile import MappedFileQueue, is_offset_name
 
@@ -43,29 +42,18 @@ def scan_commitlog(cfg, problems: list | None = None):
     named too; without it, the walk stops at the first bad record."""
     cl = MappedFileQueue(cfg.commitlog_dir, cfg.mappedFileSizeCommitLog, False).load()
     try:
-        for i, mf in enumerate(cl.files):
-            at = 0
-            while at < mf.size:
-                try:
-                    size = salvage.check(mf, at)
-                except CorruptData as e:
-                    if problems is None:
-                        return
-                    resume = salvage.damage_end(cl.files, i, at)
-                    if resume is None:
-                        tail = salvage.tail_length(mf, at)
-                        if tail:
-                            problems.append(f"torn tail: {tail} bytes at offset {mf.start + at} ({mf.path} @ {at}) "
-                                            f"past the last verified record ({e.why}); recovery cuts them")
-                        return
-                    problems.append(f"bad record at offset {mf.start + at} ({mf.path} @ {at}): {e.why}; "
-                                    f"{resume - at} bytes to the next verified record")
-                    at = resume
-                    continue
-                if size == 0:
-                    break
+        for step in salvage.walk(cl.files):
+            mf, at = step.mf, step.at
+            if step.kind == "record":
                 yield mf.start + at, message.decode_record(mf.mm, at, mf.path)
-                at += size
+            elif step.kind != "blank" and problems is None:
+                return
+            elif step.kind == "damage":
+                problems.append(f"bad record at offset {mf.start + at} ({mf.path} @ {at}): {step.why}; "
+                                f"{step.length} bytes to the next verified record")
+            elif step.kind == "tail" and (tail := salvage.tail_length(mf, at)):
+                problems.append(f"torn tail: {tail} bytes at offset {mf.start + at} ({mf.path} @ {at}) "
+                                f"past the last verified record ({step.why}); recovery cuts them")
     finally:
         cl.close()
 

@@ -70,34 +70,16 @@ class Damage:
 
 
 def _scan(commitlog: MappedFileQueue, start: int, check_crc: bool) -> tuple[int, list[Damage]]:
-    """Walk records from offset ``start`` (a record boundary).  A record that fails its checks (magic, sizes,
-    CRC, PHYSICALOFFSET) with a verified record after it, in its file or a later one, is damage:
-    noted and stepped over.  One with nothing verified after it is the torn tail, where the log
-    ends.  -> (the end offset, the damage)."""
-    files, damages = commitlog.files, []
+    """Walk records from offset ``start`` (a record boundary) with ``salvage.walk``: a record that
+    fails its checks with a verified record after it is damage, noted and stepped over; one with
+    nothing verified after it is the torn tail, where the log ends.  -> (the end offset, the damage)."""
+    files, damages, end = commitlog.files, [], start
     first = next(i for i, f in enumerate(files) if f.start <= start < f.end)
-    pos = files[first].start
-    for i in range(first, len(files)):
-        mf = files[i]
-        if mf.start != pos:
-            break
-        at = start - mf.start if i == first else 0
-        while at < mf.size:
-            try:
-                size = salvage.check(mf, at, check_crc)
-            except CorruptData as e:
-                resume = salvage.damage_end(files, i, at)
-                if resume is None:
-                    return mf.start + at, damages              # the torn tail
-                damages.append(Damage(mf, at, resume - at, e.why))
-                at = resume
-                continue
-            if size == 0:            # BLANK: the rest of the file is filler
-                at = mf.size
-                break
-            at += size
-        pos = mf.start + at
-    return pos, damages
+    for step in salvage.walk(files, first, start - files[first].start, check_crc):
+        if step.kind == "damage":
+            damages.append(Damage(step.mf, step.at, step.length, step.why or ""))
+        end = step.end
+    return end, damages
 
 
 def _scan_start(commitlog: MappedFileQueue, checkpoint: Checkpoint, abnormal: bool, index: bool) -> int:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -100,6 +101,50 @@ def check(mf, at: int, check_crc: bool = True) -> int:
         raise CorruptData(mf.path, at, f"PHYSICALOFFSET {phys_field(mf.mm, at)} is not where the record lies "
                                        f"({mf.start + at})")
     return size
+
+
+class Step(NamedTuple):
+    """One step of ``walk``: ``kind`` "record" (verified, ``length`` its size), "damage" (a span
+    that failed its checks, ``length`` to the next verified record or its file's end, ``why``),
+    "blank" (the file's end filler) or "tail" (a bad record with nothing verified after it: the
+    log ends at ``at``; ``tail_length`` says how many bytes follow)."""
+    kind: str
+    i: int                  # index of the file in the walked list
+    mf: object
+    at: int
+    length: int
+    why: str | None
+
+    @property
+    def end(self) -> int:
+        """The global offset just past this step (where the log ends, for a tail)."""
+        return self.mf.start + self.at + (0 if self.kind == "tail" else self.length)
+
+
+def walk(files: list, i: int = 0, at: int = 0, check_crc: bool = True, last: int | None = None):
+    """The verified walk over CommitLog ``files`` (mapped, consecutive), from ``at`` in
+    ``files[i]`` through ``files[last]`` (default: the last): every record checked as recovery
+    checks it (``check``), damage stepped over to the next verified record (``damage_end``), each
+    file's BLANK filler ending it, a torn tail ending the walk.  Recovery, ``appliance check`` and
+    Spark's audit walk the log through it.  Yields ``Step``s."""
+    for k in range(i, len(files) if last is None else last + 1):
+        mf, pos = files[k], at if k == i else 0
+        while pos < mf.size:
+            try:
+                size = check(mf, pos, check_crc)
+            except CorruptData as e:
+                resume = damage_end(files, k, pos)
+                if resume is None:
+                    yield Step("tail", k, mf, pos, 0, e.why)
+                    return
+                yield Step("damage", k, mf, pos, resume - pos, e.why)
+                pos = resume
+                continue
+            if size == 0:
+                yield Step("blank", k, mf, pos, mf.size - pos, None)
+                break
+            yield Step("record", k, mf, pos, size, None)
+            pos += size
 
 
 def damage_end(files: list, i: int, at: int) -> int | None:

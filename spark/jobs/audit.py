@@ -27,35 +27,24 @@ def scan_commitlog_file(root: str, start: int):
     verified record, ("problem", file, offset, what) for each damaged span."""
     from spark.storefiles import Store
     from store import message, salvage
-    from store.errors import CorruptData
     from store.mappedfile import MappedFileQueue
     directory = Store(root).commitlog
     size = os.path.getsize(os.path.join(directory, f"{start:020d}"))
     files = MappedFileQueue(directory, size, False).load()
     try:
         i = next(k for k, f in enumerate(files.files) if f.start == start)
-        mf, at = files.files[i], 0
-        while at < mf.size:
-            try:
-                n = salvage.check(mf, at)
-            except CorruptData as e:
-                resume = salvage.damage_end(files.files, i, at)
-                if resume is None:
-                    tail = salvage.tail_length(mf, at)
-                    if tail:
-                        yield ("problem", mf.path, at, f"torn tail: {tail} bytes past the last verified record ({e.why})")
-                    return
-                yield ("problem", mf.path, at, f"bad record: {e.why}; {resume - at} bytes to the next verified record")
-                at = resume
-                continue
-            if n == 0:
-                return
-            r = message.decode_record(mf.mm, at, mf.path)
-            if r.tx_type not in (message.TX_PREPARED, message.TX_ROLLBACK):
-                yield ("record", r.topic, r.queue_id, r.queue_offset, mf.start + at, n)
-            if salvage.is_tombstone(r.properties):
-                yield ("tombstone", mf.path, at, r.topic, r.queue_id, r.properties[salvage.TOMBSTONE_PROPERTY])
-            at += n
+        for step in salvage.walk(files.files, i, 0, last=i):
+            mf, at = step.mf, step.at
+            if step.kind == "tail" and (tail := salvage.tail_length(mf, at)):
+                yield ("problem", mf.path, at, f"torn tail: {tail} bytes past the last verified record ({step.why})")
+            elif step.kind == "damage":
+                yield ("problem", mf.path, at, f"bad record: {step.why}; {step.length} bytes to the next verified record")
+            elif step.kind == "record":
+                r = message.decode_record(mf.mm, at, mf.path)
+                if r.tx_type not in (message.TX_PREPARED, message.TX_ROLLBACK):
+                    yield ("record", r.topic, r.queue_id, r.queue_offset, mf.start + at, step.length)
+                if salvage.is_tombstone(r.properties):
+                    yield ("tombstone", mf.path, at, r.topic, r.queue_id, r.properties[salvage.TOMBSTONE_PROPERTY])
     finally:
         files.close()
 
