@@ -31,9 +31,9 @@ import time
 import psutil
 
 from appliance import recovery
-from appliance.readiness import answers, notify
 from appliance.roles import FINISH_STOP, SUPERVISED_ENV, listeners, pid_path, roles_for
 from net.client import split_addrs
+from net.readiness import answers, notify
 from shm import stats
 from shm.layout import C
 from shm.state import SharedState

@@ -35,6 +35,7 @@ import os
 import threading
 import time
 
+from shm.disk import disk_remark
 from shm.layout import C
 from store import quarantine, salvage
 from store.consumequeue import ConsumeQueue, file_size_for
@@ -61,15 +62,6 @@ def used_ratio(path: str) -> float:
     if used + usable <= 0:
         return -1.0
     return math.ceil(used * 100 / (used + usable)) / 100
-
-
-def disk_remark(ctl) -> str:
-    """RocketMQ's remark for a send refused because the disk is full (``SendMessageProcessor``'s
-    ``diskUtil``: the three ratios, 0..1)."""
-    cl, cq, ix = (int(ctl[w]) / 1e6 for w in (C.DISK_CL_PPM, C.DISK_CQ_PPM, C.DISK_INDEX_PPM))
-    return ("service not available now. It may be caused by one of the following reasons: the broker's disk is "
-            f"full [CL: {cl:5.2f} CQ: {cq:5.2f} INDEX: {ix:5.2f}], messages are put to the slave, message store "
-            "has been shut down, etc.")
 
 
 class CleanerService:

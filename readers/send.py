@@ -21,7 +21,6 @@ import logging
 import random
 import time
 
-from cleaner.service import disk_remark
 from net.server import DEFERRED
 from readers.link import REJECTED
 from readers.sendback import DLQ_PREFIX, RETRY_PREFIX, max_reconsume_times
@@ -29,6 +28,7 @@ from remoting import codec, headers
 from remoting.codes import FAQ
 from remoting.codes import RequestCode as R
 from remoting.codes import ResponseCode as RC
+from shm.disk import disk_remark
 from shm.layout import C, T
 from shm.tables import queue_nums_of
 from store import delay, message, timer

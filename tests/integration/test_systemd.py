@@ -21,7 +21,7 @@ import time
 import pytest
 
 from appliance.install import _SKIP
-from appliance.readiness import answers
+from net.readiness import answers
 from tests.integration import nspawn
 from tests.integration.harness import ROOT, next_port, pull_all
 
