@@ -69,8 +69,7 @@ def _file_sizes(directory: str, size: int, what: str) -> list[str]:
 
 def check(cfg, verify_index: bool = True) -> CheckReport:
     rep = CheckReport()
-    rep.problems += [g.describe() for g in gaps.find(cfg.commitlog_dir, cfg.mappedFileSizeCommitLog,
-                                                      _queues_end(cfg))]
+    rep.problems += [g.describe() for g in _gaps(cfg)]
     if rep.problems:                # a log with holes: what recovery refuses to start on (store/gaps.py)
         return rep
     rep.problems += _file_sizes(cfg.commitlog_dir, cfg.mappedFileSizeCommitLog, "CommitLog")
@@ -128,11 +127,11 @@ def check(cfg, verify_index: bool = True) -> CheckReport:
     return rep
 
 
-def _queues_end(cfg) -> int:
-    """The furthest CommitLog offset any consume queue points to."""
+def _gaps(cfg) -> list:
+    """The CommitLog's gaps (``store/gaps.py``), files missing at its end included."""
     cqs = load_all(cfg.root, cfg.mappedFileSizeConsumeQueue, False)
     try:
-        return max((cq.max_phys for cq in cqs.values()), default=0)
+        return gaps.find(cfg.commitlog_dir, cfg.mappedFileSizeCommitLog, cqs.values())
     finally:
         for cq in cqs.values():
             cq.close()
@@ -187,8 +186,7 @@ def accept_gap(cfg) -> int:
             return 2
         cqs = load_all(cfg.root, cfg.mappedFileSizeConsumeQueue, True)
         try:
-            found = gaps.find(cfg.commitlog_dir, cfg.mappedFileSizeCommitLog,
-                              max((cq.max_phys for cq in cqs.values()), default=0))
+            found = gaps.find(cfg.commitlog_dir, cfg.mappedFileSizeCommitLog, cqs.values())
             if not found:
                 print("no gap in the CommitLog: nothing to accept")
                 return 0

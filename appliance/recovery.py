@@ -137,8 +137,7 @@ def recover(cfg, shared) -> RecoveryReport:
     checkpoint = Checkpoint(os.path.join(cfg.root, "checkpoint")).load()
     cqs, moved = _load_queues(cfg)
     try:
-        gaps.refuse(gaps.find(cfg.commitlog_dir, cfg.mappedFileSizeCommitLog,
-                              max((cq.max_phys for cq in cqs.values()), default=0)))
+        gaps.refuse(gaps.find(cfg.commitlog_dir, cfg.mappedFileSizeCommitLog, cqs.values()))
         commitlog = MappedFileQueue(cfg.commitlog_dir, cfg.mappedFileSizeCommitLog, True).load()
     except BaseException:
         for cq in cqs.values():
@@ -169,7 +168,7 @@ def recover(cfg, shared) -> RecoveryReport:
         for cq in cqs.values():
             if cq.max_phys > end:
                 cq.truncate_phys(end)
-        damages += _found_damage(cfg, commitlog, end, damages)
+        damages += _found_damage(_unburied(cfg), commitlog, end, damages)
         if files and damages:
             tombstones = sorted(tombstones + _bury(cfg, damages, cqs, topics.configs))
         redispatch = max((cq.max_phys for cq in cqs.values()), default=0)
@@ -206,23 +205,26 @@ def recover(cfg, shared) -> RecoveryReport:
     return RecoveryReport(abnormal, scan_from, end, cut, redispatch, shared.queue_count(), len(damages))
 
 
-def _found_damage(cfg, commitlog: MappedFileQueue, end: int, known: list[Damage]) -> list[Damage]:
-    """Damage running processes found and left in place (a read that left a record out, the
-    scrub: their quarantine lists) and that is not a tombstone yet, each as the span from it to
-    the next verified record, so that it ends as the tombstone recovery makes for its own finds:
-    one outcome for ``appliance check`` and Spark whoever found it.  A record that verifies now
-    (the bytes read were damaged in memory, not on disk) is left alone."""
+def _unburied(cfg) -> list[dict]:
+    """The quarantine's damage found while running and not a tombstone yet."""
     try:
-        entries = quarantine.load(cfg.root)
+        return quarantine.unburied(cfg.root)
     except ValueError as e:
         log.error("the quarantine lists cannot be read (%s): damage found while running stays as it is", e)
         return []
+
+
+def _found_damage(entries: list[dict], commitlog: MappedFileQueue, end: int, known: list[Damage]) -> list[Damage]:
+    """Damage running processes found and left in place (a read that left a record out, the
+    scrub: ``_unburied``'s ``entries``), each as the span from it to the next verified record, so
+    that it ends as the tombstone recovery makes for its own finds: one outcome for ``appliance
+    check`` and Spark whoever found it.  A record that verifies now (the bytes read were damaged in
+    memory, not on disk), or that ``known`` damage covers already, is left alone."""
     seen = {d.phys for d in known}
-    buried = {e["offset"] for e in quarantine.replaced(cfg.root)}
     out = []
     for e in entries:
         phys = e.get("offset")
-        if phys in buried or not isinstance(phys, int) or phys in seen or phys >= end:
+        if not isinstance(phys, int) or phys in seen or phys >= end:
             continue
         mf = commitlog.file_for(phys)
         if mf is None:                                       # (retention deleted it since)
@@ -240,12 +242,16 @@ def _found_damage(cfg, commitlog: MappedFileQueue, end: int, known: list[Damage]
 
 def bury_found(cfg) -> int:
     """At a clean stop, with every role gone: what ``_found_damage`` finds becomes tombstones now,
-    so a stopped store checks as recovery would leave it.  -> how many spans were buried."""
+    so a stopped store checks as recovery would leave it (nothing is loaded when the running
+    processes found nothing).  -> how many spans were buried."""
+    entries = _unburied(cfg)
+    if not entries:
+        return 0
     commitlog = MappedFileQueue(cfg.commitlog_dir, cfg.mappedFileSizeCommitLog, True).load()
     cqs = load_all(cfg.root, cfg.mappedFileSizeConsumeQueue, True)
     try:
         end = commitlog.files[-1].end if commitlog.files else 0
-        damages = _found_damage(cfg, commitlog, end, [])
+        damages = _found_damage(entries, commitlog, end, [])
         if damages:
             known = (topicjournal.read(cfg.config_dir) or {}).get("topicConfigTable", {})
             _bury(cfg, damages, cqs, known)

@@ -45,10 +45,10 @@ class Gap:
         return f"CommitLog bytes {self.start}-{self.end} ({self.end - self.start} bytes) are missing: {self.why}; {files}"
 
 
-def find(directory: str, file_size: int, queues_end: int = 0) -> list[Gap]:
-    """Every gap of the CommitLog in ``directory`` (files of ``file_size`` bytes); ``queues_end``:
-    the furthest CommitLog offset a consume queue points to (past the last file: files missing at
-    the end).  The newest file may be short (its creator was making it)."""
+def find(directory: str, file_size: int, queues=()) -> list[Gap]:
+    """Every gap of the CommitLog in ``directory`` (files of ``file_size`` bytes); ``queues``: the
+    store's loaded consume queues, whose furthest entry past the last file means files missing at
+    the end.  The newest file may be short (its creator was making it)."""
     try:
         names = sorted(n for n in os.listdir(directory) if is_offset_name(n))
     except FileNotFoundError:
@@ -67,6 +67,7 @@ def find(directory: str, file_size: int, queues_end: int = 0) -> list[Gap]:
         if later and size < file_size:
             gaps.append(Gap(start + size, start + file_size, f"file {name} is {size} bytes, not {file_size}", later))
     last_end = int(names[-1]) + file_size if names else 0
+    queues_end = max((cq.max_phys for cq in queues), default=0)
     if queues_end > last_end:
         end = -(-queues_end // file_size) * file_size
         gaps.append(Gap(last_end, end, f"consume queues point up to offset {queues_end}, past the last CommitLog "

@@ -34,7 +34,7 @@ import functools
 import ipaddress
 import re
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import NamedTuple
 
 from isal.isal_zlib import crc32  # zlib's CRC-32, with PCLMULQDQ: ~55 ns a KiB against zlib's ~310
@@ -70,18 +70,13 @@ PROPERTIES_MAX_LEN = 32767
 RECORD_SLACK = 64 * 1024     # 4.9.4+: whole record may exceed maxMessageSize by this much
 _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
-# A record's fixed header (FACTS §4.1), declared once: each field's name and big-endian format,
-# a host's address 4 bytes (IPv4) or 16 (IPv6, by the sysflag's BORNHOST_V6 / STOREHOST_V6).
-# Every offset, struct and header size below is derived from it; ``Header`` names a parsed one.
-# (BODY, then TOPICLEN u8 + TOPIC, then PROPERTIESLENGTH i16 + PROPERTIES follow it.)
-FIELDS = (("total_size", "i"), ("magic", "i"), ("body_crc", "i"), ("queue_id", "i"), ("flag", "i"),
-          ("queue_offset", "q"), ("phys_offset", "q"), ("sys_flag", "i"), ("born_ts", "q"),
-          ("born_ip", "host"), ("born_port", "i"), ("store_ts", "q"), ("store_ip", "host"), ("store_port", "i"),
-          ("reconsume_times", "i"), ("prepared_offset", "q"), ("body_len", "i"))
-
 
 class Header(NamedTuple):
-    """A parsed fixed header, field by field as ``FIELDS`` declares them."""
+    """A record's fixed header (FACTS §4.1), declared once, field by field (a parsed one reads by
+    name).  ``FORMATS`` gives each field's big-endian format in this order, a host's address 4
+    bytes (IPv4) or 16 (IPv6, by the sysflag's BORNHOST_V6 / STOREHOST_V6); every offset, struct
+    and header size below is derived from the two.  (BODY, then TOPICLEN u8 + TOPIC, then
+    PROPERTIESLENGTH i16 + PROPERTIES follow it.)"""
     total_size: int
     magic: int
     body_crc: int
@@ -101,7 +96,9 @@ class Header(NamedTuple):
     body_len: int
 
 
-assert Header._fields == tuple(name for name, _ in FIELDS)
+FORMATS = ("i", "i", "i", "i", "i", "q", "q", "i", "q", "host", "i", "q", "host", "i", "i", "q", "i")
+assert len(FORMATS) == len(Header._fields)
+FIELDS = tuple(zip(Header._fields, FORMATS))       # (name, format) of each field, in order
 
 
 def _formats(born_v6: bool, store_v6: bool) -> list[str]:
@@ -236,13 +233,13 @@ def with_properties(props: bytes, updates: dict[bytes, bytes], only_if_absent: f
     return sep.join(nv.join(kv) for kv in pairs)
 
 
-def record_again(fields: "Header", body: bytes, props: bytes, *, topic: bytes, queue_id: int,
+def record_again(head: "Header", body: bytes, props: bytes, *, topic: bytes, queue_id: int,
                  reconsume_times: int | None = None) -> bytes:
-    """A stored record (``record_fields``' header tuple, body, properties) stored again under
+    """A stored record (``record_fields``' Header, body, properties) stored again under
     ``topic`` and ``queue_id``: flag, sysflag, born time and host, store host and prepared offset
     as they were (queue and physical offsets and store time for the writer to fill), its
     reconsume count ``reconsume_times`` or as it was."""
-    f = fields
+    f = head
     return encode_record(topic=topic, queue_id=queue_id, body=body, properties=props, flag=f.flag, sys_flag=f.sys_flag,
                          born_ts=f.born_ts, born_ip=f.born_ip, born_port=f.born_port, store_ip=f.store_ip,
                          store_port=f.store_port,
@@ -475,6 +472,10 @@ class Record:
     @property
     def msg_id(self) -> str:
         return offset_msg_id(self.store_ip, self.store_port, self.phys_offset)
+
+
+# a Record is a Header but BODYLEN, then the decoded body, topic and properties
+assert tuple(f.name for f in fields(Record))[:len(Header._fields) - 1] == Header._fields[:-1]
 
 
 _BODY_CRC, _BODY_LEN = Header._fields.index("body_crc"), Header._fields.index("body_len")   # (a raw header's)

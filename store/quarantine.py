@@ -38,8 +38,18 @@ def load(root: str) -> list[dict]:
     ValueError naming it.  Damage a running process found and a stop or start buried since is
     listed once, as buried."""
     done = replaced(root)
+    return done + _not_in(done, _found(root))
+
+
+def unburied(root: str) -> list[dict]:
+    """Damage running processes found and left in place that no stop or start has made a
+    tombstone yet (``appliance.recovery.bury_found``); a file that does not parse raises ValueError."""
+    return _not_in(replaced(root), _found(root))
+
+
+def _not_in(done: list[dict], found: list[dict]) -> list[dict]:
     buried = {e["offset"] for e in done}
-    return done + [e for e in _found(root) if e["offset"] not in buried]
+    return [e for e in found if e["offset"] not in buried]
 
 
 def replaced(root: str) -> list[dict]:
