@@ -2,6 +2,6 @@
 ``DefaultSource`` (``pyspark/sql/worker/lookup_data_sources.py``): with rocketbox installed,
 ``spark.read.format("rocketbox")`` works in any session, without ``spark.register``.  Filters are
 not pushed down then (pushdown needs the session's setting, which ``spark.register`` reads)."""
-from spark.source import RocketboxSource as DefaultSource
+from rocketbox.spark.source import RocketboxSource as DefaultSource
 
 __all__ = ["DefaultSource"]

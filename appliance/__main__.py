@@ -1,5 +1,9 @@
 import sys
 
-from appliance.cli import main
+from rocketbox.appliance.process import set_up
+
+set_up()        # before numpy loads (the CLI's imports load it)
+
+from rocketbox.appliance.cli import main  # noqa: E402
 
 sys.exit(main())

@@ -17,10 +17,10 @@ import fcntl
 import os
 from dataclasses import dataclass, field
 
-from store import gaps, indexfile, message, quarantine, salvage
-from store.consumequeue import ConsumeQueue, file_size_for, load_all
-from store.javahash import index_key_hash
-from store.mappedfile import MappedFileQueue, is_offset_name
+from rocketbox.store import gaps, indexfile, message, quarantine, salvage
+from rocketbox.store.consumequeue import ConsumeQueue, file_size_for, load_all
+from rocketbox.store.javahash import index_key_hash
+from rocketbox.store.mappedfile import MappedFileQueue, is_offset_name
 
 
 @dataclass

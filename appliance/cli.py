@@ -7,9 +7,9 @@ import sys
 
 import psutil
 
-from appliance import config as config_mod
-from appliance.roles import pid_path, raise_open_files_limit, roles_for, run_role
-from shm.layout import C
+from rocketbox.appliance import config as config_mod
+from rocketbox.appliance.roles import pid_path, raise_open_files_limit, roles_for, run_role
+from rocketbox.shm.layout import C
 
 STORE_COUNTS = ((C.DISPATCH_UNINDEXED, "records dispatched without index keys"),
                 (C.DISPATCH_UNQUEUED, "records left out of their queue"),
@@ -34,8 +34,8 @@ def _tables(cfg, every: bool) -> None:
     """The shared tables' use: each one with ``every`` (``status --tables``), else only those
     near full (90%), with the key that sizes them; and what the store could not do as it should
     (``STORE_COUNTS``), each case logged by its role with its offsets."""
-    from shm.state import SharedState
-    from shm.tables import table_use
+    from rocketbox.shm.state import SharedState
+    from rocketbox.shm.tables import table_use
     try:
         sh = SharedState(cfg.geometry()).attach()
     except Exception:                         # not running: nothing to show
@@ -77,7 +77,7 @@ def _status(cfg, tables: bool = False) -> int:
         print(f"{role:<11} {state:<5} pid {pid if pid else '-'}" + (f"  {unit}" if unit else ""))
     _tables(cfg, tables)
     if "haproxy" in roles:
-        from haproxy.service import admission_limit, connections, frontend_stats
+        from rocketbox.haproxy.service import admission_limit, connections, frontend_stats
         row = frontend_stats(cfg)
         if row is not None:
             refused, now, maxconn = connections(row)
@@ -89,7 +89,7 @@ def _status(cfg, tables: bool = False) -> int:
 
 def _quarantine(cfg) -> int:
     """What the store lost to damage (``store/quarantine.py``), one line a span."""
-    from store import quarantine
+    from rocketbox.store import quarantine
     try:
         entries = quarantine.load(cfg.root)
     except ValueError as e:
@@ -110,7 +110,7 @@ def _scrub(cfg, rate_mb: float) -> int:
     import logging
     import time
 
-    from cleaner.service import Scrubber
+    from rocketbox.cleaner.service import Scrubber
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     s = Scrubber(cfg, "scrub")
     s.cl.load()
@@ -145,7 +145,7 @@ def main(argv=None) -> int:
 def _main(argv) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["units"]:                    # its own options (appliance units --help)
-        from appliance import units
+        from rocketbox.appliance import units
         return units.main(argv[1:])
     ap = argparse.ArgumentParser(prog="appliance", description="rocketbox appliance")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -161,7 +161,7 @@ def _main(argv) -> int:
         if name == "status":
             p.add_argument("--tables", action="store_true", help="every shared table: used, capacity, the key "
                                                                  "that sizes it, its shared memory")
-    from client import cli as client_cli
+    from rocketbox.client import cli as client_cli
     client_cli.add_arguments(sub)
     p = sub.add_parser("scrub", help="verify every CommitLog record now; damage is logged and quarantined")
     p.add_argument("-c", "--config")
@@ -201,32 +201,32 @@ def _main(argv) -> int:
     if args.cmd == "quarantine":
         return _quarantine(cfg)
     if args.cmd == "check":
-        from appliance import check
+        from rocketbox.appliance import check
         return check.main(cfg)
     if args.cmd == "accept-gap":
-        from appliance import check
+        from rocketbox.appliance import check
         return check.accept_gap(cfg)
     if args.cmd == "host":
-        from appliance import host
+        from rocketbox.appliance import host
         return host.main(args, cfg)
     if args.cmd == "spark":
         import importlib
-        job = importlib.import_module(f"spark.jobs.{args.job}")
+        job = importlib.import_module(f"rocketbox.spark.jobs.{args.job}")
         rest = args.rest if "--path" in args.rest else ["--path", cfg.root, *args.rest]
         return job.main(rest)
     if args.cmd in ("start", "run"):
         raise_open_files_limit()
     if args.cmd == "run" and args.role == "store":
-        from appliance import supervisor
+        from rocketbox.appliance import supervisor
         return supervisor.run(cfg, args.config, spawn=False)
     if args.cmd == "run":
         return run_role(args.role, cfg)
     if args.cmd == "stopping":
-        from appliance import supervisor
+        from rocketbox.appliance import supervisor
         return supervisor.mark_stopping(cfg)
     if args.cmd in client_cli.COMMANDS:
         return client_cli.main(args, cfg)
-    from appliance import supervisor
+    from rocketbox.appliance import supervisor
     return supervisor.run(cfg, args.config)
 
 

@@ -290,7 +290,7 @@ class BrokerConfig:
         return self.maxMessageSize + 64 * 1024
 
     def geometry(self):
-        from shm.state import Geometry
+        from rocketbox.shm.state import Geometry
         return Geometry(self.shmPrefix, self.ringSlots, self.ringRequestBytes, self.ringResponseBytes,
                         self.shmQueueSlots, self.shmTopicSlots, self.shmOffsetSlots, self.shmClientRows)
 

@@ -4,7 +4,7 @@ client, each stepped by the caller.  For the benchmarks that measure one path's 
 import contextlib
 import os
 
-from appliance import config
+from rocketbox.appliance import config
 
 
 def small_config(root, tag: str, **extra):
@@ -21,11 +21,11 @@ def small_config(root, tag: str, **extra):
 def running_store(cfg):
     """Fresh shared state, boot recovery, and a writer, a dispatcher and a client in this process;
     everything closed and unlinked afterwards."""
-    from appliance import recovery
-    from dispatcher.service import DispatcherService
-    from shm.state import SharedState
-    from writer.client import RingClient
-    from writer.service import WriterService
+    from rocketbox.appliance import recovery
+    from rocketbox.dispatcher.service import DispatcherService
+    from rocketbox.shm.state import SharedState
+    from rocketbox.writer.client import RingClient
+    from rocketbox.writer.service import WriterService
 
     sh = SharedState(cfg.geometry()).create()
     try:

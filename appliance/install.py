@@ -39,7 +39,7 @@ import sys
 import tempfile
 import time
 
-from appliance import config, host
+from rocketbox.appliance import config, host
 
 OPT = "/opt/rocketbox"
 ETC = "/etc/rocketbox"
@@ -62,12 +62,22 @@ class InstallError(Exception):
 
 # ------------------------------------------------------------------------------------ the code
 def source_files(checkout: str) -> list[str]:
-    """The checkout's files that make a release (relative paths, sorted)."""
+    """The checkout's files that make a release (relative paths, sorted); a symbolic link (the
+    folders of ``rocketbox/``) is one entry, copied as a link."""
     out = []
     for top, dirs, files in os.walk(checkout):
         dirs[:] = sorted(d for d in dirs if d not in _SKIP and not d.endswith(".egg-info"))
+        out += [os.path.relpath(os.path.join(top, d), checkout) for d in dirs if os.path.islink(os.path.join(top, d))]
         out += [os.path.relpath(os.path.join(top, f), checkout) for f in files if not f.endswith((".pyc", ".pyo"))]
     return sorted(out)
+
+
+def _content(path: str) -> bytes:
+    """What a release entry holds: a link's target, a file's bytes."""
+    if os.path.islink(path):
+        return os.readlink(path).encode()
+    with open(path, "rb") as f:
+        return f.read()
 
 
 def release_id(checkout: str, extras: str = "") -> str:
@@ -75,8 +85,7 @@ def release_id(checkout: str, extras: str = "") -> str:
     the same files give the same release."""
     h = hashlib.sha256(extras.encode() + b"\0")
     for rel in source_files(checkout):
-        with open(os.path.join(checkout, rel), "rb") as f:
-            h.update(rel.encode() + b"\0" + hashlib.sha256(f.read()).digest())
+        h.update(rel.encode() + b"\0" + hashlib.sha256(_content(os.path.join(checkout, rel))).digest())
     return h.hexdigest()[:12]
 
 
@@ -91,14 +100,28 @@ def build_release(checkout: str, rid: str, extras: str, opt: str = OPT) -> tuple
     src = os.path.join(path, "src")
     for rel in source_files(checkout):
         os.makedirs(os.path.dirname(os.path.join(src, rel)), exist_ok=True)
-        shutil.copy2(os.path.join(checkout, rel), os.path.join(src, rel))
+        if os.path.islink(os.path.join(checkout, rel)):
+            os.symlink(os.readlink(os.path.join(checkout, rel)), os.path.join(src, rel))
+        else:
+            shutil.copy2(os.path.join(checkout, rel), os.path.join(src, rel))
     _run([sys.executable, "-m", "venv", path], "making the release's venv")
-    _run([os.path.join(path, "bin", "pip"), "install", "-q", "--disable-pip-version-check", f"{src}{extras}"],
-         "installing rocketbox and its pinned dependencies into the venv")
+    _run([os.path.join(path, "bin", "pip"), "install", "-q", "--disable-pip-version-check", "-e", f"{src}{extras}"],
+         "installing rocketbox (the tree, editable) and its pinned dependencies into the venv")
+    write_launcher(path)
     shutil.rmtree(os.path.join(src, "build"), ignore_errors=True)
     with open(os.path.join(path, ".complete"), "w") as f:
         f.write(rid + "\n")
     return path, True
+
+
+def write_launcher(venv: str) -> None:
+    """``<venv>/bin/appliance``: the command the units, install.sh and people run. It is not a
+    console script of the distribution, which is the client library alone (setup.py)."""
+    path = os.path.join(venv, "bin", "appliance")
+    with open(path + ".tmp", "w") as f:
+        f.write('#!/bin/sh\nexec "$(dirname "$0")/python" -m rocketbox.appliance "$@"\n')
+    os.chmod(path + ".tmp", 0o755)
+    os.replace(path + ".tmp", path)
 
 
 def current_release(opt: str = OPT) -> str | None:
@@ -430,7 +453,8 @@ def main(argv=None) -> int:
         if args.uninstall or args.purge:
             changes = uninstall(args.purge)
         else:
-            changes, notes = install(os.path.abspath(args.checkout), "[spark]" if args.spark else "", not args.no_start)
+            extras = "[appliance,spark]" if args.spark else "[appliance]"
+            changes, notes = install(os.path.abspath(args.checkout), extras, not args.no_start)
     except InstallError as e:
         print(f"install.sh: {e}", file=sys.stderr)
         return 1

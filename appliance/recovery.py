@@ -29,16 +29,16 @@ import os
 import time
 from dataclasses import dataclass
 
-from dispatcher.service import DispatcherService
-from shm.layout import C
-from shm.tables import append_queue
-from store import gaps, indexfile, message, quarantine, salvage, topicjournal
-from store.checkpoint import Checkpoint
-from store.consumequeue import load_all, queue_dir
-from store.errors import CorruptData
-from store.mappedfile import MappedFileQueue
-from writer.groups import ConsumerOffsets
-from writer.topics import TopicTable, queue_nums
+from rocketbox.dispatcher.service import DispatcherService
+from rocketbox.shm.layout import C
+from rocketbox.shm.tables import append_queue
+from rocketbox.store import gaps, indexfile, message, quarantine, salvage, topicjournal
+from rocketbox.store.checkpoint import Checkpoint
+from rocketbox.store.consumequeue import load_all, queue_dir
+from rocketbox.store.errors import CorruptData
+from rocketbox.store.mappedfile import MappedFileQueue
+from rocketbox.writer.groups import ConsumerOffsets
+from rocketbox.writer.topics import TopicTable, queue_nums
 
 log = logging.getLogger("rocketbox.recovery")
 

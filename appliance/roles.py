@@ -18,53 +18,53 @@ import resource
 import signal
 import sys
 
-from appliance import host
-from shm.state import SharedState
-from store.errors import StoreError
+from rocketbox.appliance import host
+from rocketbox.shm.state import SharedState
+from rocketbox.store.errors import StoreError
 
 
 def _writer(cfg, sh):
-    from writer.service import WriterService
+    from rocketbox.writer.service import WriterService
     return WriterService(cfg, sh), sh.writer_waker.post
 
 
 def _dispatcher(cfg, sh):
-    from dispatcher.service import DispatcherService
+    from rocketbox.dispatcher.service import DispatcherService
     return DispatcherService(cfg, sh), sh.dispatcher_waker.post
 
 
 def _flusher(cfg, sh):
-    from flusher.service import FlusherService
+    from rocketbox.flusher.service import FlusherService
     return FlusherService(cfg, sh), sh.flusher_waker.post
 
 
 def _cleaner(cfg, sh):
-    from cleaner.service import CleanerService
+    from rocketbox.cleaner.service import CleanerService
     svc = CleanerService(cfg, sh)
     return svc, svc.wake
 
 
 def _scheduler(cfg, sh):
-    from scheduler.service import SchedulerService
+    from rocketbox.scheduler.service import SchedulerService
     svc = SchedulerService(cfg, sh)
     return svc, svc.wake
 
 
 def _nameserver(cfg, _sh):
-    from nameserver.service import NameServer
+    from rocketbox.nameserver.service import NameServer
     host, port = nameserver_address(cfg)
     ns = NameServer(host, port, cfg.kv_config_path)
     return ns, ns.wake
 
 
 def _reader(cfg, sh, index):
-    from readers.service import ReaderService
+    from rocketbox.readers.service import ReaderService
     svc = ReaderService(cfg, sh, index)
     return svc, svc.wake
 
 
 def _haproxy(cfg, _sh):
-    from haproxy.service import HaproxyService
+    from rocketbox.haproxy.service import HaproxyService
     svc = HaproxyService(cfg)
     return svc, svc.wake
 
@@ -95,7 +95,7 @@ def split_role(cfg, name: str) -> tuple[str, int | None]:
 
 def nameserver_address(cfg) -> tuple[str, int]:
     """The first address of ``namesrvAddr``."""
-    from net.client import split_addr, split_addrs
+    from rocketbox.net.client import split_addr, split_addrs
     return split_addr(split_addrs(cfg.namesrvAddr)[0])
 
 
@@ -106,7 +106,7 @@ def roles_for(cfg) -> list[str]:
     scheduler = [] if cfg.brokerRole == "SLAVE" else ["scheduler"]
     out = ["flusher", "dispatcher", "writer", "cleaner", *scheduler, *(f"reader-{i}" for i in range(cfg.readerProcessNums)),
            "haproxy"]
-    from net.client import split_addrs
+    from rocketbox.net.client import split_addrs
     if cfg.startNameServer and split_addrs(cfg.namesrvAddr):
         import psutil
         host = nameserver_address(cfg)[0]

@@ -30,16 +30,16 @@ import time
 
 import psutil
 
-from appliance import recovery
-from appliance.roles import FINISH_STOP, SUPERVISED_ENV, listeners, pid_path, roles_for
-from net.client import split_addrs
-from net.readiness import answers, notify
-from shm import stats
-from shm.layout import C
-from shm.state import SharedState
-from shm.tables import TableFull, table_use
-from store.errors import StoreError
-from store.topicconfig import QueueNumsOutOfRange
+from rocketbox.appliance import recovery
+from rocketbox.appliance.roles import FINISH_STOP, SUPERVISED_ENV, listeners, pid_path, roles_for
+from rocketbox.net.client import split_addrs
+from rocketbox.net.readiness import answers, notify
+from rocketbox.shm import stats
+from rocketbox.shm.layout import C
+from rocketbox.shm.state import SharedState
+from rocketbox.shm.tables import TableFull, table_use
+from rocketbox.store.errors import StoreError
+from rocketbox.store.topicconfig import QueueNumsOutOfRange
 
 log = logging.getLogger("rocketbox.supervisor")
 STOP_TIMEOUT_S = 60
@@ -101,7 +101,7 @@ class Supervisor:
         self.failures: list[str] = []           # what the stop could not do, for its last line
 
     def _cmd(self, role: str) -> list[str]:
-        cmd = [sys.executable, "-m", "appliance", "run", role]
+        cmd = [sys.executable, "-m", "rocketbox.appliance", "run", role]
         if self.config_path:
             cmd += ["-c", self.config_path]
         return cmd
@@ -123,7 +123,7 @@ class Supervisor:
         self._lock_store()
         check_ports(listeners(self.cfg, self.roles))
         if "haproxy" in self.roles:
-            from haproxy import service as haproxy
+            from rocketbox.haproxy import service as haproxy
             try:
                 haproxy.configure(self.cfg)
             except haproxy.Unusable as e:

@@ -28,7 +28,7 @@ import argparse
 import os
 import sys
 
-from appliance.roles import roles_for
+from rocketbox.appliance.roles import roles_for
 
 PREFIX = "/opt/rocketbox"
 CONF = "/etc/rocketbox/broker.conf"
@@ -172,7 +172,7 @@ def render(cfg, prefix: str = PREFIX, conf: str = CONF, store: str = STORE) -> d
 
 
 def main(argv=None) -> int:
-    from appliance import config
+    from rocketbox.appliance import config
     ap = argparse.ArgumentParser(prog="appliance units", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-c", "--config", help="broker.conf (its roles make the target's Wants)")

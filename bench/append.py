@@ -21,16 +21,16 @@ import time
 
 import psutil
 
-from appliance import config
 from bench.appliance import BenchAppliance
-from shm.layout import C
-from shm.state import SharedState
+from rocketbox.appliance import config
+from rocketbox.shm.layout import C
+from rocketbox.shm.state import SharedState
 
 
 def producer(conf: str, seconds: float, slab: int, window: int, body_size: int, sync: bool, out) -> None:
-    from appliance import config
-    from shm.state import SharedState
-    from writer.client import PutRequest, RingClient
+    from rocketbox.appliance import config
+    from rocketbox.shm.state import SharedState
+    from rocketbox.writer.client import PutRequest, RingClient
 
     cfg = config.load(conf)
     sh = SharedState(cfg.geometry()).attach()

@@ -16,7 +16,7 @@ import time
 
 import psutil
 
-from appliance import config
+from rocketbox.appliance import config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -33,11 +33,11 @@ class BenchAppliance:
     def start(self, ready=None, timeout: float = 30) -> "BenchAppliance":
         """Start and wait until every role is up, then for ``ready()`` if given (e.g. ports)."""
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "appliance", "start", "-c", self.conf], cwd=ROOT,
+            self.proc = subprocess.Popen([sys.executable, "-m", "rocketbox.appliance", "start", "-c", self.conf], cwd=ROOT,
                                          stdout=log, stderr=subprocess.STDOUT, preexec_fn=_stop_with_parent)
         try:
             deadline = time.monotonic() + timeout
-            while subprocess.run([sys.executable, "-m", "appliance", "status", "-c", self.conf], cwd=ROOT,
+            while subprocess.run([sys.executable, "-m", "rocketbox.appliance", "status", "-c", self.conf], cwd=ROOT,
                                  capture_output=True).returncode != 0:
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"the appliance exited with {self.proc.returncode} (log: {self.log_path})")

@@ -34,10 +34,10 @@ import numpy as np
 
 from bench.appliance import BenchAppliance
 from bench.e2e import QUEUES, TOPIC, Rocketbox, create_topic, load_arguments, run_load
-from remoting import codec
-from remoting.codec import Command
-from remoting.codes import RequestCode as R
-from store import message
+from rocketbox.remoting import codec
+from rocketbox.remoting.codec import Command
+from rocketbox.remoting.codes import RequestCode as R
+from rocketbox.store import message
 
 DELAYED = "BenchDelayed"
 
@@ -251,7 +251,7 @@ def main() -> None:
 
 
 def message_delay_ms(tok: str) -> int:
-    from appliance.config import parse_delay_levels
+    from rocketbox.appliance.config import parse_delay_levels
     return parse_delay_levels(tok)[0]
 
 

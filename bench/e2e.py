@@ -58,10 +58,10 @@ import psutil
 
 from bench import hiccups
 from bench.appliance import BenchAppliance, wait_port
-from remoting import codec
-from remoting.codec import Command
-from remoting.codes import RequestCode as R
-from store.message import encode_client_batch, encode_properties
+from rocketbox.remoting import codec
+from rocketbox.remoting.codec import Command
+from rocketbox.remoting.codes import RequestCode as R
+from rocketbox.store.message import encode_client_batch, encode_properties
 
 TOPIC, QUEUES, GROUP = "BenchE2E", 8, "bench-consumers"
 KEYS_PER_QUEUE = 1024      # distinct message keys per queue in the requests a generator cycles through

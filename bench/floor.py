@@ -32,14 +32,14 @@ import time
 
 import psutil
 
-from appliance import config
 from bench import e2e
 from bench.appliance import ROOT
-from haproxy import service as haproxy
-from net import proxy
-from remoting import codec
-from remoting.codec import Command
-from remoting.codes import RequestCode as R
+from rocketbox.appliance import config
+from rocketbox.haproxy import service as haproxy
+from rocketbox.net import proxy
+from rocketbox.remoting import codec
+from rocketbox.remoting.codec import Command
+from rocketbox.remoting.codes import RequestCode as R
 
 _LEN = struct.Struct(">i")
 OPAQUE_AT = 9       # in a frame past its length: header length (4), code (2), language (1), version (2)

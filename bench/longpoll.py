@@ -23,10 +23,10 @@ import psutil
 
 from bench.appliance import BenchAppliance
 from bench.e2e import _call, create_topic
-from remoting import codec
-from remoting.codec import Command, Decoder
-from remoting.codes import RequestCode as R
-from remoting.codes import ResponseCode as RC
+from rocketbox.remoting import codec
+from rocketbox.remoting.codec import Command, Decoder
+from rocketbox.remoting.codes import RequestCode as R
+from rocketbox.remoting.codes import ResponseCode as RC
 
 CONNS = 8
 BARRIER = 1 << 30          # the opaque of each pull connection's last request

@@ -21,9 +21,9 @@ import time
 from bench.appliance import ROOT, BenchAppliance
 from bench.e2e import create_topic_command
 from bench.longpoll import _read, _send_frame
-from remoting import codec
-from remoting.codec import Command, Decoder
-from remoting.codes import RequestCode as R
+from rocketbox.remoting import codec
+from rocketbox.remoting.codec import Command, Decoder
+from rocketbox.remoting.codes import RequestCode as R
 
 WINDOW = 1024              # requests in flight on one connection
 
@@ -90,8 +90,8 @@ def _pull_all(port: int, queues: list[tuple[str, int]], what: str, timeout_s: fl
 def _wait_dispatched(app: BenchAppliance, count: int, timeout_s: float = 600) -> float:
     """Until ``count`` queues have an entry (the shared queue table's max offsets; the built-in
     topics' queues are empty; nothing asks the readers meanwhile) -> seconds taken."""
-    from appliance import config
-    from shm.state import SharedState
+    from rocketbox.appliance import config
+    from rocketbox.shm.state import SharedState
     sh = SharedState(config.load(app.conf).geometry()).attach()
     try:
         t0 = time.monotonic()
@@ -109,7 +109,7 @@ def _report(app: BenchAppliance) -> None:
     print(f"{'role':<12} {'descriptors':>11} {'anon MiB':>9}")
     for role, (anon, fds) in sorted(app.role_memory().items()):
         print(f"{role:<12} {fds:>11} {anon / 1024:>9.1f}")
-    out = subprocess.run([sys.executable, "-m", "appliance", "status", "--tables", "-c", app.conf], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-m", "rocketbox.appliance", "status", "--tables", "-c", app.conf], cwd=ROOT,
                          capture_output=True, text=True).stdout
     print("\n".join(line for line in out.splitlines() if not line.split()[1:2] == ["up"]), flush=True)
 

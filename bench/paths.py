@@ -40,16 +40,16 @@ import tempfile
 import threading
 import time
 
-from appliance.inprocess import running_store, small_config
 from bench.e2e import QUEUES, TOPIC, Rocketbox
-from net.server import Connection, RemotingServer
-from readers.context import ReaderContext
-from readers.pull import PullProcessor
-from readers.send import SendProcessor
-from remoting import codec
-from shm.layout import C
-from store import message
-from writer.topics import topic_config
+from rocketbox.appliance.inprocess import running_store, small_config
+from rocketbox.net.server import Connection, RemotingServer
+from rocketbox.readers.context import ReaderContext
+from rocketbox.readers.pull import PullProcessor
+from rocketbox.readers.send import SendProcessor
+from rocketbox.remoting import codec
+from rocketbox.shm.layout import C
+from rocketbox.store import message
+from rocketbox.writer.topics import topic_config
 
 WARMUP_ROUNDS = 5
 

@@ -26,9 +26,9 @@ import time
 
 from bench.appliance import BenchAppliance
 from bench.e2e import create_topic
-from client.consumer import PushConsumer
-from client.message import Message
-from client.producer import Producer
+from rocketbox.client.consumer import PushConsumer
+from rocketbox.client.message import Message
+from rocketbox.client.producer import Producer
 
 TOPIC = "Churn"
 

@@ -25,13 +25,13 @@ import time
 
 import psutil
 
-from appliance import config
 from bench.appliance import ROOT, BenchAppliance
 from bench.e2e import _call, create_topic
-from remoting.codec import Command
-from remoting.codes import RequestCode as R
-from shm.layout import C
-from shm.state import SharedState
+from rocketbox.appliance import config
+from rocketbox.remoting.codec import Command
+from rocketbox.remoting.codes import RequestCode as R
+from rocketbox.shm.layout import C
+from rocketbox.shm.state import SharedState
 
 TOPIC, QUEUES, PORT = "RecoveryTest", 8, 29811
 GB = 1 << 30
@@ -40,7 +40,7 @@ GB = 1 << 30
 def producer(conf: str, body: int, until: int, stop, out) -> None:
     """Send batches of 32 through a ring slot until the CommitLog reaches ``until`` bytes (or
     ``stop`` is set); put how many were acknowledged on ``out``."""
-    from writer.client import PutRequest, RingClient
+    from rocketbox.writer.client import PutRequest, RingClient
     cfg = config.load(conf)
     sh = SharedState(cfg.geometry()).attach()
     c = RingClient(cfg, sh).open()
@@ -141,7 +141,7 @@ def run_size(gb: float, args) -> dict:
         log_mark = os.path.getsize(app.log_path)
         with open(app.log_path, "ab") as log:
             t_start = time.monotonic()
-            app.proc = subprocess.Popen([sys.executable, "-m", "appliance", "start", "-c", app.conf], cwd=ROOT,
+            app.proc = subprocess.Popen([sys.executable, "-m", "rocketbox.appliance", "start", "-c", app.conf], cwd=ROOT,
                                         stdout=log, stderr=subprocess.STDOUT)
         _serving(PORT, app.proc)
         serving = time.monotonic() - t_start

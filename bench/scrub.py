@@ -67,7 +67,7 @@ def main() -> None:
         app.proc.send_signal(15)
         app.proc.wait(120)
         t0 = time.monotonic()
-        out = subprocess.run([sys.executable, "-m", "appliance", "scrub", "-c", app.conf], cwd=ROOT,
+        out = subprocess.run([sys.executable, "-m", "rocketbox.appliance", "scrub", "-c", app.conf], cwd=ROOT,
                              capture_output=True, text=True)
         print(f"appliance scrub, stopped store: {out.stdout.strip()} (wall {time.monotonic() - t0:.1f} s "
               "with the interpreter's start)", flush=True)

@@ -25,12 +25,12 @@ import time
 
 from bench.appliance import BenchAppliance
 from bench.e2e import create_topic
-from client.consumer import PushConsumer
-from client.message import Message
-from client.producer import Producer
-from remoting import codec
-from remoting.codec import Command
-from remoting.codes import RequestCode as R
+from rocketbox.client.consumer import PushConsumer
+from rocketbox.client.message import Message
+from rocketbox.client.producer import Producer
+from rocketbox.remoting import codec
+from rocketbox.remoting.codec import Command
+from rocketbox.remoting.codes import RequestCode as R
 
 QUEUES = 8
 

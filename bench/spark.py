@@ -22,10 +22,10 @@ import time
 
 from bench.appliance import BenchAppliance
 from bench.e2e import create_topic
-from remoting import codec
-from remoting.codec import Command
-from remoting.codes import RequestCode as R
-from store.message import encode_client_batch, encode_properties
+from rocketbox.remoting import codec
+from rocketbox.remoting.codec import Command
+from rocketbox.remoting.codes import RequestCode as R
+from rocketbox.store.message import encode_client_batch, encode_properties
 
 TOPIC = "BenchSpark"
 
@@ -54,7 +54,7 @@ def _fill(port: int, first: int, n: int, queues: int, body_size: int, batch: int
 
 def _client_scan(namesrv: str) -> tuple[int, int, float]:
     """Every message of the topic through the broker with PullConsumer -> (rows, body bytes, s)."""
-    from client.consumer import PullConsumer
+    from rocketbox.client.consumer import PullConsumer
 
     async def run():
         pc = await PullConsumer("bench-spark-client", namesrv).start()
@@ -107,14 +107,14 @@ def main() -> None:
                                                (args.port, half, args.messages - half, args.queues, args.body)]))
         fill_s = time.time() - t0
         time.sleep(2)
-        from appliance import config
+        from rocketbox.appliance import config
         root = config.load(app.conf).root
         print(f"store: {args.messages - refused:,} messages written in {fill_s:.1f} s ({refused} refused), "
               f"{sum(os.path.getsize(os.path.join(root, 'commitlog', f)) > 0 for f in os.listdir(os.path.join(root, 'commitlog')))} "
               f"CommitLog files")
         from pyspark.sql import functions as F
 
-        from spark import session
+        from rocketbox.spark import session
         spark = session("bench-spark")
         spark.sparkContext.setLogLevel("ERROR")
         df = spark.read.format("rocketbox").option("path", root).option("topic", TOPIC).load()
@@ -140,7 +140,7 @@ def main() -> None:
         hi = ts[hi_i]
         from pyspark.sql.datasource import CaseInsensitiveDict, GreaterThanOrEqual, LessThan
 
-        from spark.source import PushdownReader
+        from rocketbox.spark.source import PushdownReader
         reader = PushdownReader(CaseInsensitiveDict({"path": root, "topic": TOPIC}))
         list(reader.pushFilters([GreaterThanOrEqual(("storeTimestamp",), lo), LessThan(("storeTimestamp",), hi)]))
         planned = sum(p.end - p.start for p in reader.partitions())

@@ -35,12 +35,12 @@ import os
 import threading
 import time
 
-from shm.disk import disk_remark
-from shm.layout import C
-from store import quarantine, salvage
-from store.consumequeue import ConsumeQueue, file_size_for
-from store.errors import CorruptData
-from store.mappedfile import MappedFileQueue
+from rocketbox.shm.disk import disk_remark
+from rocketbox.shm.layout import C
+from rocketbox.store import quarantine, salvage
+from rocketbox.store.consumequeue import ConsumeQueue, file_size_for
+from rocketbox.store.errors import CorruptData
+from rocketbox.store.mappedfile import MappedFileQueue
 
 log = logging.getLogger("rocketbox.cleaner")
 CHECK_S = 1.0          # RocketMQ checks every 10 s; a statvfs a second costs nothing and refuses sooner

@@ -15,14 +15,14 @@ import ipaddress
 import json
 from dataclasses import dataclass
 
-from client import running
-from client.errors import MQBrokerError, MQClientError
-from client.instance import ClientInstance, MessageQueue
-from remoting import mqtable
-from remoting.codes import RequestCode as R
-from remoting.codes import ResponseCode as RC
-from store import message
-from store.configfile import loads_tolerant
+from rocketbox.client import running
+from rocketbox.client.errors import MQBrokerError, MQClientError
+from rocketbox.client.instance import ClientInstance, MessageQueue
+from rocketbox.remoting import mqtable
+from rocketbox.remoting.codes import RequestCode as R
+from rocketbox.remoting.codes import ResponseCode as RC
+from rocketbox.store import message
+from rocketbox.store.configfile import loads_tolerant
 
 
 @dataclass(frozen=True)

@@ -17,12 +17,12 @@ import sys
 import threading
 import time
 
-from client import running
-from client.admin import Admin
-from client.consumer import PushConsumer
-from client.errors import MQBrokerError, MQClientError
-from client.message import Message
-from client.producer import Producer
+from rocketbox.client import running
+from rocketbox.client.admin import Admin
+from rocketbox.client.consumer import PushConsumer
+from rocketbox.client.errors import MQBrokerError, MQClientError
+from rocketbox.client.message import Message
+from rocketbox.client.producer import Producer
 
 CLI_GROUP = "rocketbox_cli"     # the consumer group of ``consume`` without -g, and the producer group
 MAX_BODY = 200                  # bytes of a body ``consume`` shows by default
@@ -391,7 +391,7 @@ async def _timer_cancel(args, namesrv: str) -> int:
 
 async def _dead_letters(namesrv: str, group: str) -> list:
     """Every message of the group's %DLQ% topic, read from the start without committing."""
-    from client.consumer import PullConsumer
+    from rocketbox.client.consumer import PullConsumer
     pc = await PullConsumer(CLI_GROUP + "_dlq", namesrv).start()
     out = []
     try:

@@ -30,16 +30,16 @@ import os
 import time
 from dataclasses import dataclass
 
-from client import running
-from client.errors import MQClientError
-from client.instance import ClientInstance, MessageQueue, stop_tasks
-from client.message import Message, MessageExt, decode_messages
-from client.offsets import LocalOffsets, RemoteOffsets
-from client.rebalance import allocate_averagely
-from remoting.codes import RequestCode as R
-from remoting.codes import ResponseCode as RC
-from remoting.subscription import parse_expression
-from store.javahash import string_hash
+from rocketbox.client import running
+from rocketbox.client.errors import MQClientError
+from rocketbox.client.instance import ClientInstance, MessageQueue, stop_tasks
+from rocketbox.client.message import Message, MessageExt, decode_messages
+from rocketbox.client.offsets import LocalOffsets, RemoteOffsets
+from rocketbox.client.rebalance import allocate_averagely
+from rocketbox.remoting.codes import RequestCode as R
+from rocketbox.remoting.codes import ResponseCode as RC
+from rocketbox.remoting.subscription import parse_expression
+from rocketbox.store.javahash import string_hash
 
 log = logging.getLogger("rocketbox.client")
 RETRY_PREFIX = "%RETRY%"
@@ -538,7 +538,7 @@ class PushConsumer:
         """A copy of ``msg`` sent to ``%RETRY%<group>`` by this client itself, as Java's consumer
         does when the broker cannot take a send-back (and an orderly one at its limit): the
         broker sends it on to the dead-letter topic when ``reconsume_times`` has reached the limit."""
-        from client.producer import Producer
+        from rocketbox.client.producer import Producer
         if self.inner_producer is None:
             self.inner_producer = Producer("CLIENT_INNER_PRODUCER", "", instance=self.instance)
         limit = self._limit()

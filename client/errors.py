@@ -6,7 +6,7 @@ SERVICE_NOT_AVAILABLE, SYSTEM_ERROR, NO_PERMISSION, ...) plus everything that we
 """
 from __future__ import annotations
 
-from remoting.codes import ResponseCode as RC
+from rocketbox.remoting.codes import ResponseCode as RC
 
 RETRIABLE_CODES = frozenset({RC.TOPIC_NOT_EXIST, RC.SERVICE_NOT_AVAILABLE, RC.SYSTEM_ERROR, RC.NO_PERMISSION,
                              RC.SYSTEM_BUSY, RC.FLUSH_DISK_TIMEOUT})

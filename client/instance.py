@@ -14,13 +14,13 @@ import socket
 import time
 from typing import NamedTuple
 
-from client.errors import MQBrokerError, MQClientError
-from net import client as net
-from remoting import mqtable
-from remoting.codec import Command
-from remoting.codes import RequestCode as R
-from remoting.codes import ResponseCode as RC
-from store.configfile import loads_tolerant
+from rocketbox.client.errors import MQBrokerError, MQClientError
+from rocketbox.net import client as net
+from rocketbox.remoting import mqtable
+from rocketbox.remoting.codec import Command
+from rocketbox.remoting.codes import RequestCode as R
+from rocketbox.remoting.codes import ResponseCode as RC
+from rocketbox.store.configfile import loads_tolerant
 
 log = logging.getLogger("rocketbox.client")
 PERM_WRITE, PERM_READ = 2, 4

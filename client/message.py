@@ -9,7 +9,7 @@ import struct
 import zlib
 from dataclasses import dataclass, field
 
-from store import message as codec
+from rocketbox.store import message as codec
 
 _counter = itertools.count()
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import os
 
-from client.errors import MQBrokerError, MQClientError
-from client.instance import ClientInstance, MessageQueue
-from remoting.codes import RequestCode as R
-from remoting.codes import ResponseCode as RC
-from store import configfile
-from store.errors import StoreError
+from rocketbox.client.errors import MQBrokerError, MQClientError
+from rocketbox.client.instance import ClientInstance, MessageQueue
+from rocketbox.remoting.codes import RequestCode as R
+from rocketbox.remoting.codes import ResponseCode as RC
+from rocketbox.store import configfile
+from rocketbox.store.errors import StoreError
 
 
 class RemoteOffsets:

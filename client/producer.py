@@ -11,12 +11,12 @@ import asyncio
 import itertools
 import time
 
-from client.errors import MQBrokerError, MQClientError
-from client.instance import ClientInstance, MessageQueue, TopicRoute
-from client.message import Message, SendResult
-from remoting.codes import RequestCode as R
-from remoting.codes import ResponseCode as RC
-from store import message as codec
+from rocketbox.client.errors import MQBrokerError, MQClientError
+from rocketbox.client.instance import ClientInstance, MessageQueue, TopicRoute
+from rocketbox.client.message import Message, SendResult
+from rocketbox.remoting.codes import RequestCode as R
+from rocketbox.remoting.codes import ResponseCode as RC
+from rocketbox.store import message as codec
 
 DEFAULT_TOPIC = "TBW102"
 STATUS = {RC.SUCCESS: "SEND_OK", RC.FLUSH_DISK_TIMEOUT: "FLUSH_DISK_TIMEOUT",

@@ -18,9 +18,9 @@ import time
 import traceback
 from dataclasses import dataclass, field
 
-from client.instance import MessageQueue
-from remoting import mqtable
-from remoting.codes import SERVER_VERSION_DESC
+from rocketbox.client.instance import MessageQueue
+from rocketbox.remoting import mqtable
+from rocketbox.remoting.codes import SERVER_VERSION_DESC
 
 # property keys (ConsumerRunningInfo.PROP_*)
 PROP_NAMESERVER_ADDR, PROP_THREADPOOL_CORE_SIZE = "PROP_NAMESERVER_ADDR", "PROP_THREADPOOL_CORE_SIZE"

@@ -20,16 +20,17 @@ import time
 
 import numpy as np
 
-from shm.layout import C, S
-from shm.tables import QueueIndex
-from store import indexfile, message, propscan, salvage, timer, topicjournal
-from store.consumequeue import ConsumeQueue, file_size_for
-from store.delay import SCHEDULE_TOPIC_BYTES, deliver_ts, level_of
-from store.errors import Condition, CorruptData, StoreError, no_space, out_of_files
-from store.javahash import BufferHashes, index_abs, index_abs_one, string_hash, string_hashes
-from store.mappedfile import MappedFileQueue
-from store.timer import TIMER_TOPIC_BYTES
-from store.topicconfig import queue_nums
+from rocketbox.shm.layout import C, S
+from rocketbox.shm.tables import QueueIndex
+from rocketbox.store import indexfile, message, propscan, salvage, timer, topicjournal
+from rocketbox.store.consumequeue import ConsumeQueue, file_size_for
+from rocketbox.store.delay import SCHEDULE_TOPIC_BYTES, deliver_ts, level_of
+from rocketbox.store.errors import Condition, CorruptData, StoreError, no_space, out_of_files
+from rocketbox.store.javahash import index_abs_one, string_hash
+from rocketbox.store.javahashes import BufferHashes, index_abs, string_hashes
+from rocketbox.store.mappedfile import MappedFileQueue
+from rocketbox.store.timer import TIMER_TOPIC_BYTES
+from rocketbox.store.topicconfig import queue_nums
 
 log = logging.getLogger("rocketbox.dispatcher")
 _NAMES = (b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY")     # the properties the dispatcher reads

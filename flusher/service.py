@@ -19,12 +19,12 @@ import time
 
 import numpy as np
 
-from shm.layout import C, S
-from store import indexfile
-from store.checkpoint import Checkpoint
-from store.consumequeue import ENTRY_SIZE, file_size_for, queue_dir
-from store.errors import Condition, no_space
-from store.mappedfile import fdatasync, offset_to_name, syncfs
+from rocketbox.shm.layout import C, S
+from rocketbox.store import indexfile
+from rocketbox.store.checkpoint import Checkpoint
+from rocketbox.store.consumequeue import ENTRY_SIZE, file_size_for, queue_dir
+from rocketbox.store.errors import Condition, no_space
+from rocketbox.store.mappedfile import fdatasync, offset_to_name, syncfs
 
 log = logging.getLogger("rocketbox.flusher")
 PAGE = 4096

@@ -180,7 +180,7 @@ class HaproxyService:
 
     def run(self) -> None:
         if os.environ.get("NOTIFY_SOCKET"):      # its unit is Type=notify: ready once a request through it is answered
-            from net.readiness import answers, notify
+            from rocketbox.net.readiness import answers, notify
             while self.proc.poll() is None and not self.stop_requested and \
                     not answers("127.0.0.1", self.cfg.listenPort, broker=True):
                 time.sleep(0.2)

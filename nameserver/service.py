@@ -20,16 +20,16 @@ import struct
 import time
 import zlib
 
-from nameserver.routes import BROKER_EXPIRE_S, RouteTable
-from net.server import RemotingServer
-from remoting import headers
-from remoting.codes import V4_9_4
-from remoting.codes import RequestCode as R
-from remoting.codes import ResponseCode as RC
-from store import configfile
-from store.configfile import loads_tolerant
-from store.errors import StoreError
-from store.message import body_crc
+from rocketbox.nameserver.routes import BROKER_EXPIRE_S, RouteTable
+from rocketbox.net.server import RemotingServer
+from rocketbox.remoting import headers
+from rocketbox.remoting.codes import V4_9_4
+from rocketbox.remoting.codes import RequestCode as R
+from rocketbox.remoting.codes import ResponseCode as RC
+from rocketbox.store import configfile
+from rocketbox.store.configfile import loads_tolerant
+from rocketbox.store.errors import StoreError
+from rocketbox.store.message import body_crc
 
 log = logging.getLogger("rocketbox.nameserver")
 SCAN_S = 10.0

@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from net.pending import Pending, RemotingError, TimedOut, Unanswered, next_opaque
-from remoting import codec
-from remoting.codec import Command, Decoder, FrameError
+from rocketbox.net.pending import Pending, RemotingError, TimedOut, Unanswered, next_opaque
+from rocketbox.remoting import codec
+from rocketbox.remoting.codec import Command, Decoder, FrameError
 
 __all__ = ["Connection", "RemotingError", "TimedOut", "Unanswered", "connect", "split_addr", "split_addrs"]
 log = logging.getLogger("rocketbox.net")

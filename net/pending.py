@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-from remoting.codec import Command
+from rocketbox.remoting.codec import Command
 
 _opaques = itertools.count(1)
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 import socket
 
-from remoting import codec
-from remoting.codec import Command
-from remoting.codes import RequestCode
+from rocketbox.remoting import codec
+from rocketbox.remoting.codec import Command
+from rocketbox.remoting.codes import RequestCode
 
 
 def answers(host: str, port: int, broker: bool) -> bool:

@@ -35,12 +35,12 @@ import os
 import resource
 import time
 
-from net import proxy
-from net.pending import Pending
-from remoting import codec
-from remoting.codec import Command, Decoder, FrameError
-from remoting.codes import ResponseCode
-from remoting.headers import HeaderError
+from rocketbox.net import proxy
+from rocketbox.net.pending import Pending
+from rocketbox.remoting import codec
+from rocketbox.remoting.codec import Command, Decoder, FrameError
+from rocketbox.remoting.codes import ResponseCode
+from rocketbox.remoting.headers import HeaderError
 
 log = logging.getLogger("rocketbox.net")
 IDLE_S = 120.0

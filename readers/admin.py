@@ -10,18 +10,18 @@ import json
 import os
 import struct
 
-from readers.clients import NOT_ONLINE
-from readers.send import SYSTEM_TOPICS
-from remoting import headers, mqtable
-from remoting.codec import Command
-from remoting.codes import SERVER_VERSION, SERVER_VERSION_DESC, V3_0_7_SNAPSHOT
-from remoting.codes import RequestCode as R
-from remoting.codes import ResponseCode as RC
-from remoting.headers import HeaderError
-from shm.layout import C, T
-from store import configfile, delay, groupconfig, message, topicjournal
-from store.errors import StoreError
-from store.topicconfig import QueueNumsOutOfRange, check_queue_nums, topic_config
+from rocketbox.readers.clients import NOT_ONLINE
+from rocketbox.readers.send import SYSTEM_TOPICS
+from rocketbox.remoting import headers, mqtable
+from rocketbox.remoting.codec import Command
+from rocketbox.remoting.codes import SERVER_VERSION, SERVER_VERSION_DESC, V3_0_7_SNAPSHOT
+from rocketbox.remoting.codes import RequestCode as R
+from rocketbox.remoting.codes import ResponseCode as RC
+from rocketbox.remoting.headers import HeaderError
+from rocketbox.shm.layout import C, T
+from rocketbox.store import configfile, delay, groupconfig, message, topicjournal
+from rocketbox.store.errors import StoreError
+from rocketbox.store.topicconfig import QueueNumsOutOfRange, check_queue_nums, topic_config
 
 SYSTEM_TOPICS_FOR_ADMIN = SYSTEM_TOPICS | {"TBW102"}
 

@@ -20,21 +20,21 @@ import time
 
 import orjson
 
-from net import client as net
-from net.pending import RemotingError, TimedOut, next_opaque
-from readers import roster
-from readers.locks import QueueLocks, parse_lock_body
-from readers.members import Members, MembersFull, parse_heartbeat
-from readers.producers import Producers
-from readers.roster import Roster
-from remoting import headers
-from remoting.codec import RPC_ONEWAY, Command
-from remoting.codes import V3_1_8_SNAPSHOT
-from remoting.codes import RequestCode as R
-from remoting.codes import ResponseCode as RC
-from shm.layout import S
-from store.groupconfig import subscription_group
-from store.topicconfig import topic_config
+from rocketbox.net import client as net
+from rocketbox.net.pending import RemotingError, TimedOut, next_opaque
+from rocketbox.readers import roster
+from rocketbox.readers.locks import QueueLocks, parse_lock_body
+from rocketbox.readers.members import Members, MembersFull, parse_heartbeat
+from rocketbox.readers.producers import Producers
+from rocketbox.readers.roster import Roster
+from rocketbox.remoting import headers
+from rocketbox.remoting.codec import RPC_ONEWAY, Command
+from rocketbox.remoting.codes import V3_1_8_SNAPSHOT
+from rocketbox.remoting.codes import RequestCode as R
+from rocketbox.remoting.codes import ResponseCode as RC
+from rocketbox.shm.layout import S
+from rocketbox.store.groupconfig import subscription_group
+from rocketbox.store.topicconfig import topic_config
 
 log = logging.getLogger("rocketbox.reader")
 CALL_CLIENT_S = 10.0          # how long a client has to answer the broker (Broker2Client.callClient)

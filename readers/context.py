@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 import os
 
-from readers.flushwaits import FlushWaits
-from readers.link import WriterLink
-from readers.storeview import StoreView
-from shm.tables import OffsetIndex, TopicIndex
-from store import configfile
-from store.groupconfig import subscription_group
+from rocketbox.readers.flushwaits import FlushWaits
+from rocketbox.readers.link import WriterLink
+from rocketbox.readers.storeview import StoreView
+from rocketbox.shm.tables import OffsetIndex, TopicIndex
+from rocketbox.store import configfile
+from rocketbox.store.groupconfig import subscription_group
 
 
 class ReaderContext:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import collections
 
-from shm.layout import C, S
+from rocketbox.shm.layout import C, S
 
 
 class FlushWaits:

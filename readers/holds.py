@@ -22,8 +22,8 @@ import logging
 
 import numpy as np
 
-from shm.layout import C, S
-from shm.tables import QueueIndex
+from rocketbox.shm.layout import C, S
+from rocketbox.shm.tables import QueueIndex
 
 log = logging.getLogger("rocketbox.reader")
 NONE_WANTED = np.iinfo(np.int64).max

@@ -28,7 +28,7 @@ import logging
 import os
 from contextlib import contextmanager
 
-from store.configfile import loads_object
+from rocketbox.store.configfile import loads_object
 
 log = logging.getLogger("rocketbox.reader")
 LOCK_MAX_LIVE_MS = 60_000          # rocketmq.broker.rebalance.lockMaxLiveTime

@@ -23,8 +23,8 @@ import time
 import numpy as np
 import psutil
 
-from shm.layout import CLIENT, S
-from store.configfile import loads_object
+from rocketbox.shm.layout import CLIENT, S
+from rocketbox.store.configfile import loads_object
 
 CHANNEL_EXPIRE_MS = 120_000       # a client silent this long is gone (ClientHousekeepingService)
 GROUP_MAX_BYTES = 255             # RocketMQ's Validators.CHARACTER_MAX_LENGTH

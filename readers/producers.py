@@ -10,7 +10,7 @@ published for the other readers by ``readers.roster``.
 """
 from __future__ import annotations
 
-from readers.members import CHANNEL_EXPIRE_MS
+from rocketbox.readers.members import CHANNEL_EXPIRE_MS
 
 
 class Producers:

@@ -16,18 +16,18 @@ from __future__ import annotations
 
 import functools
 
-from net.server import DEFERRED
-from readers import storeview as SV
-from readers.admin import offset_key
-from readers.holds import HeldPulls
-from remoting import codec, headers
-from remoting.codes import FAQ
-from remoting.codes import RequestCode as R
-from remoting.codes import ResponseCode as RC
-from remoting.subscription import parse_expression
-from shm.layout import S, T
-from store.javahash import string_hash
-from store.topicconfig import PERM_READ
+from rocketbox.net.server import DEFERRED
+from rocketbox.readers import storeview as SV
+from rocketbox.readers.admin import offset_key
+from rocketbox.readers.holds import HeldPulls
+from rocketbox.remoting import codec, headers
+from rocketbox.remoting.codes import FAQ
+from rocketbox.remoting.codes import RequestCode as R
+from rocketbox.remoting.codes import ResponseCode as RC
+from rocketbox.remoting.subscription import parse_expression
+from rocketbox.shm.layout import S, T
+from rocketbox.store.javahash import string_hash
+from rocketbox.store.topicconfig import PERM_READ
 
 COMMIT_OFFSET, SUSPEND, SUBSCRIPTION = 0x1, 0x2, 0x4
 _ANSWER = codec.ResponseTemplate(("suggestWhichBrokerId", "nextBeginOffset", "minOffset", "maxOffset"), {})

@@ -24,15 +24,15 @@ import time
 
 import orjson
 
-from net import client as net
-from remoting.codec import Command
-from remoting.codes import RequestCode as R
-from remoting.codes import ResponseCode as RC
-from shm.layout import C, T
-from shm.tables import TopicChanges
-from store import topicjournal
-from store.message import body_crc
-from store.topicconfig import topic_config
+from rocketbox.net import client as net
+from rocketbox.remoting.codec import Command
+from rocketbox.remoting.codes import RequestCode as R
+from rocketbox.remoting.codes import ResponseCode as RC
+from rocketbox.shm.layout import C, T
+from rocketbox.shm.tables import TopicChanges
+from rocketbox.store import topicjournal
+from rocketbox.store.message import body_crc
+from rocketbox.store.topicconfig import topic_config
 
 log = logging.getLogger("rocketbox.reader")
 PERIOD_S = 30.0

@@ -23,7 +23,7 @@ import os
 
 import orjson
 
-from store.configfile import loads_object
+from rocketbox.store.configfile import loads_object
 
 log = logging.getLogger("rocketbox.reader")
 

@@ -21,21 +21,21 @@ import logging
 import random
 import time
 
-from net.server import DEFERRED
-from readers.link import REJECTED
-from readers.sendback import DLQ_PREFIX, RETRY_PREFIX, max_reconsume_times
-from remoting import codec, headers
-from remoting.codes import FAQ
-from remoting.codes import RequestCode as R
-from remoting.codes import ResponseCode as RC
-from shm.disk import disk_remark
-from shm.layout import C, T
-from shm.tables import queue_nums_of
-from store import delay, message, timer
-from store.errors import MessageRejected
-from store.topicconfig import PERM_INHERIT, PERM_WRITE, topic_config
-from writer import protocol as P
-from writer.client import RingClient
+from rocketbox.net.server import DEFERRED
+from rocketbox.readers.link import REJECTED
+from rocketbox.readers.sendback import DLQ_PREFIX, RETRY_PREFIX, max_reconsume_times
+from rocketbox.remoting import codec, headers
+from rocketbox.remoting.codes import FAQ
+from rocketbox.remoting.codes import RequestCode as R
+from rocketbox.remoting.codes import ResponseCode as RC
+from rocketbox.shm.disk import disk_remark
+from rocketbox.shm.layout import C, T
+from rocketbox.shm.tables import queue_nums_of
+from rocketbox.store import delay, message, timer
+from rocketbox.store.errors import MessageRejected
+from rocketbox.store.topicconfig import PERM_INHERIT, PERM_WRITE, topic_config
+from rocketbox.writer import protocol as P
+from rocketbox.writer.client import RingClient
 
 SYSTEM_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", timer.TIMER_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
                            "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT"})

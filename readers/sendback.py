@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import random
 
-from remoting import headers
-from remoting.codes import FAQ
-from remoting.codes import RequestCode as R
-from remoting.codes import ResponseCode as RC
-from shm.layout import C, T
-from store import delay, message
-from store.topicconfig import PERM_RW, PERM_WRITE, topic_config
+from rocketbox.remoting import headers
+from rocketbox.remoting.codes import FAQ
+from rocketbox.remoting.codes import RequestCode as R
+from rocketbox.remoting.codes import ResponseCode as RC
+from rocketbox.shm.layout import C, T
+from rocketbox.store import delay, message
+from rocketbox.store.topicconfig import PERM_RW, PERM_WRITE, topic_config
 
 RETRY_PREFIX, DLQ_PREFIX = "%RETRY%", "%DLQ%"
 VERSION_WITH_MAX = 121          # MQVersion V3_4_9: from it the header's maxReconsumeTimes counts

@@ -17,17 +17,17 @@ import asyncio
 import logging
 import time
 
-from net.server import RemotingServer
-from readers.admin import AdminProcessor
-from readers.clients import ClientProcessor
-from readers.context import ReaderContext
-from readers.pull import PullProcessor
-from readers.registration import PERIOD_S, Registrar, addresses
-from readers.send import SendProcessor
-from readers.sendback import SendBackProcessor
-from readers.timers import TimerProcessor
-from shm.layout import C
-from shm.stats import Rates
+from rocketbox.net.server import RemotingServer
+from rocketbox.readers.admin import AdminProcessor
+from rocketbox.readers.clients import ClientProcessor
+from rocketbox.readers.context import ReaderContext
+from rocketbox.readers.pull import PullProcessor
+from rocketbox.readers.registration import PERIOD_S, Registrar, addresses
+from rocketbox.readers.send import SendProcessor
+from rocketbox.readers.sendback import SendBackProcessor
+from rocketbox.readers.timers import TimerProcessor
+from rocketbox.shm.layout import C
+from rocketbox.shm.stats import Rates
 
 log = logging.getLogger("rocketbox.reader")
 TICK_S = 1.0

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shm.layout import C, S
-from shm.tables import QueueIndex
-from store import message, quarantine, salvage
-from store.consumequeue import ENTRY, ENTRY_SIZE, ConsumeQueue, file_size_for
-from store.mappedfile import MappedFileQueue
-from store.salvage import TOMBSTONE_TAGS
+from rocketbox.shm.layout import C, S
+from rocketbox.shm.tables import QueueIndex
+from rocketbox.store import message, quarantine, salvage
+from rocketbox.store.consumequeue import ENTRY, ENTRY_SIZE, ConsumeQueue, file_size_for
+from rocketbox.store.mappedfile import MappedFileQueue
+from rocketbox.store.salvage import TOMBSTONE_TAGS
 
 log = logging.getLogger("rocketbox.reader")
 FOUND, NO_NEW, NO_MATCHED, OFFSET_MOVED, NO_QUEUE = "FOUND", "NO_NEW_MSG", "NO_MATCHED_MSG", "OFFSET_MOVED", "NO_QUEUE"

@@ -22,12 +22,12 @@ from __future__ import annotations
 import asyncio
 import time
 
-from remoting import headers
-from remoting.codes import RequestCode as R
-from remoting.codes import ResponseCode as RC
-from shm.layout import C
-from store import indexfile, message, timer
-from store.errors import StoreError
+from rocketbox.remoting import headers
+from rocketbox.remoting.codes import RequestCode as R
+from rocketbox.remoting.codes import ResponseCode as RC
+from rocketbox.shm.layout import C
+from rocketbox.store import indexfile, message, timer
+from rocketbox.store.errors import StoreError
 
 DISPATCH_WAIT_S = 5.0          # a marker not dispatched in this long: answered SYSTEM_BUSY
 

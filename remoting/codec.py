@@ -21,7 +21,7 @@ import struct
 
 import orjson
 
-from remoting.codes import SERVER_VERSION, LanguageCode, ResponseCode
+from rocketbox.remoting.codes import SERVER_VERSION, LanguageCode, ResponseCode
 
 MAX_FRAME = 16 * 1024 * 1024      # Netty LengthFieldBasedFrameDecoder limit, length field included
 JSON, ROCKETMQ = 0, 1             # serialize types

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from typing import NamedTuple
 
-from remoting.codes import RequestCode as R
+from rocketbox.remoting.codes import RequestCode as R
 
 S, I, L, B = "S", "I", "L", "B"           # string, int32, int64, boolean  # noqa: E741 (the wire's letters)
 _RANGES = {I: (-2**31, 2**31 - 1), L: (-2**63, 2**63 - 1)}

@@ -27,15 +27,15 @@ import time
 
 import numpy as np
 
-from readers.storeview import StoreView
-from scheduler.timers import Timers
-from shm.layout import S
-from shm.tables import TopicIndex
-from store import configfile, delay, message, timer
-from store.errors import Condition, no_space
-from store.salvage import TOMBSTONE_TAGS
-from writer import protocol as P
-from writer.client import RingClient
+from rocketbox.readers.storeview import StoreView
+from rocketbox.scheduler.timers import Timers
+from rocketbox.shm.layout import S
+from rocketbox.shm.tables import TopicIndex
+from rocketbox.store import configfile, delay, message, timer
+from rocketbox.store.errors import Condition, no_space
+from rocketbox.store.salvage import TOMBSTONE_TAGS
+from rocketbox.writer import protocol as P
+from rocketbox.writer.client import RingClient
 
 log = logging.getLogger("rocketbox.scheduler")
 PERSIST_S = 1.0           # (RocketMQ's flushDelayOffsetInterval is 10 s: a crash then delivers up to 10 s again)

@@ -34,10 +34,10 @@ import time
 
 import numpy as np
 
-from store import configfile
-from store.consumequeue import BLANK_ENTRY, ENTRY
-from store.salvage import TOMBSTONE_TAGS
-from store.timer import TIMER_TOPIC
+from rocketbox.store import configfile
+from rocketbox.store.consumequeue import BLANK_ENTRY, ENTRY
+from rocketbox.store.salvage import TOMBSTONE_TAGS
+from rocketbox.store.timer import TIMER_TOPIC
 
 log = logging.getLogger("rocketbox.scheduler")
 READ = 65_536                  # queue entries read at a time

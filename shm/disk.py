@@ -2,7 +2,7 @@
 ``disk_cq_ppm``, ``disk_index_ppm``, ``disk_full``), read by whoever answers a refused send."""
 from __future__ import annotations
 
-from shm.layout import C
+from rocketbox.shm.layout import C
 
 
 def disk_remark(ctl) -> str:

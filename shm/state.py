@@ -12,10 +12,10 @@ import os
 import shutil
 from dataclasses import dataclass
 
-from shm import layout
-from shm.ring import Ring, ring_size
-from shm.segment import Segment
-from shm.wake import PipeWaker, Waker
+from rocketbox.shm import layout
+from rocketbox.shm.ring import Ring, ring_size
+from rocketbox.shm.segment import Segment
+from rocketbox.shm.wake import PipeWaker, Waker
 
 
 @dataclass(frozen=True)

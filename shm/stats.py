@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 
-from shm.layout import C, S
+from rocketbox.shm.layout import C, S
 
 WINDOWS_S = (10, 60, 600)          # StoreStatsService's three windows
 PUT, GOT, FOUND, MISSED, PULLS = 1, 2, 3, 4, 5     # what a sample holds after its time (Rates.tps)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shm.layout import C, T
+from rocketbox.shm.layout import C, T
 
 
 class TopicIndex:

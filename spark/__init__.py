@@ -1,7 +1,7 @@
 """rocketbox's Spark side: a PySpark data source over the store's files (``source.py``, planning
 and reading in ``storefiles.py``), registered as ``rocketbox``.
 
-    from spark import register, session
+    from rocketbox.spark import register, session
     spark = session()                      # local[2], this venv's Python on the workers
     spark.read.format("rocketbox").option("path", "data/store").option("topic", "T").load()
 """
@@ -16,7 +16,7 @@ def register(spark) -> None:
     session lets Python data sources take them (``spark.sql.python.filterPushdown.enabled``;
     a reader that takes filters where it is false fails to plan): register again after changing
     that setting."""
-    from spark.source import RocketboxSource
+    from rocketbox.spark.source import RocketboxSource
     on = (spark.conf.get("spark.sql.python.filterPushdown.enabled", "false") or "").lower() == "true"
     source = type("RocketboxSource", (RocketboxSource,), {"pushdown": on, "__module__": RocketboxSource.__module__})
     spark.dataSource.register(source)

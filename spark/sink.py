@@ -41,8 +41,8 @@ def _check(options, schema) -> None:
 
 def send_rows(options, rows) -> int:
     """Send every row of the iterator ``rows`` to the topic -> how many were sent."""
-    from client.message import Message
-    from client.producer import Producer
+    from rocketbox.client.message import Message
+    from rocketbox.client.producer import Producer
 
     topic, size = options["topic"], int(options.get("batchSize") or 64)
 

@@ -41,8 +41,8 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
-from spark import storefiles
-from store import indexfile
+from rocketbox.spark import storefiles
+from rocketbox.store import indexfile
 
 NAME = "rocketbox"
 DEFAULT_PARTITION = 100_000
@@ -361,9 +361,9 @@ class RocketboxSource(DataSource):
         return StreamReader(self.options, schema)
 
     def writer(self, schema, overwrite: bool):
-        from spark.sink import TopicWriter
+        from rocketbox.spark.sink import TopicWriter
         return TopicWriter(self.options, schema)
 
     def streamWriter(self, schema, overwrite: bool):
-        from spark.sink import TopicStreamWriter
+        from rocketbox.spark.sink import TopicStreamWriter
         return TopicStreamWriter(self.options, schema)

@@ -27,10 +27,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from store import message
-from store.consumequeue import BLANK_ENTRY, ENTRY, ENTRY_SIZE, read_entries, valid_prefix
-from store.javahash import string_hash
-from store.salvage import TOMBSTONE_TAGS
+from rocketbox.store import message
+from rocketbox.store.consumequeue import BLANK_ENTRY, ENTRY, ENTRY_SIZE, read_entries, valid_prefix
+from rocketbox.store.javahash import string_hash
+from rocketbox.store.salvage import TOMBSTONE_TAGS
 
 SCHEMA = ("topic string, queueId int, queueOffset long, physicalOffset long, storeTimestamp timestamp, "
           "bornTimestamp timestamp, bornHost string, storeHost string, msgId string, uniqKey string, tags string, "
@@ -457,7 +457,7 @@ def read_at(store_root: str, phys: list[int], *, on_corrupt: str = "fail") -> pa
 def index_lookup(store_root: str, keys: list[str], topics: list[str], slots: int, entries: int) -> list[int]:
     """CommitLog offsets the IndexFiles hold under ``topic#key`` for every topic and key (hash
     matches: the caller compares the keys)."""
-    from store import indexfile
+    from rocketbox.store import indexfile
     out: list[int] = []
     for topic in topics:
         for key in keys:

@@ -17,7 +17,7 @@ import shutil
 
 import orjson
 
-from store.errors import StoreError
+from rocketbox.store.errors import StoreError
 
 log = logging.getLogger("rocketbox.store")
 # an unquoted integer key: after '{' or ',' (and whitespace), digits, then ':'

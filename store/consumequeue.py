@@ -25,8 +25,8 @@ import struct
 
 import numpy as np
 
-from store.errors import CorruptData, FileGap, FileSizeMismatch
-from store.mappedfile import MappedFileQueue, OpenFiles
+from rocketbox.store.errors import CorruptData, FileGap, FileSizeMismatch
+from rocketbox.store.mappedfile import MappedFileQueue, OpenFiles
 
 ENTRY = np.dtype([("phys", ">i8"), ("size", ">i4"), ("tags", ">i8")])
 ENTRY_SIZE = 20

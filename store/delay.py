@@ -8,7 +8,7 @@ time comes the scheduler stores it again, in its real topic and queue, with the 
 """
 from __future__ import annotations
 
-from store import message
+from rocketbox.store import message
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 SCHEDULE_TOPIC_BYTES = SCHEDULE_TOPIC.encode()

@@ -22,9 +22,9 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from store import message, quarantine, salvage
-from store.errors import CorruptData, StoreError
-from store.mappedfile import is_offset_name, offset_to_name
+from rocketbox.store import message, quarantine, salvage
+from rocketbox.store.errors import CorruptData, StoreError
+from rocketbox.store.mappedfile import is_offset_name, offset_to_name
 
 
 class CommitLogGap(StoreError):

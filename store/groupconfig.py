@@ -3,7 +3,7 @@ consumerOffset.json spells it) and its SubscriptionGroupConfig with RocketMQ's d
 reads these; the writer alone writes the files and the shared tables (``writer/groups.py``)."""
 from __future__ import annotations
 
-from shm.layout import OFFSET_KEY_BYTES
+from rocketbox.shm.layout import OFFSET_KEY_BYTES
 
 
 def offset_key(topic: str, group: str) -> bytes:

@@ -22,9 +22,9 @@ import time
 
 import numpy as np
 
-from store.errors import CorruptData
-from store.javahash import index_key_hash
-from store.mappedfile import RESERVE_CHUNK, MappedFile
+from rocketbox.store.errors import CorruptData
+from rocketbox.store.javahash import index_key_hash
+from rocketbox.store.mappedfile import RESERVE_CHUNK, MappedFile
 
 HEADER = np.dtype([("begin_ts", ">i8"), ("end_ts", ">i8"), ("begin_phys", ">i8"),
                    ("end_phys", ">i8"), ("slot_count", ">i4"), ("index_count", ">i4")])

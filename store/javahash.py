@@ -1,9 +1,8 @@
 """Java ``String.hashCode`` — the hash RocketMQ puts in ConsumeQueue tag codes and IndexFile keys.
 
 h = 0; for each UTF-16 code unit c: h = 31*h + c (mod 2**32), read as a signed 32-bit int.
-``string_hash`` does one string in plain Python; ``BufferHashes`` does many UTF-8 segments of one
-buffer in a few numpy calls, optionally continuing from a prefix's hash (the dispatcher's vector
-path hashes every tag and every ``topic#key`` of a pass at once, without building the keys).
+``string_hash`` does one string in plain Python (a client's tag codes, a reader's filter);
+``store.javahashes`` does many at once with numpy (the dispatcher's vector path).
 Pure: no I/O, no state.
 """
 from __future__ import annotations
@@ -11,15 +10,12 @@ from __future__ import annotations
 import operator
 import sys
 
-import numpy as np
-
 assert sys.byteorder == "little"          # string_hash reads UTF-16-LE as native u16
 
 
 _CHUNK = 256                               # string_hash sums up to this many units per step
 _POW = [pow(31, _CHUNK - 1 - i, 1 << 32) for i in range(_CHUNK)]   # 31**(CHUNK-1) .. 31**0, mod 2**32
 _POW_N = [pow(31, m, 1 << 32) for m in range(_CHUNK + 1)]            # 31**m mod 2**32
-FEW_HASHES = 8          # string_hashes does up to this many one by one (numpy's fixed cost is more)
 
 
 def string_hash(s: str, seed: int = 0) -> int:
@@ -36,22 +32,6 @@ def string_hash(s: str, seed: int = 0) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
-def string_hashes(strings: list[str], seeds: list[int] | None = None) -> list[int]:
-    """``string_hash`` of every string (continuing from ``seeds[i]`` when given): one by one for
-    a few, else vectorized over the whole list."""
-    if len(strings) <= FEW_HASHES:
-        return [string_hash(s, h) for s, h in zip(strings, seeds or [0] * len(strings))]
-    return bytes_hashes([s.encode() for s in strings], seeds).tolist()
-
-
-def bytes_hashes(items: list[bytes], seeds: list[int] | None = None) -> np.ndarray:
-    """``string_hash`` of every UTF-8 string as int32, without decoding the ASCII ones."""
-    lens = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
-    starts = np.zeros(len(items), dtype=np.int64)
-    np.cumsum(lens[:-1], out=starts[1:])
-    return BufferHashes(np.frombuffer(b"".join(items), dtype=np.uint8))(starts, lens, seeds)
-
-
 def index_key_hash(key: str) -> int:
     """IndexFile key hash: ``abs(hashCode)``, and 0 where abs overflows (Integer.MIN_VALUE)."""
     return index_abs_one(string_hash(key))
@@ -60,65 +40,3 @@ def index_key_hash(key: str) -> int:
 def index_abs_one(h: int) -> int:
     """``index_abs`` of one hash."""
     return 0 if h == -0x80000000 else abs(h)
-
-
-def index_abs(hashes: np.ndarray) -> np.ndarray:
-    """``abs`` of each hash, with Integer.MIN_VALUE (whose abs overflows) mapped to 0."""
-    h = np.abs(hashes.astype(np.int64))
-    h[h > 0x7FFFFFFF] = 0
-    return h.astype(np.int32)
-
-
-def index_key_hashes(keys: list[str]) -> np.ndarray:
-    return index_abs(bytes_hashes([k.encode() for k in keys]))
-
-
-_INV31 = pow(31, -1, 1 << 32)   # 31 is odd, so it has an inverse mod 2**32
-_TABLES: dict[int, np.ndarray] = {}
-
-
-def _powers(base: int, n: int) -> np.ndarray:
-    """base**i mod 2**32 for i < n (at least), from a table grown on demand and kept."""
-    t = _TABLES.get(base)
-    if t is None or t.size < n:
-        size = max(n, 2 * t.size if t is not None else 1 << 16)
-        t = _TABLES[base] = np.cumprod(np.concatenate(([1], np.full(size - 1, base))).astype(np.uint32), dtype=np.uint32)
-    return t
-
-
-class BufferHashes:
-    """Java hash of any UTF-8 segments of one buffer, after one pass over the whole buffer.
-
-    With P[k] = sum of buf[p] * 31**-p for p < k (mod 2**32), a segment [s, e) hashes to
-    (P[e] - P[s]) * 31**(e-1): a few vector operations per batch of segments, whatever their
-    lengths.  Segments holding non-ASCII bytes (whose UTF-16 units are not their bytes) are
-    decoded and folded one by one."""
-
-    def __init__(self, buf: np.ndarray):
-        n = buf.size
-        self.buf, self.pow = buf, _powers(31, n + 1)
-        self.prefix = np.zeros(n + 1, dtype=np.uint32)
-        np.cumsum(buf.astype(np.uint32) * _powers(_INV31, n)[:n], dtype=np.uint32, out=self.prefix[1:])
-        self.high = None
-        if n and (buf >= 0x80).any():
-            self.high = np.zeros(n + 1, dtype=np.int64)
-            np.cumsum(buf >= 0x80, out=self.high[1:])
-
-    def __call__(self, starts: np.ndarray, lens: np.ndarray, seed=None) -> np.ndarray:
-        """Hash of each ``buf[starts[i]:starts[i] + lens[i]]``, continuing from ``seed[i]`` (the
-        hash of a prefix: Java's hash folds left, so hash(p + s) continues hash(p))."""
-        ends = starts + lens
-        h = (self.prefix[ends] - self.prefix[starts]) * self.pow[np.maximum(ends - 1, 0)]
-        if seed is not None:
-            h += np.asarray(seed, dtype=np.int32).view(np.uint32) * self.pow[lens]
-        out = h.view(np.int32)
-        if self.high is not None:
-            for i in np.flatnonzero(self.high[ends] != self.high[starts]).tolist():
-                text = bytes(self.buf[starts[i]:ends[i]]).decode("utf-8", "replace")
-                out[i] = string_hash(text, 0 if seed is None else int(seed[i]))
-        return out
-
-
-def index_key_hashes_bytes(keys: list[bytes]) -> np.ndarray:
-    """``index_key_hashes`` of UTF-8 keys."""
-    return index_abs(bytes_hashes(keys))

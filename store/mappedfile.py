@@ -34,7 +34,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from store.errors import OUT_OF_FILES, DiskFull, FileGap, FileSizeMismatch, MapFailed
+from rocketbox.store.errors import OUT_OF_FILES, DiskFull, FileGap, FileSizeMismatch, MapFailed
 
 NAME_DIGITS = 20
 RESERVE_CHUNK = 64 << 10     # blocks reserved ahead of an in-order writer, and reserve_chunk's piece

@@ -39,8 +39,8 @@ from typing import NamedTuple
 
 from isal.isal_zlib import crc32  # zlib's CRC-32, with PCLMULQDQ: ~55 ns a KiB against zlib's ~310
 
-from remoting.codes import ResponseCode
-from store.errors import CorruptData, MessageRejected
+from rocketbox.remoting.codes import ResponseCode
+from rocketbox.store.errors import CorruptData, MessageRejected
 
 MAGIC = -626843481          # 0xDAA320A7, MESSAGE_MAGIC_CODE (v1)
 MAGIC_V2 = -626843477       # 0xDAA320AB, 5.x two-byte topic length; recognised, never written

@@ -23,7 +23,7 @@ import json
 import os
 import time
 
-from store.mappedfile import offset_to_name
+from rocketbox.store.mappedfile import offset_to_name
 
 DIR = "quarantine"
 LIST = "quarantine.json"

@@ -27,8 +27,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from store import message
-from store.errors import CorruptData
+from rocketbox.store import message
+from rocketbox.store.errors import CorruptData
 
 TOMBSTONE_PROPERTY = "RBX_DAMAGED"
 TOMBSTONE_TAGS = -(1 << 62)          # no tag hash (an int32) nor a delivery time (> 0) is this

@@ -15,7 +15,7 @@ code is ``-(offset + 1)``, so the scheduler tells markers from timers by the sig
 """
 from __future__ import annotations
 
-from store import message
+from rocketbox.store import message
 
 TIMER_TOPIC = "rmq_sys_wheel_timer"
 TIMER_TOPIC_BYTES = TIMER_TOPIC.encode()

@@ -4,8 +4,8 @@ attributes, and the built-in topics.  Every role reads these; the writer alone w
 the shared table (``writer/topics.py``)."""
 from __future__ import annotations
 
-from store.delay import SCHEDULE_QUEUES, SCHEDULE_TOPIC
-from store.timer import TIMER_TOPIC
+from rocketbox.store.delay import SCHEDULE_QUEUES, SCHEDULE_TOPIC
+from rocketbox.store.timer import TIMER_TOPIC
 
 PERM_INHERIT, PERM_WRITE, PERM_READ = 1, 2, 4
 PERM_RW = PERM_READ | PERM_WRITE

@@ -23,8 +23,8 @@ import json
 import logging
 import os
 
-from store import configfile
-from store.mappedfile import fdatasync
+from rocketbox.store import configfile
+from rocketbox.store.mappedfile import fdatasync
 
 log = logging.getLogger("rocketbox.store")
 NAME = "topics.json.journal"

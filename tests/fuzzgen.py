@@ -123,9 +123,9 @@ def redispatch_differences(cfg, root: str, tag: str, **settings) -> list[str]:
     ``cfg``'s own consume queues and IndexFiles, byte for byte (empty: nothing)."""
     import shutil
 
-    from appliance.inprocess import running_store, small_config
-    from dispatcher import service
-    from shm.layout import C
+    from rocketbox.appliance.inprocess import running_store, small_config
+    from rocketbox.dispatcher import service
+    from rocketbox.shm.layout import C
     again = small_config(root, tag, **settings)
     shutil.copytree(cfg.commitlog_dir, again.commitlog_dir)
     shutil.copytree(cfg.config_dir, again.config_dir)

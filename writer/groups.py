@@ -17,10 +17,10 @@ import time
 
 import numpy as np
 
-from shm.layout import C
-from store import configfile
-from store.groupconfig import offset_key, subscription_group  # noqa: F401  (their records live in store/)
-from writer.filethread import FileThread
+from rocketbox.shm.layout import C
+from rocketbox.store import configfile
+from rocketbox.store.groupconfig import offset_key, subscription_group  # noqa: F401  (their records live in store/)
+from rocketbox.writer.filethread import FileThread
 
 log = logging.getLogger("rocketbox.writer")
 PERSIST_INTERVAL_S = 5.0          # flushConsumerOffsetInterval

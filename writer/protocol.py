@@ -22,9 +22,9 @@ import struct
 
 import numpy as np
 
-from remoting.codes import ResponseCode
-from shm.layout import OFFSET_KEY_BYTES
-from shm.ring import align8
+from rocketbox.remoting.codes import ResponseCode
+from rocketbox.shm.layout import OFFSET_KEY_BYTES
+from rocketbox.shm.ring import align8
 
 PUT, PUT_RESULT, TOPIC, TOPIC_RESULT, OFFSET, GROUP = 1, 2, 3, 4, 5, 6
 

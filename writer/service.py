@@ -27,15 +27,15 @@ import time
 
 import numpy as np
 
-from shm.layout import C, S
-from shm.ring import RingCorrupt
-from shm.tables import TableFull
-from store import message
-from store.mappedfile import MappedFileQueue
-from writer import protocol as P
-from writer.append import Appender
-from writer.groups import ConsumerOffsets, SubscriptionGroups
-from writer.topics import TopicTable
+from rocketbox.shm.layout import C, S
+from rocketbox.shm.ring import RingCorrupt
+from rocketbox.shm.tables import TableFull
+from rocketbox.store import message
+from rocketbox.store.mappedfile import MappedFileQueue
+from rocketbox.writer import protocol as P
+from rocketbox.writer.append import Appender
+from rocketbox.writer.groups import ConsumerOffsets, SubscriptionGroups
+from rocketbox.writer.topics import TopicTable
 
 log = logging.getLogger("rocketbox.writer")
 SWITCH_INTERVAL_S = 0.001    # the GIL's hand-over while consumerOffset.json is written by its thread (the loop

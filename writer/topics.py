@@ -13,13 +13,13 @@ import os
 import time
 from typing import NamedTuple
 
-from shm.layout import NAME_BYTES, C, T
-from shm.tables import TableFull
-from store import configfile, topicjournal
-from store.consumequeue import queue_dir
-from store.delay import SCHEDULE_TOPIC
-from store.timer import TIMER_TOPIC
-from store.topicconfig import (  # noqa: F401  (the records live in store/; the writer's names for them)
+from rocketbox.shm.layout import NAME_BYTES, C, T
+from rocketbox.shm.tables import TableFull
+from rocketbox.store import configfile, topicjournal
+from rocketbox.store.consumequeue import queue_dir
+from rocketbox.store.delay import SCHEDULE_TOPIC
+from rocketbox.store.timer import TIMER_TOPIC
+from rocketbox.store.topicconfig import (  # noqa: F401  (the records live in store/; the writer's names for them)
     ATTRIBUTES,
     PERM_INHERIT,
     PERM_READ,
@@ -31,7 +31,7 @@ from store.topicconfig import (  # noqa: F401  (the records live in store/; the 
     queue_nums,
     topic_config,
 )
-from writer.filethread import FileThread
+from rocketbox.writer.filethread import FileThread
 
 log = logging.getLogger("rocketbox.writer")
 SYSTEM_QUEUES_TOPICS = (SCHEDULE_TOPIC, TIMER_TOPIC)     # the roles' own topics, added to an older store's table

@@ -25,9 +25,9 @@ TOMBSTONES = "file string, offset long, topic string, queueId int, reason string
 def scan_commitlog_file(root: str, start: int):
     """Rows of one CommitLog file: ("record", topic, queue id, queue offset, phys, size) for each
     verified record, ("problem", file, offset, what) for each damaged span."""
-    from spark.storefiles import Store
-    from store import message, salvage
-    from store.mappedfile import MappedFileQueue
+    from rocketbox.spark.storefiles import Store
+    from rocketbox.store import message, salvage
+    from rocketbox.store.mappedfile import MappedFileQueue
     directory = Store(root).commitlog
     size = os.path.getsize(os.path.join(directory, f"{start:020d}"))
     files = MappedFileQueue(directory, size, False).load()
@@ -52,7 +52,7 @@ def scan_commitlog_file(root: str, start: int):
 def consume_queue_entries(root: str, topic: str, qid: int):
     """(topic, queue id, queue offset, phys, size, file) of each valid entry of a queue (blank
     entries in front of a late first file left out)."""
-    from spark import storefiles
+    from rocketbox.spark import storefiles
     store = storefiles.Store(root)
     lo, hi = store.bounds(topic, qid)
     for at in range(lo, hi, 65_536):
@@ -63,7 +63,7 @@ def consume_queue_entries(root: str, topic: str, qid: int):
 
 def index_entries(path: str, slots: int, entries: int):
     """(file, entry position, phys) of each IndexFile entry."""
-    from store import indexfile
+    from rocketbox.store import indexfile
     ix = indexfile.IndexFile(path, slots, entries, False).open()
     try:
         n = ix.h("index_count")
@@ -83,7 +83,7 @@ def report(spark, root: str):
     """-> (every inconsistency found (``PROBLEMS``), every tombstone (``TOMBSTONES``): damage recovery
     or a read already replaced and quarantined, a known loss and not a problem; consumers and the
     Spark source skip them)."""
-    from spark import storefiles
+    from rocketbox.spark import storefiles
     store = storefiles.Store(root)
     sc = spark.sparkContext
     starts = [s for s, _p in storefiles._files(store.commitlog)]
@@ -105,7 +105,7 @@ def report(spark, root: str):
     index_dir = os.path.join(root, "index")
     slots, count = store.index_geometry()
     paths = [os.path.join(index_dir, n) for n in sorted(os.listdir(index_dir))] if os.path.isdir(index_dir) else []
-    from store import indexfile
+    from rocketbox.store import indexfile
     paths = [p for p in paths if os.path.getsize(p) == indexfile.file_size(slots, count)]
     ix = spark.createDataFrame(sc.parallelize(paths, max(1, len(paths))).flatMap(lambda p: index_entries(p, slots, count)),
                                "file string, position long, ixPhys long")
@@ -119,7 +119,7 @@ def main(argv=None) -> int:
     ap.add_argument("--path", required=True, help="the store's storePathRootDir")
     ap.add_argument("--limit", type=int, default=100, help="problems printed at most")
     args = ap.parse_args(argv)
-    from spark import session
+    from rocketbox.spark import session
     spark = session("rocketbox-audit")
     try:
         problems, tombstones = report(spark, args.path)

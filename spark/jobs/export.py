@@ -32,7 +32,7 @@ def main(argv=None) -> int:
     ap.add_argument("--topic", help="a topic or a comma list")
     ap.add_argument("--pattern", help="a regular expression over topic names (default: every topic)")
     args = ap.parse_args(argv)
-    from spark import session
+    from rocketbox.spark import session
     spark = session("rocketbox-export")
     try:
         n = export(spark, args.path, args.out, args.topic, args.pattern or (None if args.topic else ".*"))

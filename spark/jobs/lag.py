@@ -20,7 +20,7 @@ COLUMNS = "group string, topic string, queueId int, brokerOffset long, consumerO
 def committed(root: str) -> list[tuple[str, str, int, int]]:
     """(group, topic, queue id, committed offset) of consumerOffset.json (fastjson's; its .bak
     when the file is unreadable)."""
-    from store import configfile
+    from rocketbox.store import configfile
     data = configfile.read(os.path.join(root, "config", "consumerOffset.json")) or {}
     out = []
     for key, queues in (data.get("offsetTable") or {}).items():
@@ -32,7 +32,7 @@ def committed(root: str) -> list[tuple[str, str, int, int]]:
 
 def lag(spark, root: str):
     """A DataFrame (``COLUMNS``), one row per group and queue, largest lag first."""
-    from spark import storefiles
+    from rocketbox.spark import storefiles
     store = storefiles.Store(root)
     rows = committed(root)
     have = set(store.topics())
@@ -64,7 +64,7 @@ def main(argv=None) -> int:
     ap.add_argument("--path", required=True, help="the store's storePathRootDir")
     ap.add_argument("--png", help="write the chart here")
     args = ap.parse_args(argv)
-    from spark import session
+    from rocketbox.spark import session
     spark = session("rocketbox-lag")
     try:
         rows = lag(spark, args.path).collect()

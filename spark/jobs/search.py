@@ -18,7 +18,7 @@ def search(spark, root: str, *, key=None, uniq_key=None, since=None, until=None,
     """The matching messages (the source's columns), oldest first."""
     from pyspark.sql import functions as F
 
-    from spark.source import _time_ms
+    from rocketbox.spark.source import _time_ms
     df = spark.read.format("rocketbox").option("path", root).option("topicPattern", pattern).load()
     if uniq_key:
         df = df.where(F.col("uniqKey") == uniq_key)
@@ -43,7 +43,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if not (args.key or args.uniq_key or args.since or args.until):
         ap.error("say what to look for: --key, --uniq-key, --since or --until")
-    from spark import session
+    from rocketbox.spark import session
     spark = session("rocketbox-search")
     try:
         rows = search(spark, args.path, key=args.key, uniq_key=args.uniq_key, since=args.since, until=args.until,

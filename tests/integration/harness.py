@@ -1,4 +1,4 @@
-"""Starts a real appliance (``python -m appliance start``) in a temp dir with a private shm
+"""Starts a real appliance (``python -m rocketbox.appliance start``) in a temp dir with a private shm
 prefix, and runs producer processes against it.  Used by the integration and crash tests."""
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import time
 
 import psutil
 
-from appliance import config
-from shm.layout import C
-from shm.state import SharedState
+from rocketbox.appliance import config
+from rocketbox.shm.layout import C
+from rocketbox.shm.state import SharedState
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # each appliance uses port-2 .. port+30; all below the kernel's ephemeral range (32768+), where a
@@ -57,7 +57,7 @@ class Appliance:
         self.log = open(os.path.join(self.dir, "appliance.log"), "ab")
 
     def cmd(self, *args) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "appliance", *args, "-c", self.conf],
+        return subprocess.run([sys.executable, "-m", "rocketbox.appliance", *args, "-c", self.conf],
                               cwd=ROOT, capture_output=True, text=True, timeout=60)
 
     def start(self, timeout: float = 20, nofile: int | None = None) -> "Appliance":
@@ -67,7 +67,7 @@ class Appliance:
         self.log.flush()
         mark = os.path.getsize(self.log.name)
         limit = None if nofile is None else (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile)))
-        self.proc = subprocess.Popen([sys.executable, "-m", "appliance", "start", "-c", self.conf], cwd=ROOT,
+        self.proc = subprocess.Popen([sys.executable, "-m", "rocketbox.appliance", "start", "-c", self.conf], cwd=ROOT,
                                      stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
                                      preexec_fn=limit)
         deadline = time.monotonic() + timeout
@@ -92,7 +92,7 @@ class Appliance:
 
     def serving(self) -> bool:
         """Every reader answers, and HAProxy lets a request through."""
-        from remoting.codes import RequestCode
+        from rocketbox.remoting.codes import RequestCode
         from tests.integration.wire import Wire
         ports = [self.cfg.reader_port(i) for i in range(self.cfg.readerProcessNums)] + [self.cfg.listenPort]
         try:
@@ -160,7 +160,7 @@ class Appliance:
 
 def create_topic(app: Appliance, topic: str, queues: int) -> None:
     """As an admin tool would (UPDATE_AND_CREATE_TOPIC through HAProxy)."""
-    from remoting.codes import RequestCode, ResponseCode
+    from rocketbox.remoting.codes import RequestCode, ResponseCode
     from tests.integration.wire import Wire
     w = Wire("127.0.0.1", app.cfg.listenPort)
     assert w.call(RequestCode.UPDATE_AND_CREATE_TOPIC, {
@@ -172,7 +172,7 @@ def create_topic(app: Appliance, topic: str, queues: int) -> None:
 def wait_route(app: Appliance, topic: str) -> None:
     """Until the name server has ``topic``'s route: the broker registers a new topic on its next
     pass (≤ 1 s)."""
-    from remoting.codes import RequestCode, ResponseCode
+    from rocketbox.remoting.codes import RequestCode, ResponseCode
     from tests.integration.wire import Wire
     host, _, port = app.namesrv.partition(":")
     ns, deadline = Wire(host, int(port)), time.monotonic() + 10
@@ -206,7 +206,7 @@ async def pull_all(namesrv: str, topic: str, broker_name: str | None = None, gro
     """Every message of ``topic`` (on ``broker_name`` alone, if given), each queue read from
     offset 0 to its end with our pull consumer, through the name server ``namesrv``; a pull that
     found only entries readers skip (tombstones) moves on, as a consumer does."""
-    from client.consumer import PullConsumer
+    from rocketbox.client.consumer import PullConsumer
     pc = await PullConsumer(group, namesrv).start()
     out = []
     for mq in await pc.queues(topic):
@@ -233,7 +233,7 @@ def start_producer(app: Appliance, *a, **kw) -> subprocess.Popen:
 
 def stored_keys(cfg) -> collections.Counter:
     """How often each producer key is in the store; asserts the store checks clean first."""
-    from appliance.check import check
+    from rocketbox.appliance.check import check
     rep = check(cfg)
     assert rep.clean, rep.problems[:10]
     c = collections.Counter()

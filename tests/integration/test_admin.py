@@ -13,18 +13,18 @@ import signal
 import struct
 import time
 
-from client.admin import Admin
-from client.consumer import PullConsumer, PushConsumer
-from client.errors import MQBrokerError
-from client.instance import MessageQueue
-from client.message import Message
-from client.producer import Producer
-from remoting import mqtable
-from remoting.codec import Command
-from remoting.codes import RequestCode as R
-from remoting.codes import ResponseCode as RC
-from store import message
-from store.javahash import string_hash
+from rocketbox.client.admin import Admin
+from rocketbox.client.consumer import PullConsumer, PushConsumer
+from rocketbox.client.errors import MQBrokerError
+from rocketbox.client.instance import MessageQueue
+from rocketbox.client.message import Message
+from rocketbox.client.producer import Producer
+from rocketbox.remoting import mqtable
+from rocketbox.remoting.codec import Command
+from rocketbox.remoting.codes import RequestCode as R
+from rocketbox.remoting.codes import ResponseCode as RC
+from rocketbox.store import message
+from rocketbox.store.javahash import string_hash
 from tests.integration.harness import create_topic, dispatched, owned
 from tests.integration.wire import Wire
 

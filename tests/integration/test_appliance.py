@@ -6,10 +6,10 @@ import resource
 import psutil
 import pytest
 
-from appliance.check import check
-from remoting.codes import RequestCode as R
-from remoting.codes import ResponseCode as RC
-from store.consumequeue import ConsumeQueue, file_size_for
+from rocketbox.appliance.check import check
+from rocketbox.remoting.codes import RequestCode as R
+from rocketbox.remoting.codes import ResponseCode as RC
+from rocketbox.store.consumequeue import ConsumeQueue, file_size_for
 from tests.integration.harness import read_acks, start_producer, stored_keys
 from tests.integration.wire import Wire
 
@@ -17,7 +17,7 @@ from tests.integration.wire import Wire
 def test_concurrent_producers_every_message_once_dense_offsets_and_index(appliance_factory):
     app = appliance_factory().start()
     sh = app.shared()
-    from writer.client import RingClient
+    from rocketbox.writer.client import RingClient
     admin = RingClient(app.cfg, sh).open()
     assert admin.create_topic("Orders", 8) == 0
     assert admin.create_topic("Audit", 3) == 0
@@ -72,12 +72,12 @@ def test_bad_config_stops_start_with_file_line_key_value(tmp_path):
     from tests.integration.harness import ROOT
     conf = tmp_path / "broker.conf"
     conf.write_text("brokerName=x\n# comment\nflushDiskType=SOMETIMES\n")
-    r = subprocess.run([sys.executable, "-m", "appliance", "start", "-c", str(conf)], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "rocketbox.appliance", "start", "-c", str(conf)], cwd=ROOT,
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2
     assert f"{conf}:3" in r.stderr and "flushDiskType" in r.stderr and "SOMETIMES" in r.stderr
     conf.write_text("brokerNmae=x\n")
-    r = subprocess.run([sys.executable, "-m", "appliance", "status", "-c", str(conf)], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "rocketbox.appliance", "status", "-c", str(conf)], cwd=ROOT,
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "unknown key 'brokerNmae'" in r.stderr and f"{conf}:1" in r.stderr
 
@@ -112,7 +112,7 @@ def test_ctrl_c_stops_role_by_role_and_roles_never_outlive_the_supervisor(applia
     assert check(app.cfg).clean and sum(stored_keys(app.cfg).values()) == 200
 
     app.start()                                    # now the supervisor alone dies
-    from appliance.roles import roles_for
+    from rocketbox.appliance.roles import roles_for
     assert len(psutil.Process(app.proc.pid).children()) == len(roles_for(app.cfg)) == 8      # with the scheduler
     roles = psutil.Process(app.proc.pid).children(recursive=True)        # haproxy itself too
     os.kill(app.proc.pid, signal.SIGKILL)
@@ -130,7 +130,7 @@ def test_a_busy_port_stops_start_naming_it_and_its_holder_unless_freed_in_time(a
     import socket
     import threading
 
-    from appliance.supervisor import PORT_GRACE_S
+    from rocketbox.appliance.supervisor import PORT_GRACE_S
     app = appliance_factory()
 
     def hold(port: int) -> socket.socket:

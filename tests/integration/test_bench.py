@@ -136,9 +136,9 @@ def test_longpoll_bench_holds_wakes_and_prints_each_row(tmp_path):
 
 def test_null_reader_answers_every_frame_with_its_opaque_after_a_proxy_header():
     from bench.floor import NullReader
-    from net import proxy as _proxy
-    from remoting import codec
-    from remoting.codec import Command
+    from rocketbox.net import proxy as _proxy
+    from rocketbox.remoting import codec
+    from rocketbox.remoting.codec import Command
 
     class Transport:
         def __init__(self):

@@ -15,12 +15,12 @@ import time
 
 import pytest
 
-from remoting import codec
-from remoting.codec import Command
-from remoting.codes import RequestCode as R
-from remoting.codes import ResponseCode as RC
-from store import message
-from store.configfile import loads_tolerant
+from rocketbox.remoting import codec
+from rocketbox.remoting.codec import Command
+from rocketbox.remoting.codes import RequestCode as R
+from rocketbox.remoting.codes import ResponseCode as RC
+from rocketbox.store import message
+from rocketbox.store.configfile import loads_tolerant
 from tests.integration.harness import read_topic, wait_route
 from tests.integration.test_readers import send_v2
 from tests.integration.wire import Wire

@@ -12,13 +12,13 @@ import time
 
 import pytest
 
-from client.consumer import PullConsumer, PushConsumer
-from client.errors import MQBrokerError, MQClientError
-from client.instance import ClientInstance
-from client.message import Message
-from client.producer import Producer
-from remoting.codes import RequestCode as R
-from remoting.codes import ResponseCode as RC
+from rocketbox.client.consumer import PullConsumer, PushConsumer
+from rocketbox.client.errors import MQBrokerError, MQClientError
+from rocketbox.client.instance import ClientInstance
+from rocketbox.client.message import Message
+from rocketbox.client.producer import Producer
+from rocketbox.remoting.codes import RequestCode as R
+from rocketbox.remoting.codes import ResponseCode as RC
 from tests.integration.harness import create_topic, dispatched, owned, read_topic, wait_route
 
 
@@ -114,7 +114,7 @@ def test_a_queue_given_up_is_not_consumed_again_even_when_its_loop_missed_the_ca
     consuming the queue: before, it went on delivering the queue's messages to the member that
     had given it up while the new owner consumed them too (a live probe of 8 groups saw two
     members on one queue for seconds).  Nothing is lost either."""
-    from client.rebalance import allocate_averagely
+    from rocketbox.client.rebalance import allocate_averagely
     app = appliance_factory(namesrv=True).start()
 
     async def run():
@@ -348,7 +348,7 @@ def test_a_concurrent_consumer_pulls_ahead_while_its_listener_has_a_batch(applia
     the broker's own count of messages out (GET_BROKER_RUNTIME_INFO) and in the consumer's running
     info (cachedMsgCount: pulled, not yet consumed); each consumes all 64 in order once, and
     commits 64."""
-    from client import running
+    from rocketbox.client import running
     from tests.integration.wire import Wire
     app = appliance_factory(namesrv=True).start()
     w = Wire("127.0.0.1", app.cfg.listenPort)
@@ -407,8 +407,8 @@ def test_a_record_corrupted_in_the_store_is_reported_and_pulled_again_not_the_en
     CommitLog file, as a bad disk would) is logged with where it broke and asked for again: the
     queue's loop lives on, and once the record is whole again every message arrives, none lost.
     Before, the error ended the loop quietly and the queue was never consumed again."""
-    from client.consumer import PULL_ERROR_DELAY_S
-    from store.message import parse_offset_msg_id
+    from rocketbox.client.consumer import PULL_ERROR_DELAY_S
+    from rocketbox.store.message import parse_offset_msg_id
     app = appliance_factory(namesrv=True).start()
     seen = []
 
@@ -489,8 +489,8 @@ def test_a_send_whose_tries_all_fail_says_whether_it_may_be_stored(appliance_fac
     within the send time-out, the retries are answered SYSTEM_BUSY by the reader's flow control.
     The error the producer raises is the last try's, and says the message may be stored; once the
     writer runs again it is, once.  A send refused outright says it is not."""
-    from client.errors import MQBrokerError
-    from remoting.codes import ResponseCode as RC
+    from rocketbox.client.errors import MQBrokerError
+    from rocketbox.remoting.codes import ResponseCode as RC
     app = appliance_factory(namesrv=True).start()
 
     async def run():

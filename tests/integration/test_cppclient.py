@@ -11,8 +11,8 @@ import subprocess
 import sys
 import time
 
-from client.message import Message
-from client.producer import Producer
+from rocketbox.client.message import Message
+from rocketbox.client.producer import Producer
 from tests.integration.harness import ROOT, read_topic
 
 DRIVER = os.path.join(ROOT, "tests", "integration", "cppclient.py")
@@ -126,8 +126,8 @@ def test_cpp_push_consumers_of_one_group_share_the_queues_and_get_each_message_o
     """Two C++ push consumers of one group, each its own process (so through either reader): once
     both are members, each owns its own queues (as each says itself when asked for its running
     info) and every message goes to exactly one of them."""
-    from client.instance import ClientInstance, MessageQueue
-    from remoting.codes import RequestCode as R
+    from rocketbox.client.instance import ClientInstance, MessageQueue
+    from rocketbox.remoting.codes import RequestCode as R
     app = appliance_factory(namesrv=True).start()
     asyncio.run(produce(app, "CppShare", ["init"]))
     procs = [cpp_start(tmp_path / name, do="push", namesrv=app.namesrv, topic="CppShare", group="cpp-share",
@@ -150,7 +150,7 @@ def test_cpp_push_consumers_of_one_group_share_the_queues_and_get_each_message_o
     time.sleep(3)                                      # their rebalances on NOTIFY_CONSUMER_IDS_CHANGED
 
     async def connection():
-        from client.admin import Admin
+        from rocketbox.client.admin import Admin
         async with Admin(app.namesrv) as admin:
             cc = await admin.consumer_connection("cpp-share")
             return cc, [await admin.consumer_running_info("cpp-share", c.client_id) for c in cc.connections]
@@ -197,7 +197,7 @@ def test_cpp_push_consumer_starts_over_when_its_groups_offsets_are_reset(applian
     """``appliance reset-offset --cpp`` (``mqadmin resetOffsetByTime -c``): the broker sends the C++
     consumer the offsets at a time in its own list form, and it consumes the messages stored since
     then once more."""
-    from client.admin import Admin
+    from rocketbox.client.admin import Admin
     app = appliance_factory(namesrv=True).start()
     asyncio.run(produce(app, "CppReset", ["init"]))
     proc = cpp_start(tmp_path, do="push", namesrv=app.namesrv, topic="CppReset", group="cpp-reset",

@@ -10,8 +10,8 @@ import subprocess
 import sys
 import time
 
-from appliance.check import check, scan_commitlog
-from store.mappedfile import offset_to_name
+from rocketbox.appliance.check import check, scan_commitlog
+from rocketbox.store.mappedfile import offset_to_name
 from tests.integration.harness import ROOT, read_acks, start_producer, stored_keys
 
 
@@ -169,8 +169,8 @@ def test_random_kills_of_every_role_under_client_sends_lose_no_acknowledged_mess
     import asyncio
     import random
 
-    from client.message import Message
-    from client.producer import Producer
+    from rocketbox.client.message import Message
+    from rocketbox.client.producer import Producer
     app = appliance_factory(namesrv=True, flushDiskType="SYNC_FLUSH").start()
     rng, acked, kills, done = random.Random(7), [], [], asyncio.Event()
 
@@ -240,7 +240,7 @@ def test_an_index_deleted_after_a_clean_stop_is_rebuilt_and_a_corrupt_config_say
         f.write("{")
     with open(offsets, "w") as f:
         f.write("{")
-    p = subprocess.run([sys.executable, "-m", "appliance", "start", "-c", app.conf], cwd=ROOT, capture_output=True,
+    p = subprocess.run([sys.executable, "-m", "rocketbox.appliance", "start", "-c", app.conf], cwd=ROOT, capture_output=True,
                        text=True, timeout=60)
     assert p.returncode == 2 and "appliance: recovery cannot read the store: cannot read config file" in p.stderr, \
         p.stderr[-2000:]
@@ -277,9 +277,9 @@ def test_topics_acknowledged_just_before_a_kill9_are_there_after_the_restart(app
     the journal in, and the topics take messages and serve routes (GET_ALL_TOPIC_CONFIG)."""
     import json
 
-    from remoting.codes import RequestCode as R
-    from remoting.codes import ResponseCode as RC
-    from store import configfile, topicjournal
+    from rocketbox.remoting.codes import RequestCode as R
+    from rocketbox.remoting.codes import ResponseCode as RC
+    from rocketbox.store import configfile, topicjournal
     from tests.integration.harness import create_topic
     from tests.integration.test_readers import pull_n, send_v2
     from tests.integration.wire import Wire

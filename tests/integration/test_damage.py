@@ -10,9 +10,9 @@ import subprocess
 import sys
 import time
 
-from appliance.check import check, scan_commitlog
-from store import quarantine, salvage
-from store.mappedfile import offset_to_name
+from rocketbox.appliance.check import check, scan_commitlog
+from rocketbox.store import quarantine, salvage
+from rocketbox.store.mappedfile import offset_to_name
 from tests.integration.harness import ROOT, read_acks, read_topic, start_producer, stored_keys
 
 FILE = 256 * 1024           # CommitLog files of ~1,000 records
@@ -115,7 +115,7 @@ def test_damage_inside_the_log_costs_only_the_damaged_records(appliance_factory)
 
 
 def _record_bytes(r) -> bytes:
-    from store import message
+    from rocketbox.store import message
     return message.encode_record(
         topic=r.topic.encode(), queue_id=r.queue_id, body=r.body, properties=message.encode_properties(r.properties).encode(),
         flag=r.flag, sys_flag=r.sys_flag, born_ts=r.born_ts, born_ip=r.born_ip, born_port=r.born_port,
@@ -146,7 +146,7 @@ def test_a_record_whose_queue_nothing_names_leaves_a_gap_that_points_at_its_tomb
 
 def test_check_names_what_is_wrong_and_exits_non_zero(appliance_factory, tmp_path):
     app, _acked, records = _filled(appliance_factory, 2000)
-    run = lambda: subprocess.run([sys.executable, "-m", "appliance", "check", "-c", app.conf], cwd=ROOT,  # noqa: E731
+    run = lambda: subprocess.run([sys.executable, "-m", "rocketbox.appliance", "check", "-c", app.conf], cwd=ROOT,  # noqa: E731
                                  capture_output=True, text=True, timeout=120)
     ok = run()
     assert (ok.returncode, ok.stdout.splitlines()[-1]) == (0, "clean"), ok.stdout
@@ -164,7 +164,7 @@ def test_check_names_what_is_wrong_and_exits_non_zero(appliance_factory, tmp_pat
     empty = tmp_path / "empty.conf"
     empty.write_text(f"storePathRootDir={tmp_path / 'nothing'}\n")
     for what in ("check", "scrub"):
-        none = subprocess.run([sys.executable, "-m", "appliance", what, "-c", str(empty)], cwd=ROOT,
+        none = subprocess.run([sys.executable, "-m", "rocketbox.appliance", what, "-c", str(empty)], cwd=ROOT,
                               capture_output=True, text=True, timeout=60)
         assert none.returncode == 2 and "no store at" in none.stdout, none.stdout + none.stderr
 
@@ -240,7 +240,7 @@ def _killed(appliance_factory, n: int = 6000, wait_checkpoint: bool = False, **o
     p = start_producer(app, "k", "TBW102", n, 4, ack, batch=50)
     assert p.wait(120) == 0, p.stderr.read()
     if wait_checkpoint:
-        from store.checkpoint import Checkpoint
+        from rocketbox.store.checkpoint import Checkpoint
         deadline = time.monotonic() + 15
         while Checkpoint(os.path.join(app.cfg.root, "checkpoint")).load().safe_offset < 3 * FILE:
             assert time.monotonic() < deadline
@@ -286,7 +286,7 @@ def test_a_damaged_totalsize_below_the_redispatch_point_is_left_out_quarantined_
     logs it once and quarantines it; the clean stop makes it the tombstone recovery makes, so the
     stopped store checks clean with it listed apart."""
     app, acked = _killed(appliance_factory, wait_checkpoint=True)
-    from store.checkpoint import Checkpoint
+    from rocketbox.store.checkpoint import Checkpoint
     assert Checkpoint(os.path.join(app.cfg.root, "checkpoint")).load().safe_offset > 2 * FILE
     records = list(scan_commitlog(app.cfg))
     phys, r = next((p, r) for p, r in records if p >= FILE + FILE // 2)

@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-from client.errors import MQBrokerError
-from client.message import Message
-from client.producer import Producer
-from remoting.codes import ResponseCode as RC
+from rocketbox.client.errors import MQBrokerError
+from rocketbox.client.message import Message
+from rocketbox.client.producer import Producer
+from rocketbox.remoting.codes import ResponseCode as RC
 from tests.integration import javaclient
 from tests.integration.harness import ROOT, create_topic, read_topic
 
@@ -67,7 +67,7 @@ def test_a_delay_level_holds_a_message_for_its_delay_then_delivers_it_to_its_que
     assert m.properties["DELAY"] == "2" and m.properties["REAL_TOPIC"] == "Delayed" and m.properties["REAL_QID"] == "3"
     assert m.store_timestamp - m.born_timestamp >= 1990
     assert late and late[0].properties["DELAY"] == "3" and 3.0 <= late_at - sent_at < 3.8    # clamped to the last level
-    from remoting.codes import RequestCode as R
+    from rocketbox.remoting.codes import RequestCode as R
     from tests.integration.wire import Wire
     w = Wire("127.0.0.1", app.cfg.listenPort)
     try:
@@ -122,8 +122,8 @@ def test_send_back_on_the_wire_retries_dead_letters_and_refuses_what_it_cannot_f
     """CONSUMER_SEND_MSG_BACK's answers (FACTS-wave2 §3): level 0 -> %RETRY%<group> after level
     3 + reconsumeTimes, a negative level -> %DLQ%<group> at once, an offset that holds no message
     -> 1 ``look message by offset failed``; a fallback send to the retry topic at the limit -> the DLQ."""
-    from remoting.codes import RequestCode as R
-    from store import message as M
+    from rocketbox.remoting.codes import RequestCode as R
+    from rocketbox.store import message as M
     from tests.integration.test_readers import send_v2
     from tests.integration.wire import Wire
     app = appliance_factory(namesrv=True, messageDelayLevel="1s 1s 1s").start()
@@ -157,7 +157,7 @@ def test_send_back_on_the_wire_retries_dead_letters_and_refuses_what_it_cannot_f
         (b"give-back", 1, "3", "%RETRY%g1")]
 
     def cli(*argv):
-        return subprocess.run([sys.executable, "-m", "appliance", *argv, "-n", app.namesrv, "-c", app.conf],
+        return subprocess.run([sys.executable, "-m", "rocketbox.appliance", *argv, "-n", app.namesrv, "-c", app.conf],
                               cwd=ROOT, capture_output=True, text=True, timeout=60)
     listed = cli("dlq", "-g", "g1")
     assert listed.returncode == 0 and "2 dead-lettered messages of group g1" in listed.stdout, listed
@@ -175,7 +175,7 @@ def test_send_back_on_the_wire_retries_dead_letters_and_refuses_what_it_cannot_f
 def test_the_python_push_consumer_gets_a_refused_message_back_through_its_retry_topic(appliance_factory):
     """Our PushConsumer as Java's: it subscribes to %RETRY%<group>, sends a refused message back,
     and gets it again after the back-off with reconsume_times one more and its own topic."""
-    from client.consumer import PushConsumer
+    from rocketbox.client.consumer import PushConsumer
     app = appliance_factory(namesrv=True, messageDelayLevel="1s 1s 1s 1s").start()
     seen = []
 
@@ -208,7 +208,7 @@ def test_an_orderly_consumer_retries_locally_then_dead_letters_at_its_limit(appl
     """As Java's orderly consumer: a refused batch blocks its queue and is offered again (reconsume
     count one more each time, no broker call); at max_reconsume_times the message goes to the
     retry topic, which the broker turns into %DLQ%<group>; the queue then moves on."""
-    from client.consumer import PushConsumer
+    from rocketbox.client.consumer import PushConsumer
     app = appliance_factory(namesrv=True).start()
     seen = []
 

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from remoting.codes import RequestCode as R
-from remoting.codes import ResponseCode as RC
+from rocketbox.remoting.codes import RequestCode as R
+from rocketbox.remoting.codes import ResponseCode as RC
 from tests.integration.harness import create_topic
 from tests.integration.test_readers import pull_n, send_v2
 from tests.integration.wire import Wire

@@ -8,9 +8,9 @@ import asyncio
 
 import pytest
 
-from client.message import Message
-from client.producer import Producer
-from shm.layout import C
+from rocketbox.client.message import Message
+from rocketbox.client.producer import Producer
+from rocketbox.shm.layout import C
 from tests.integration import javaclient
 from tests.integration.harness import read_topic
 

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-from client.cli import shown_body
+from rocketbox.client.cli import shown_body
 from tests.integration.harness import ROOT
 
 DEFAULT_SIZES = {"mappedFileSizeCommitLog": 1 << 30, "mappedFileSizeConsumeQueue": 6_000_000,
@@ -45,7 +45,7 @@ def test_ready_line_then_a_new_topic_takes_a_message_and_the_stop_says_it_stoppe
     assert apparent > 1 << 30                    # the files have RocketMQ's sizes ...
     assert used < 16 << 20, used                 # ... and the disk holds what was written, not 1.5 GB
 
-    again = subprocess.run([sys.executable, "-m", "appliance", "start", "-c", app.conf], cwd=ROOT,
+    again = subprocess.run([sys.executable, "-m", "rocketbox.appliance", "start", "-c", app.conf], cwd=ROOT,
                            capture_output=True, text=True, timeout=60)
     assert again.returncode == 2 and "is locked by another running appliance" in again.stderr, again.stderr
 
@@ -61,7 +61,7 @@ def test_produce_on_a_terminal_says_how_it_reads_and_one_ctrl_c_ends_it(applianc
     pid, fd = pty.fork()
     if pid == 0:                                 # the child: `appliance produce` on a terminal
         os.chdir(ROOT)
-        os.execv(sys.executable, [sys.executable, "-m", "appliance", "produce", "-t", "Typed", "-c", app.conf])
+        os.execv(sys.executable, [sys.executable, "-m", "rocketbox.appliance", "produce", "-t", "Typed", "-c", app.conf])
     said = bytearray()
 
     def read_until(text: bytes, timeout: float) -> None:

@@ -5,11 +5,11 @@ A small, seeded form of the fuzzing that found three bugs on 2026-11-23 (ARCHITE
 import json
 import random
 
-from appliance.check import check
-from remoting import codec, headers
-from remoting.codes import RequestCode as R
-from remoting.codes import ResponseCode as RC
-from store import message
+from rocketbox.appliance.check import check
+from rocketbox.remoting import codec, headers
+from rocketbox.remoting.codes import RequestCode as R
+from rocketbox.remoting.codes import ResponseCode as RC
+from rocketbox.store import message
 from tests.integration.test_readers import pull_n, send_v2
 from tests.integration.wire import Wire
 

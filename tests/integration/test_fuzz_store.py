@@ -25,10 +25,10 @@ import time
 
 import pytest
 
-from remoting import codec
-from remoting.codec import Command, Decoder
-from remoting.codes import RequestCode as R
-from store import message
+from rocketbox.remoting import codec
+from rocketbox.remoting.codec import Command, Decoder
+from rocketbox.remoting.codes import RequestCode as R
+from rocketbox.store import message
 from tests import fuzzgen
 from tests.integration.harness import create_topic, next_port
 from tests.integration.javaclient import RMQ

@@ -11,8 +11,8 @@ import shutil
 
 import pytest
 
-from appliance.check import check
-from store.mappedfile import offset_to_name
+from rocketbox.appliance.check import check
+from rocketbox.store.mappedfile import offset_to_name
 from tests.integration.harness import read_topic
 from tests.integration.test_damage import FILE, _filled
 

@@ -12,8 +12,8 @@ import subprocess
 import sys
 import time
 
-from appliance.roles import roles_for
-from remoting.codes import ResponseCode as RC
+from rocketbox.appliance.roles import roles_for
+from rocketbox.remoting.codes import ResponseCode as RC
 from tests.integration.harness import Appliance, create_topic
 from tests.integration.test_readers import send_v2
 from tests.integration.wire import Wire
@@ -26,7 +26,7 @@ def test_the_keeper_and_roles_run_apart_and_stop_cleanly(tmp_path):
     notify.bind(sock_path)
     notify.settimeout(30)
     env = dict(os.environ, NOTIFY_SOCKET=sock_path)
-    run = [sys.executable, "-m", "appliance", "run"]
+    run = [sys.executable, "-m", "rocketbox.appliance", "run"]
     log = open(tmp_path / "roles.log", "wb")
     keeper = subprocess.Popen(run + ["store", "-c", app.conf], env=env, stdout=log, stderr=subprocess.STDOUT)
     roles: dict[str, subprocess.Popen] = {}

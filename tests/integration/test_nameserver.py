@@ -10,8 +10,8 @@ import zlib
 
 import pytest
 
-from remoting.codes import RequestCode as R
-from remoting.codes import ResponseCode as RC
+from rocketbox.remoting.codes import RequestCode as R
+from rocketbox.remoting.codes import ResponseCode as RC
 from tests.integration.harness import ROOT, create_topic
 from tests.integration.test_readers import send_v2
 from tests.integration.wire import Wire
@@ -43,7 +43,7 @@ def _run_nameserver(tmp_path, extra: str = "") -> tuple[int, subprocess.Popen]:
     port = 19876 + os.getpid() % 500
     conf = tmp_path / "broker.conf"
     conf.write_text(f"namesrvAddr=127.0.0.1:{port}\nstorePathRootDir={tmp_path}/store\nbrokerIP1=127.0.0.1\n{extra}")
-    proc = subprocess.Popen([sys.executable, "-m", "appliance", "run", "nameserver", "-c", str(conf)], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "rocketbox.appliance", "run", "nameserver", "-c", str(conf)], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return port, proc
 
@@ -206,7 +206,7 @@ def test_a_name_server_that_comes_up_after_the_broker_gets_registered_with(tmp_p
     proc = None
     try:
         time.sleep(2.5)                              # tries at ~0, 1 and 3 s find nothing there
-        proc = subprocess.Popen([sys.executable, "-m", "appliance", "run", "nameserver", "-c", str(conf)],
+        proc = subprocess.Popen([sys.executable, "-m", "rocketbox.appliance", "run", "nameserver", "-c", str(conf)],
                                 cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         _wait_port(second, proc)
         up, w = time.monotonic(), Wire("127.0.0.1", second)

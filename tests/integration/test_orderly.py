@@ -9,10 +9,10 @@ import collections
 import json
 import time
 
-from client.consumer import PushConsumer
-from client.instance import ClientInstance, MessageQueue
-from client.message import Message
-from remoting.codes import RequestCode as R
+from rocketbox.client.consumer import PushConsumer
+from rocketbox.client.instance import ClientInstance, MessageQueue
+from rocketbox.client.message import Message
+from rocketbox.remoting.codes import RequestCode as R
 from tests.integration.test_clients import make_topic, settled, tally, wait_for
 
 
@@ -161,8 +161,8 @@ def test_a_member_giving_up_a_queue_mid_batch_keeps_its_lock_until_the_batch_is_
     (``DRAIN_S``) stays locked by the member that has it until that batch is done and committed;
     only then does its new owner get the lock and go on from the next message, so the batch is
     neither cut short nor consumed twice."""
-    from client.consumer import DRAIN_S
-    from client.rebalance import allocate_averagely
+    from rocketbox.client.consumer import DRAIN_S
+    from rocketbox.client.rebalance import allocate_averagely
     app = appliance_factory(namesrv=True).start()
     calls, entered = [], asyncio.Event()           # (member, body, entered, left)
 

@@ -12,11 +12,11 @@ import time
 
 import pytest
 
-from client.consumer import PullConsumer
-from client.errors import MQBrokerError
-from client.message import Message
-from client.producer import Producer
-from remoting.codes import ResponseCode as RC
+from rocketbox.client.consumer import PullConsumer
+from rocketbox.client.errors import MQBrokerError
+from rocketbox.client.message import Message
+from rocketbox.client.producer import Producer
+from rocketbox.remoting.codes import ResponseCode as RC
 from tests.integration.harness import ROOT, create_topic, dispatched, read_topic
 from tests.integration.test_clients import make_topic
 
@@ -110,7 +110,7 @@ def test_a_send_to_a_broker_that_died_is_retried_on_the_other(appliance_factory)
 
 
 def cli(app, *args, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "appliance", *args, "-c", app.conf], cwd=ROOT, input=stdin,
+    return subprocess.run([sys.executable, "-m", "rocketbox.appliance", *args, "-c", app.conf], cwd=ROOT, input=stdin,
                           capture_output=True, text=True, timeout=60)
 
 
@@ -123,7 +123,7 @@ def test_the_cli_produces_from_arguments_and_stdin_and_tails_a_topic(appliance_f
     r = cli(app, "produce", "-t", "Cli", stdin="three\nfour\n")
     assert r.returncode == 0 and len(r.stdout.splitlines()) == 2, (r.stdout, r.stderr)
 
-    tail = subprocess.Popen([sys.executable, "-m", "appliance", "consume", "-t", "Cli", "--from-first",
+    tail = subprocess.Popen([sys.executable, "-m", "rocketbox.appliance", "consume", "-t", "Cli", "--from-first",
                              "-e", "TagA", "-c", app.conf], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
@@ -145,7 +145,7 @@ def test_the_cli_produces_from_arguments_and_stdin_and_tails_a_topic(appliance_f
 
     alone = tmp_path / "alone.conf"                             # no name server: says so, exit 2
     alone.write_text("namesrvAddr=\n")
-    r = subprocess.run([sys.executable, "-m", "appliance", "produce", "-t", "Cli", "-c", str(alone), "x"], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "rocketbox.appliance", "produce", "-t", "Cli", "-c", str(alone), "x"], cwd=ROOT,
                        capture_output=True, text=True, timeout=60)
     assert (r.returncode, r.stderr.strip()) == (2, "appliance: no name server: pass --namesrv or set namesrvAddr")
     r = cli(app, "produce", "-t", "bad topic!", "x")             # a broker's refusal: its code, exit 1

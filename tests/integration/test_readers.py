@@ -14,12 +14,12 @@ import sys
 import threading
 import time
 
-from remoting import codec
-from remoting.codes import RequestCode as R
-from remoting.codes import ResponseCode as RC
-from shm.layout import C
-from store import message, topicjournal
-from store.configfile import loads_tolerant
+from rocketbox.remoting import codec
+from rocketbox.remoting.codes import RequestCode as R
+from rocketbox.remoting.codes import ResponseCode as RC
+from rocketbox.shm.layout import C
+from rocketbox.store import message, topicjournal
+from rocketbox.store.configfile import loads_tolerant
 from tests.integration.harness import ROOT, create_topic, dispatched
 from tests.integration.wire import Wire
 
@@ -161,7 +161,7 @@ def test_bad_sends_get_rocketmq_codes(appliance_factory):
 def test_a_topic_past_maxTopicQueueNums_is_refused_when_made_and_at_start(appliance_factory):
     """A topic's queues are consume-queue directories the writer makes with it: one asking for
     2**31 - 1 of them kept the writer making directories, and every send timed out."""
-    from store import configfile
+    from rocketbox.store import configfile
     app = appliance_factory().start()
     w = Wire("127.0.0.1", app.cfg.listenPort)
 
@@ -198,8 +198,8 @@ def test_a_topic_past_maxTopicQueueNums_is_refused_when_made_and_at_start(applia
 def test_a_batch_whose_properties_are_not_utf8_is_stored_as_sent_and_read_as_java_reads_it(appliance_factory):
     """RocketMQ's broker copies a batch's properties bytes as they come; so do we, and every
     reader of the record (a consumer, VIEW_MESSAGE_BY_ID, the checker) reads them with U+FFFD."""
-    from appliance.check import check
-    from client.message import decode_messages
+    from rocketbox.appliance.check import check
+    from rocketbox.client.message import decode_messages
     app = appliance_factory().start()
     w = Wire("127.0.0.1", app.cfg.listenPort)
     batch = bytearray(message.encode_client_batch([(0, b"one", "TAGS\x01TagA\x02KEYS\x01kx"), (0, b"two", "")]))
@@ -463,7 +463,7 @@ def test_a_full_offset_table_refuses_new_offsets_and_keeps_serving(appliance_fac
     assert pull_n(w, "Full", 1, flag=0x1, group="g2") == [b"x"]            # its commit is not kept, the pull is
     w.close()
     assert "consumer offsets of new (topic@group, queue)s are refused: the table is full (16 offsets" in app.log_text()
-    status = [sys.executable, "-m", "appliance", "status", "-c", app.conf]
+    status = [sys.executable, "-m", "rocketbox.appliance", "status", "-c", app.conf]
     out = subprocess.run(status, cwd=ROOT, capture_output=True, text=True).stdout
     assert "table consumer offsets NEAR FULL: 16 of 16 (raise shmOffsetSlots)" in out, out
     assert "table topics" not in out                                       # only what is near full
@@ -495,7 +495,7 @@ def test_more_queues_than_a_process_may_hold_open_are_dispatched_and_pulled_acro
                 assert pull_n(w, t, 1, queue=q) == [f"{t}/{q}".encode()], (t, q)
         w.close()
     every_queue_pulls()
-    assert subprocess.run([sys.executable, "-m", "appliance", "status", "-c", app.conf], cwd=ROOT,
+    assert subprocess.run([sys.executable, "-m", "rocketbox.appliance", "status", "-c", app.conf], cwd=ROOT,
                           capture_output=True).returncode == 0
     for role in ("dispatcher", "reader-0", "reader-1"):
         fds = len(os.listdir(f"/proc/{app.role_pid(role)}/fd"))
@@ -510,7 +510,7 @@ def test_past_the_connection_limit_a_new_client_is_closed_at_once_and_it_is_said
     """ulimit -n 256: HAProxy's maxconn fits it, and a connection past the admission limit is
     closed at once instead of waiting in the kernel's backlog for an answer that never comes; the
     role logs it once and `appliance status` shows the connections against the limit."""
-    from haproxy.service import admission_limit, connections, frontend_stats
+    from rocketbox.haproxy.service import admission_limit, connections, frontend_stats
     app = appliance_factory().start(nofile=256)
     _, _, maxconn = connections(frontend_stats(app.cfg))
     limit = admission_limit(maxconn)
@@ -534,7 +534,7 @@ def test_past_the_connection_limit_a_new_client_is_closed_at_once_and_it_is_said
     while "new client connections are refused" not in app.log_text():
         assert time.monotonic() < deadline + 10, app.log_text()[-2000:]
         time.sleep(0.2)
-    out = subprocess.run([sys.executable, "-m", "appliance", "status", "-c", app.conf], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-m", "rocketbox.appliance", "status", "-c", app.conf], cwd=ROOT,
                          capture_output=True, text=True).stdout
     assert f"connections {limit} of {limit}, 3 refused at the limit since HAProxy started NEAR FULL" in out, out
     for w in held:

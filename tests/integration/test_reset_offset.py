@@ -9,14 +9,14 @@ import json
 import re
 import time
 
-from client.admin import Admin
-from client.consumer import PushConsumer
-from client.instance import MessageQueue
-from client.message import Message
-from client.producer import Producer
-from remoting import mqtable
-from remoting.codes import RequestCode as R
-from remoting.codes import ResponseCode as RC
+from rocketbox.client.admin import Admin
+from rocketbox.client.consumer import PushConsumer
+from rocketbox.client.instance import MessageQueue
+from rocketbox.client.message import Message
+from rocketbox.client.producer import Producer
+from rocketbox.remoting import mqtable
+from rocketbox.remoting.codes import RequestCode as R
+from rocketbox.remoting.codes import ResponseCode as RC
 from tests.integration.harness import create_topic, dispatched, owned
 from tests.integration.test_admin import _heartbeat, _wait_for
 from tests.integration.wire import Wire

@@ -6,10 +6,10 @@ from __future__ import annotations
 import os
 import time
 
-from appliance.check import check, scan_commitlog
-from remoting.codes import RequestCode as R
-from remoting.codes import ResponseCode as RC
-from store import topicjournal
+from rocketbox.appliance.check import check, scan_commitlog
+from rocketbox.remoting.codes import RequestCode as R
+from rocketbox.remoting.codes import ResponseCode as RC
+from rocketbox.store import topicjournal
 from tests.integration.harness import start_producer
 from tests.integration.test_readers import bodies, pull
 from tests.integration.wire import Wire
@@ -84,7 +84,7 @@ def test_a_topics_own_retention_and_a_purge_hide_its_older_messages(appliance_fa
     """Beyond 4.x: a topic's retentionMs and a purge move its queues' min offsets past what is
     older, while the shared CommitLog file stays; topics.json keeps them through an update that does
     not name them (as mqadmin updateTopic sends) and a restart."""
-    from store.configfile import read
+    from rocketbox.store.configfile import read
     from tests.integration.harness import create_topic
     from tests.integration.test_readers import send_v2
     app = appliance_factory(namesrv=True, cleanResourceInterval="200").start()

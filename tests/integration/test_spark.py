@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from client.message import Message
-from client.producer import Producer
+from rocketbox.client.message import Message
+from rocketbox.client.producer import Producer
 from tests.integration.harness import read_topic
 
 pytestmark = pytest.mark.timeout(300)
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.timeout(300)
 
 @pytest.fixture(scope="module")
 def spark():
-    from spark import session
+    from rocketbox.spark import session
     s = session("rocketbox-tests")
     s.sparkContext.setLogLevel("ERROR")
     yield s
@@ -61,7 +61,7 @@ def test_a_batch_read_returns_what_the_client_pulls_field_by_field(appliance_fac
     want = sorted(m.msg_id for m in pulled.values() if m.properties["TAGS"] == "T1" and m.queue_id == 0
                   and m.store_timestamp >= mid)
     assert sorted(r.uniqKey for r in query.collect()) == want
-    from spark import register
+    from rocketbox.spark import register
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")
     register(spark)
     try:
@@ -74,8 +74,8 @@ def test_a_batch_read_returns_what_the_client_pulls_field_by_field(appliance_fac
     # what the pushdown plans: queue 0 alone, from the time on, and only entries whose tag hash is T1's
     from pyspark.sql.datasource import CaseInsensitiveDict, EqualTo, GreaterThanOrEqual
 
-    from spark import storefiles
-    from spark.source import PushdownReader
+    from rocketbox.spark import storefiles
+    from rocketbox.spark.source import PushdownReader
     reader = PushdownReader(CaseInsensitiveDict({"path": app.cfg.root, "topic": "Sparked", "maxRecordsPerPartition": "7"}))
     kept = list(reader.pushFilters([EqualTo(("tags",), "T1"), EqualTo(("queueId",), 0),
                                     GreaterThanOrEqual(("storeTimestamp",), mid)]))
@@ -86,7 +86,7 @@ def test_a_batch_read_returns_what_the_client_pulls_field_by_field(appliance_fac
     assert planned == len([m for m in pulled.values() if m.queue_id == 0 and m.store_timestamp >= mid])
     read = sum(storefiles.read_batch(app.cfg.root, "Sparked", 0, p.start, p.end, tags=p.tags).num_rows for p in parts)
     assert read == len(want) < planned < 120
-    from spark.source import RecordsAt
+    from rocketbox.spark.source import RecordsAt
     target = sent[17].msg_id                                   # a uniqKey: through the IndexFile
     by_key = PushdownReader(CaseInsensitiveDict({"path": app.cfg.root, "topic": "Sparked"}))
     list(by_key.pushFilters([EqualTo(("uniqKey",), target)]))
@@ -179,8 +179,8 @@ def test_the_jobs_audit_export_lag_and_search(appliance_factory, spark, tmp_path
     import subprocess
     import sys
 
-    from client.consumer import PullConsumer
-    from spark.jobs import audit, export, lag, search
+    from rocketbox.client.consumer import PullConsumer
+    from rocketbox.spark.jobs import audit, export, lag, search
     app = appliance_factory(namesrv=True, mappedFileSizeCommitLog=str(256 * 1024), maxMessageSize="65536").start()
     sent = _send(app, "Jobs", 400)                       # in CommitLog files of 256 KiB
 
@@ -226,8 +226,8 @@ def test_the_jobs_audit_export_lag_and_search(appliance_factory, spark, tmp_path
     open(os.path.join(root, "abort"), "wb").close()
     with open(os.path.join(root, "checkpoint"), "r+b") as f:
         f.write(bytes(40))                                      # the abnormal scan starts at the first file
-    from appliance.inprocess import running_store
-    from spark.storefiles import Store, read_batches  # (what each of the source's tasks reads)
+    from rocketbox.appliance.inprocess import running_store
+    from rocketbox.spark.storefiles import Store, read_batches  # (what each of the source's tasks reads)
     with running_store(app.cfg):                                # (recovery, in this process)
         pass
     phys = [p for q in Store(root).queues("Jobs")
@@ -237,7 +237,7 @@ def test_the_jobs_audit_export_lag_and_search(appliance_factory, spark, tmp_path
     problems, tombstones = audit.report(spark, root)
     assert problems.count() == 0
     assert [(t.file, t.offset, t.topic) for t in tombstones.collect()] == [(victim, at, "Jobs")]
-    out = subprocess.run([sys.executable, "-m", "appliance", "spark", "lag", "-c", app.conf, "--png",
+    out = subprocess.run([sys.executable, "-m", "rocketbox.appliance", "spark", "lag", "-c", app.conf, "--png",
                           str(tmp_path / "lag.png")], capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "lagging" in out.stdout and open(tmp_path / "lag.png", "rb").read(8) == b"\x89PNG\r\n\x1a\n"

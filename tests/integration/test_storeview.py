@@ -3,10 +3,10 @@ and a long-poll wait woken by the dispatcher."""
 import threading
 import time
 
-from readers.storeview import FILTER_SCAN, FOUND, NO_MATCHED, NO_NEW, OFFSET_MOVED, StoreView
-from shm.layout import C
-from store.javahash import string_hash
-from writer.client import PutRequest, RingClient
+from rocketbox.readers.storeview import FILTER_SCAN, FOUND, NO_MATCHED, NO_NEW, OFFSET_MOVED, StoreView
+from rocketbox.shm.layout import C
+from rocketbox.store.javahash import string_hash
+from rocketbox.writer.client import PutRequest, RingClient
 
 
 def test_pull_filter_and_long_poll(appliance_factory):

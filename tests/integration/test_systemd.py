@@ -20,8 +20,8 @@ import time
 
 import pytest
 
-from appliance.install import _SKIP
-from net.readiness import answers
+from rocketbox.appliance.install import _SKIP
+from rocketbox.net.readiness import answers
 from tests.integration import nspawn
 from tests.integration.harness import ROOT, next_port, pull_all
 
@@ -86,7 +86,7 @@ class Box:
             return False
 
     async def _route(self):
-        from client.instance import ClientInstance
+        from rocketbox.client.instance import ClientInstance
         inst = ClientInstance(self.namesrv, 3.0)
         try:
             await inst.start()
@@ -97,8 +97,8 @@ class Box:
 
     def produce(self, topic: str, n: int, tag: str) -> list[str]:
         """``n`` messages with unique keys through HAProxy -> the keys acknowledged SEND_OK."""
-        from client.message import Message
-        from client.producer import Producer
+        from rocketbox.client.message import Message
+        from rocketbox.client.producer import Producer
 
         async def go():
             p = await Producer("systemd_test", self.namesrv).start()

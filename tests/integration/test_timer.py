@@ -16,11 +16,11 @@ import time
 
 import pytest
 
-from client.admin import Admin
-from client.errors import MQBrokerError
-from client.message import Message
-from remoting.codes import RequestCode as R
-from remoting.codes import ResponseCode as RC
+from rocketbox.client.admin import Admin
+from rocketbox.client.errors import MQBrokerError
+from rocketbox.client.message import Message
+from rocketbox.remoting.codes import RequestCode as R
+from rocketbox.remoting.codes import ResponseCode as RC
 from tests.integration import javaclient
 from tests.integration.harness import read_topic
 from tests.integration.test_delay import _arrival, _producer
@@ -28,7 +28,7 @@ from tests.integration.wire import Wire
 
 
 def _cli(app, *argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "appliance", *argv, "-n", app.namesrv, "-c", app.conf],
+    return subprocess.run([sys.executable, "-m", "rocketbox.appliance", *argv, "-n", app.namesrv, "-c", app.conf],
                           capture_output=True, text=True, timeout=60)
 
 

@@ -7,12 +7,12 @@ import asyncio
 
 import pytest
 
-from client.errors import MQBrokerError
-from client.message import Message
-from client.producer import Producer
-from remoting.codes import RequestCode as R
-from remoting.codes import ResponseCode as RC
-from store import message
+from rocketbox.client.errors import MQBrokerError
+from rocketbox.client.message import Message
+from rocketbox.client.producer import Producer
+from rocketbox.remoting.codes import RequestCode as R
+from rocketbox.remoting.codes import ResponseCode as RC
+from rocketbox.store import message
 from tests.integration import javaclient
 from tests.integration.harness import create_topic, read_topic, wait_route
 from tests.integration.test_readers import send_ext

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import socket
 
-from remoting import codec
-from remoting.codec import Command, Decoder
+from rocketbox.remoting import codec
+from rocketbox.remoting.codec import Command, Decoder
 
 
 class Wire:

@@ -1,6 +1,6 @@
 import pytest
 
-from appliance.config import ConfigError, load
+from rocketbox.appliance.config import ConfigError, load
 
 
 def test_defaults_are_rocketmqs(tmp_path):

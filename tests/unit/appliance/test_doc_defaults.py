@@ -3,7 +3,7 @@ keys, and every "`key` N" or "`key`, N" in either document for a key of ``applia
 import os
 import re
 
-from appliance import config
+from rocketbox.appliance import config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 DEFAULTS = {name: default for name, _parse, default, _meaning in config.TABLE

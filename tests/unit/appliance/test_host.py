@@ -4,7 +4,7 @@ import os
 import subprocess
 import sys
 
-from appliance import host
+from rocketbox.appliance import host
 
 
 def test_every_setting_is_read_off_this_host_and_the_store_disk_is_found(tmp_path):
@@ -31,7 +31,7 @@ def test_the_files_install_writes_give_each_setting_its_reason():
 
 
 def test_check_prints_wanted_actual_and_whether_each_holds():
-    out = subprocess.run([sys.executable, "-m", "appliance", "host"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-m", "rocketbox.appliance", "host"], capture_output=True, text=True, timeout=60)
     rows = [line.split() for line in out.stdout.splitlines()[1:-1]]
     assert {r[0] for r in rows} >= {name for name, _v, _w in host.SYSCTLS}
     held = sum(r[-1] == "yes" for r in rows)

@@ -11,7 +11,7 @@ from dataclasses import fields
 
 import pytest
 
-from appliance import config, install
+from rocketbox.appliance import config, install
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 

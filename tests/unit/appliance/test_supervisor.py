@@ -2,9 +2,9 @@
 loop left to itself."""
 import logging
 
-from appliance.supervisor import Supervisor
-from shm.layout import C
-from shm.state import SharedState
+from rocketbox.appliance.supervisor import Supervisor
+from rocketbox.shm.layout import C
+from rocketbox.shm.state import SharedState
 from tests.unit.writer.rig import small_config
 
 

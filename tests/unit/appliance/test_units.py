@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from appliance import config, units
+from rocketbox.appliance import config, units
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 

@@ -4,10 +4,10 @@ replies, split anywhere, as the decoder does), and its sends carry keys of their
 import re
 
 from bench.e2e import KEYS_PER_QUEUE, QUEUES, PullFrames, Rocketbox
-from readers.pull import _ANSWER
-from remoting import codec
-from remoting.codes import ResponseCode as RC
-from store.message import decode_records, encode_record
+from rocketbox.readers.pull import _ANSWER
+from rocketbox.remoting import codec
+from rocketbox.remoting.codes import ResponseCode as RC
+from rocketbox.store.message import decode_records, encode_record
 
 
 def test_pull_frames_are_the_encoded_pull_requests():

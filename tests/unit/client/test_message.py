@@ -4,9 +4,9 @@ import zlib
 
 import pytest
 
-from client.message import decode_messages
-from store import message as m
-from store.errors import CorruptData
+from rocketbox.client.message import decode_messages
+from rocketbox.store import message as m
+from rocketbox.store.errors import CorruptData
 
 
 def test_every_field_comes_from_its_record():

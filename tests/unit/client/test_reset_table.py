@@ -7,9 +7,9 @@ import datetime
 
 import pytest
 
-from client.cli import _timestamp
-from client.instance import MessageQueue, reset_offset_table
-from remoting import mqtable
+from rocketbox.client.cli import _timestamp
+from rocketbox.client.instance import MessageQueue, reset_offset_table
+from rocketbox.remoting import mqtable
 
 
 def test_both_body_forms_give_the_same_table():

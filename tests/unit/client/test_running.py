@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from client import running
-from client.instance import MessageQueue
-from remoting import mqtable
+from rocketbox.client import running
+from rocketbox.client.instance import MessageQueue
+from rocketbox.remoting import mqtable
 
 
 class Clock:

@@ -3,7 +3,7 @@ it waited for and the cancel landed in the same loop turn (what hung a consumer'
 import asyncio
 import sys
 
-from client.instance import stop_tasks
+from rocketbox.client.instance import stop_tasks
 
 
 async def cancel_and_gather(tasks):

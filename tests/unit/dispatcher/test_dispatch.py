@@ -8,13 +8,13 @@ import time
 
 import pytest
 
-from readers.storeview import StoreView
-from shm.layout import C
-from store import indexfile, message
-from store.javahash import index_key_hash, string_hash
+from rocketbox.readers.storeview import StoreView
+from rocketbox.shm.layout import C
+from rocketbox.store import indexfile, message
+from rocketbox.store.javahash import index_key_hash, string_hash
+from rocketbox.writer.client import PutRequest
+from rocketbox.writer.topics import topic_config
 from tests.unit.writer.rig import running_store, small_config
-from writer.client import PutRequest
-from writer.topics import topic_config
 
 PREPARED, ROLLBACK = message.TX_PREPARED, message.TX_ROLLBACK
 
@@ -100,7 +100,7 @@ def test_dispatch_matches_a_per_record_reading(tmp_path, few_records):
 
 
 def test_pace_pauses_only_when_no_long_poll_waits_and_the_pass_caught_up(tmp_path):
-    from shm.layout import S
+    from rocketbox.shm.layout import S
     cfg = small_config(tmp_path / "store", "pace")
     with running_store(cfg) as (sh, w, d, c):
         c.submit([PutRequest("TBW102", 0, [b"x"], [{}])])
@@ -148,7 +148,7 @@ def test_a_record_that_fails_is_queued_without_index_keys_and_one_of_no_queue_is
     record of "Poison" raises in both paths) leaves those records consumable without keys, the
     others of the same pass fully dispatched; a record for a queue the writer never registered (its
     QUEUEID flipped) is left out; each is logged with its offset and counted, nothing raises."""
-    from dispatcher.service import DispatcherService
+    from rocketbox.dispatcher.service import DispatcherService
     real = DispatcherService._key_seed
 
     def poisoned(self, topic):
@@ -199,9 +199,9 @@ def test_a_dispatcher_out_of_descriptors_waits_says_so_once_and_catches_up(tmp_p
     be opened again every queue gets its entries (the pass redone, nothing twice)."""
     import resource
 
-    from dispatcher import service
-    from store import consumequeue
-    from store.consumequeue import ConsumeQueue
+    from rocketbox.dispatcher import service
+    from rocketbox.store import consumequeue
+    from rocketbox.store.consumequeue import ConsumeQueue
     monkeypatch.setattr(service, "NO_ROOM_RETRY_S", 0.0)
     monkeypatch.setattr(consumequeue.OPEN_FILES, "budget", 1000)     # more files than the lowered limit allows
     cfg = small_config(tmp_path / "store", "df", shmQueueSlots=256)

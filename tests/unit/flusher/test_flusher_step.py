@@ -2,15 +2,15 @@
 ASYNC_FLUSH waits for enough dirty pages unless somebody waits; checkpoint and abort."""
 import os
 
-from appliance import recovery
-from dispatcher.service import DispatcherService
-from flusher.service import FlusherService
-from shm.layout import C, S
-from shm.state import SharedState
-from store.checkpoint import Checkpoint
+from rocketbox.appliance import recovery
+from rocketbox.dispatcher.service import DispatcherService
+from rocketbox.flusher.service import FlusherService
+from rocketbox.shm.layout import C, S
+from rocketbox.shm.state import SharedState
+from rocketbox.store.checkpoint import Checkpoint
+from rocketbox.writer.client import PutRequest, RingClient
+from rocketbox.writer.service import WriterService
 from tests.unit.writer.rig import running_store, small_config
-from writer.client import PutRequest, RingClient
-from writer.service import WriterService
 
 
 def _setup(tmp_path, mode):
@@ -90,8 +90,8 @@ def test_consume_queues_written_since_the_last_flush_are_flushed_each_or_with_on
     """A few dirty consume queues get an fdatasync each; past MANY_DIRTY_QUEUES the filesystem is
     synced once (100,000 new queues were 100,000 fdatasyncs, each a journal commit). Either way
     the checkpoint then says how far consume queues are on disk, and nothing is left to flush."""
-    from flusher import service
-    from store import mappedfile
+    from rocketbox.flusher import service
+    from rocketbox.store import mappedfile
     calls = []
     for fn in ("fdatasync", "syncfs"):                       # counted, then done for real
         real = getattr(mappedfile, fn)

@@ -2,8 +2,8 @@
 import re
 import subprocess
 
-from appliance import config
-from haproxy.service import DOWN_CHECK_MS, binary, render
+from rocketbox.appliance import config
+from rocketbox.haproxy.service import DOWN_CHECK_MS, binary, render
 
 
 def test_config_checks_each_reader_and_rechecks_a_down_one_soon(tmp_path):

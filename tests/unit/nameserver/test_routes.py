@@ -5,8 +5,8 @@ import zlib
 
 import pytest
 
-from nameserver.routes import BROKER_EXPIRE_S, RouteTable
-from nameserver.service import MAX_INFLATED, parse_register_body
+from rocketbox.nameserver.routes import BROKER_EXPIRE_S, RouteTable
+from rocketbox.nameserver.service import MAX_INFLATED, parse_register_body
 
 TC = {"TopicTest": {"topicName": "TopicTest", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6, "order": False},
       "Orders": {"topicName": "Orders", "readQueueNums": 8, "writeQueueNums": "8", "perm": 6, "topicSysFlag": 0}}

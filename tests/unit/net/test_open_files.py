@@ -6,7 +6,7 @@ import resource
 
 import pytest
 
-from net.server import RemotingServer, fd_table_size
+from rocketbox.net.server import RemotingServer, fd_table_size
 
 
 @pytest.fixture

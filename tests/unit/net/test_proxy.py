@@ -4,7 +4,7 @@ import struct
 
 import pytest
 
-from net import proxy
+from rocketbox.net import proxy
 
 
 def header(cmd: int, family: int, addrs: bytes) -> bytes:

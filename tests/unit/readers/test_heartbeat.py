@@ -6,9 +6,9 @@ import os
 
 import pytest
 
-from readers.members import parse_heartbeat
-from remoting import codec
-from store.javahash import string_hash
+from rocketbox.readers.members import parse_heartbeat
+from rocketbox.remoting import codec
+from rocketbox.store.javahash import string_hash
 
 CAPTURES = os.path.join(os.path.dirname(__file__), "../../captures")
 

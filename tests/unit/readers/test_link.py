@@ -5,16 +5,16 @@ import asyncio
 
 import numpy as np
 
-from readers.context import ReaderContext
-from readers.link import OVERLOAD
-from readers.pull import PullProcessor
-from remoting.codes import ResponseCode as RC
-from shm.layout import C, S
-from store import message
-from store.javahash import string_hash
+from rocketbox.readers.context import ReaderContext
+from rocketbox.readers.link import OVERLOAD
+from rocketbox.readers.pull import PullProcessor
+from rocketbox.remoting.codes import ResponseCode as RC
+from rocketbox.shm.layout import C, S
+from rocketbox.store import message
+from rocketbox.store.javahash import string_hash
+from rocketbox.writer.client import PutRequest, RingClient
+from rocketbox.writer.topics import topic_config
 from tests.unit.writer.rig import running_store, small_config
-from writer.client import PutRequest, RingClient
-from writer.topics import topic_config
 
 
 def _with_link(tmp_path, tag: str, test, **settings) -> None:

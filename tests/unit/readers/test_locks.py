@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from readers.locks import LOCK_MAX_LIVE_MS, QueueLocks, parse_lock_body
+from rocketbox.readers.locks import LOCK_MAX_LIVE_MS, QueueLocks, parse_lock_body
 
 
 def mq(q: int, topic: str = "T") -> dict:

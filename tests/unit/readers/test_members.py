@@ -1,9 +1,9 @@
 """Consumer-group membership across readers (readers/members.py), two readers' rows in one real
 shared segment: a change on one reader wakes the other at once, which then sees the new members."""
-from readers.members import ConsumerData, Members
-from shm.state import SharedState
+from rocketbox.readers.members import ConsumerData, Members
+from rocketbox.shm.state import SharedState
+from rocketbox.writer.client import RingClient
 from tests.unit.writer.rig import small_config
-from writer.client import RingClient
 
 G1 = ConsumerData({"groupName": "g1"})
 WHO = {"clientAddr": "10.0.0.2:5000", "clientId": "c2", "language": "JAVA", "version": 399}

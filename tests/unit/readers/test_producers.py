@@ -1,6 +1,6 @@
 """Producer groups' clients on a reader (readers/producers.py): registered by heartbeats, forgotten
 when their connection closes, when they unregister, or after 120 s without a heartbeat."""
-from readers.producers import Producers
+from rocketbox.readers.producers import Producers
 
 WHO = {"clientAddr": "10.0.0.1:5000", "clientId": "c1", "language": "JAVA", "version": 399}
 

@@ -2,11 +2,11 @@
 than accessMessageInMemoryMaxRatio of RAM behind the CommitLog's end) under the on-disk count and
 bytes, records past that line under the in-memory ones, in one pull that crosses it; and the
 next offset is the first record not returned, with and without a tag filter."""
-from readers.storeview import StoreView
-from store.javahash import string_hash
+from rocketbox.readers.storeview import StoreView
+from rocketbox.store.javahash import string_hash
+from rocketbox.writer.client import PutRequest
+from rocketbox.writer.topics import topic_config
 from tests.unit.writer.rig import running_store, small_config
-from writer.client import PutRequest
-from writer.topics import topic_config
 
 N = 20
 

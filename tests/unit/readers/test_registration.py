@@ -6,10 +6,10 @@ import json
 import socket
 import time
 
-from readers.registration import PERIOD_S, RETRY_FIRST_S, Registrar
-from store import topicjournal
+from rocketbox.readers.registration import PERIOD_S, RETRY_FIRST_S, Registrar
+from rocketbox.store import topicjournal
+from rocketbox.writer.topics import topic_config
 from tests.unit.writer.rig import running_store, small_config
-from writer.topics import topic_config
 
 
 def _closed_port() -> int:

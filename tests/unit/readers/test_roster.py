@@ -2,8 +2,8 @@
 reader of a slot published, whole, and merges a group's members from every reader."""
 import os
 
-from readers import roster
-from readers.roster import Roster
+from rocketbox.readers import roster
+from rocketbox.readers.roster import Roster
 
 JAVA = {"clientAddr": "10.0.0.1:5000", "clientId": "10.0.0.1@a", "language": "JAVA", "version": 399}
 CPP = {"clientAddr": "10.0.0.2:5001", "clientId": "10.0.0.2@b", "language": "CPP", "version": 5}

@@ -5,14 +5,14 @@ import asyncio
 
 from bench.e2e import Rocketbox
 from bench.paths import _Transport
-from net.server import Connection, RemotingServer
-from readers.context import ReaderContext
-from readers.send import SendProcessor
-from remoting import codec
-from remoting.codes import ResponseCode as RC
-from store import message
+from rocketbox.net.server import Connection, RemotingServer
+from rocketbox.readers.context import ReaderContext
+from rocketbox.readers.send import SendProcessor
+from rocketbox.remoting import codec
+from rocketbox.remoting.codes import ResponseCode as RC
+from rocketbox.store import message
+from rocketbox.writer.topics import topic_config
 from tests.unit.writer.rig import running_store, small_config
-from writer.topics import topic_config
 
 
 class _Kept(_Transport):

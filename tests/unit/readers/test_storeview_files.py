@@ -2,11 +2,11 @@
 made empty, then given its size (sparse: blocks are reserved as entries are written)."""
 import os
 
-from readers.storeview import FOUND, StoreView
-from store.consumequeue import file_size_for, queue_dir
+from rocketbox.readers.storeview import FOUND, StoreView
+from rocketbox.store.consumequeue import file_size_for, queue_dir
+from rocketbox.writer.client import PutRequest
+from rocketbox.writer.topics import topic_config
 from tests.unit.writer.rig import running_store, small_config
-from writer.client import PutRequest
-from writer.topics import topic_config
 
 
 def test_a_reader_looking_while_a_queue_file_is_made_gets_an_answer_then_the_records(tmp_path):

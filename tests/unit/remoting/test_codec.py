@@ -9,9 +9,9 @@ import struct
 import numpy as np
 import pytest
 
-from remoting import codec
-from remoting.codec import Command, Decoder, FrameError
-from remoting.codes import ResponseCode
+from rocketbox.remoting import codec
+from rocketbox.remoting.codec import Command, Decoder, FrameError
+from rocketbox.remoting.codes import ResponseCode
 
 CAPTURES = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "../../captures/*.bin")))
 REMOTING = [p for p in CAPTURES if "h2c" not in p]
@@ -259,8 +259,8 @@ def test_garbage_reads_the_same_with_and_without_learnt_layouts():
 
 
 def test_the_codec_does_no_io():
-    import remoting.codec as mod
-    import remoting.codes as codes_mod
+    import rocketbox.remoting.codec as mod
+    import rocketbox.remoting.codes as codes_mod
     for m in (mod, codes_mod):
         text = open(m.__file__).read()
         assert "import asyncio" not in text and "import socket" not in text

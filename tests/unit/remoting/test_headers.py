@@ -6,10 +6,10 @@ import random
 
 import pytest
 
-from remoting import codec, headers
-from remoting.codec import Command, Decoder
-from remoting.codes import RequestCode as R
-from remoting.headers import HeaderError
+from rocketbox.remoting import codec, headers
+from rocketbox.remoting.codec import Command, Decoder
+from rocketbox.remoting.codes import RequestCode as R
+from rocketbox.remoting.headers import HeaderError
 
 CAPTURES = sorted(glob.glob(os.path.join(os.path.dirname(__file__), "../../captures/*.bin")))
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from remoting import mqtable
+from rocketbox.remoting import mqtable
 
 
 def test_mqtable_reads_what_it_writes_and_what_fastjson_writes():

@@ -6,12 +6,12 @@ import os
 import threading
 import time
 
-from appliance.inprocess import running_store, small_config
-from readers.storeview import StoreView
-from scheduler.service import IDLE_S, SchedulerService
-from store import configfile, message
-from writer.client import PutRequest
-from writer.topics import topic_config
+from rocketbox.appliance.inprocess import running_store, small_config
+from rocketbox.readers.storeview import StoreView
+from rocketbox.scheduler.service import IDLE_S, SchedulerService
+from rocketbox.store import configfile, message
+from rocketbox.writer.client import PutRequest
+from rocketbox.writer.topics import topic_config
 
 
 @contextlib.contextmanager
@@ -106,7 +106,7 @@ def test_messages_for_a_deleted_topic_or_the_half_topic_are_dropped_and_the_leve
 
 
 def test_a_level_past_the_last_is_the_last_and_real_topic_and_queue_are_recorded():
-    from store import delay
+    from rocketbox.store import delay
     props = delay.scheduled_properties(b"TAGS\x01a\x02DELAY\x0199", 99, 18, "T", 3)
     assert message.parse_properties(props.decode()) == {"TAGS": "a", "DELAY": "18", "REAL_TOPIC": "T", "REAL_QID": "3"}
     assert delay.scheduled_properties(b"DELAY\x012", 2, 18, "T", 0) == b"DELAY\x012\x02REAL_TOPIC\x01T\x02REAL_QID\x010"

@@ -8,13 +8,13 @@ import time
 import numpy as np
 import pytest
 
-from appliance.inprocess import running_store, small_config
-from scheduler.service import SchedulerService
-from scheduler.timers import PendingTimers
-from store import configfile, message, timer
+from rocketbox.appliance.inprocess import running_store, small_config
+from rocketbox.scheduler.service import SchedulerService
+from rocketbox.scheduler.timers import PendingTimers
+from rocketbox.store import configfile, message, timer
+from rocketbox.writer.client import PutRequest
+from rocketbox.writer.topics import topic_config
 from tests.unit.scheduler.test_scheduler import _real, _writer_thread
-from writer.client import PutRequest
-from writer.topics import topic_config
 
 
 def test_timer_properties_follow_5x_precedence_and_bounds():

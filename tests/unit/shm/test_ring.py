@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from shm.ring import HEADER_SIZE, Ring, RingCorrupt, ring_size
+from rocketbox.shm.ring import HEADER_SIZE, Ring, RingCorrupt, ring_size
 
 
 def make(cap=256):

@@ -1,8 +1,8 @@
 """The broker's message counts (shm/stats.py) on a real shared segment: from zero at start, marked
 at each new day, rates over the samples a reader took."""
-from shm import stats
-from shm.layout import C, S
-from shm.state import SharedState
+from rocketbox.shm import stats
+from rocketbox.shm.layout import C, S
+from rocketbox.shm.state import SharedState
 from tests.unit.writer.rig import small_config
 
 

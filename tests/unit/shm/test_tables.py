@@ -1,9 +1,9 @@
 """The readers' cache of the shared topic table: rows come from shared memory again once the
 writer has changed a topic; TopicChanges finds the rows made or changed since its last look."""
-from shm.layout import T
-from shm.tables import TopicChanges
+from rocketbox.shm.layout import T
+from rocketbox.shm.tables import TopicChanges
+from rocketbox.writer.topics import topic_config
 from tests.unit.writer.rig import running_store, small_config
-from writer.topics import topic_config
 
 
 def test_a_cached_topic_row_follows_the_writers_changes(tmp_path):

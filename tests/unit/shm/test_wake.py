@@ -2,7 +2,7 @@
 import os
 import time
 
-from shm.wake import PipeWaker
+from rocketbox.shm.wake import PipeWaker
 
 
 def test_posts_wake_once_and_a_full_pipe_is_still_one_pending_wake():

@@ -8,13 +8,13 @@ import zlib
 import numpy as np
 import pytest
 
-from appliance.inprocess import running_store, small_config
-from shm.layout import C
-from spark import storefiles
-from store import message
+from rocketbox.appliance.inprocess import running_store, small_config
+from rocketbox.shm.layout import C
+from rocketbox.spark import storefiles
+from rocketbox.store import message
+from rocketbox.writer.client import PutRequest
+from rocketbox.writer.topics import topic_config
 from tests.unit.scheduler.test_scheduler import _writer_thread
-from writer.client import PutRequest
-from writer.topics import topic_config
 
 
 def _put(w, d, c, reqs):
@@ -90,7 +90,7 @@ def test_a_commitlog_kept_elsewhere_and_queues_over_several_files_read_back(tmp_
     """storePathCommitLog on another disk: run/store.json (written at start) says where, and the
     job reads there; a queue over several consume-queue files has its bounds and slices right
     (each file read up to its first invalid entry, never mapped)."""
-    from appliance.supervisor import write_store_info
+    from rocketbox.appliance.supervisor import write_store_info
     cfg = small_config(tmp_path / "store", "sf3", storePathCommitLog=str(tmp_path / "fast" / "commitlog"),
                        mappedFileSizeConsumeQueue=20 * 300)
     with running_store(cfg) as (sh, w, d, c):

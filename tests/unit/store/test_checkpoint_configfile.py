@@ -2,9 +2,9 @@ import json
 
 import pytest
 
-from store import configfile
-from store.checkpoint import Checkpoint
-from store.errors import StoreError
+from rocketbox.store import configfile
+from rocketbox.store.checkpoint import Checkpoint
+from rocketbox.store.errors import StoreError
 
 
 def test_checkpoint_bytes(tmp_path):
@@ -81,7 +81,7 @@ def test_members_laid_out_once_give_the_bytes_dumps_gives_the_whole_file():
 
 
 def test_checkpoint_offsets_follow_rocketmqs_three_fields_and_an_old_file_has_none(tmp_path):
-    from store.checkpoint import Checkpoint
+    from rocketbox.store.checkpoint import Checkpoint
     path = str(tmp_path / "checkpoint")
     c = Checkpoint(path)
     c.physic_ts, c.logics_ts, c.index_ts, c.physic_offset, c.logics_offset = 5000, 4000, 3000, 777, 555

@@ -3,8 +3,8 @@ import os
 import numpy as np
 import pytest
 
-from store.consumequeue import ENTRY, ENTRY_SIZE, ConsumeQueue, file_size_for
-from store.errors import CorruptData, FileSizeMismatch
+from rocketbox.store.consumequeue import ENTRY, ENTRY_SIZE, ConsumeQueue, file_size_for
+from rocketbox.store.errors import CorruptData, FileSizeMismatch
 
 
 def arr(*vals):
@@ -47,7 +47,7 @@ def test_roll_reopen_and_idempotent_put(tmp_path):
 def test_a_few_entries_at_a_time_write_the_bytes_of_one_block(tmp_path):
     """Runs of up to FEW_ENTRIES go through struct, longer ones through numpy: same file bytes,
     across a file roll, from arrays and from lists."""
-    from store.consumequeue import FEW_ENTRIES
+    from rocketbox.store.consumequeue import FEW_ENTRIES
     size = file_size_for(20 * 25)
     phys = np.arange(60, dtype=np.int64) * 1000 + 7
     sizes, tags = np.arange(60) % 900 + 100, -(np.arange(60) * 2**35)          # tags: wide and negative
@@ -126,7 +126,7 @@ def test_more_queue_files_than_the_budget_of_open_files_stay_readable_and_writab
     """A process holds at most OPEN_FILES.budget consume-queue files mapped and open (the least
     recently used are released and mapped again when used), however many queues it writes and
     reads; every entry is where it was written."""
-    from store import consumequeue
+    from rocketbox.store import consumequeue
     budget = 8
     monkeypatch.setattr(consumequeue.OPEN_FILES, "budget", budget)
     released = consumequeue.OPEN_FILES.released
@@ -174,7 +174,7 @@ def test_recovery_reads_up_to_the_first_invalid_entry_across_its_growing_reads(t
     """``valid_prefix`` reads a page (204 entries), then twice as much each time: the end is found
     wherever it falls (0, inside the first read, at its edge, past it, at the file's end and into
     the next)."""
-    from store.consumequeue import FIRST_READ
+    from rocketbox.store.consumequeue import FIRST_READ
     assert FIRST_READ == 204 * ENTRY_SIZE
     per_file = 3000
     cq = ConsumeQueue(str(tmp_path), "T", 0, per_file * ENTRY_SIZE, True).load()

@@ -1,7 +1,7 @@
 import numpy as np
 
-from store.indexfile import HEADER_SIZE, IndexFile, file_size, name_for
-from store.javahash import index_key_hashes
+from rocketbox.store.indexfile import HEADER_SIZE, IndexFile, file_size, name_for
+from rocketbox.store.javahashes import index_key_hashes
 
 
 def test_layout_size_and_name():

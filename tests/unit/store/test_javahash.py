@@ -1,6 +1,7 @@
 import numpy as np
 
-from store.javahash import FEW_HASHES, bytes_hashes, index_abs_one, index_key_hash, index_key_hashes, string_hash, string_hashes
+from rocketbox.store.javahash import index_abs_one, index_key_hash, string_hash
+from rocketbox.store.javahashes import FEW_HASHES, bytes_hashes, index_key_hashes, string_hashes
 
 VECTORS = {"": 0, "*": 42, "TagA": 2598919, "TagB": 2598920, "hello world": 1794106052,
            "TopicTest": -1902610879, "中文": 646394}
@@ -36,14 +37,14 @@ def test_index_hash_is_abs_and_min_int_maps_to_zero():
 
 
 def test_bytes_keys_match_string_path():
-    from store.javahash import index_key_hashes_bytes
+    from rocketbox.store.javahashes import index_key_hashes_bytes
     keys = ["T#abc", "", "T#" + "z" * 5000, "T#中文", "polygenelubricants", "TopicTest#UNIQ0001"]
     assert index_key_hashes_bytes([k.encode() for k in keys]).tolist() == index_key_hashes(keys).tolist()
     assert index_key_hashes_bytes([]).tolist() == []
 
 
 def test_segments_of_one_buffer_continue_from_a_prefix_hash():
-    from store.javahash import BufferHashes
+    from rocketbox.store.javahashes import BufferHashes
     text = "xxTagAyy中文zz" + "q" * 40000
     buf = np.frombuffer(text.encode(), dtype=np.uint8)
     segs = [(2, 4), (0, 0), (8, 6), (14, 40000), (1, 3)]          # "TagA", "", "中文", long, "xTa"

@@ -3,7 +3,7 @@ offset, struct and header size from ``FIELDS``; no other module types one as a n
 import os
 import re
 
-from store import message
+from rocketbox.store import message
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 FOLDERS = ("appliance", "bench", "cleaner", "client", "dispatcher", "flusher", "haproxy", "nameserver", "net",

@@ -10,9 +10,9 @@ import textwrap
 
 import pytest
 
-from store.errors import FileSizeMismatch
-from store.indexfile import IndexFile
-from store.mappedfile import MappedFile, MappedFileQueue, map_failure
+from rocketbox.store.errors import FileSizeMismatch
+from rocketbox.store.indexfile import IndexFile
+from rocketbox.store.mappedfile import MappedFile, MappedFileQueue, map_failure
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -130,8 +130,8 @@ def test_a_map_that_fails_names_the_file_and_the_processs_mappings(tmp_path):
     vm.max_map_count: MapFailed names the file and the mapping count, not a bare errno."""
     code = textwrap.dedent(f"""
         import resource, sys
-        from store.errors import MapFailed
-        from store.mappedfile import MappedFile
+        from rocketbox.store.errors import MapFailed
+        from rocketbox.store.mappedfile import MappedFile
         with open({str(tmp_path / "big")!r}, "wb") as f:
             f.truncate(2 << 30)                      # sparse: no blocks
         resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
@@ -161,7 +161,7 @@ def test_a_released_mapping_a_view_still_holds_counts_against_the_budget_until_c
     it is closed (and uncounted) once the view is dropped."""
     import numpy as np
 
-    from store.mappedfile import OpenFiles
+    from rocketbox.store.mappedfile import OpenFiles
     budget = OpenFiles(budget=3)
     files = []
     for i in range(6):

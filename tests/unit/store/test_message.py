@@ -3,8 +3,8 @@ import zlib
 
 import pytest
 
-from store import message as m
-from store.errors import CorruptData, MessageRejected
+from rocketbox.store import message as m
+from rocketbox.store.errors import CorruptData, MessageRejected
 
 
 def make(**kw):

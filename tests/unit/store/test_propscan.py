@@ -2,8 +2,8 @@ import random
 
 import numpy as np
 
-from store import propscan
-from store.message import parse_properties
+from rocketbox.store import propscan
+from rocketbox.store.message import parse_properties
 
 NAMES = (b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY")
 

@@ -3,8 +3,8 @@ import struct
 
 import pytest
 
-from store import message as m
-from store import salvage
+from rocketbox.store import message as m
+from rocketbox.store import salvage
 
 FILE = 4096
 

@@ -2,7 +2,7 @@
 Python's ``int()``: checked against JDK 17 (``+5`` and other scripts' digits are longs there too)."""
 import pytest
 
-from store import message, timer
+from rocketbox.store import message, timer
 
 NOW, MAX = 1_700_000_000_000, 400 * 86_400_000
 
@@ -29,12 +29,12 @@ def test_a_timer_with_such_a_value_is_refused_with_5x_remark(value):
 
 @pytest.mark.parametrize("value, want", [(None, 0), (b"", 0), (b"3", 3), (b"+3", 3), (b"-1", -1), (b"99", 99)])
 def test_a_delay_level_is_read_as_integer_parse_int_reads_it(value, want):
-    from store import delay
+    from rocketbox.store import delay
     assert delay.level_of(value) == want
 
 
 @pytest.mark.parametrize("value", [b" 1", b"1 ", b"1_0", b"abc", b"2147483648"])
 def test_a_delay_level_integer_parse_int_refuses(value):
-    from store import delay
+    from rocketbox.store import delay
     with pytest.raises(ValueError, match="is not a delay level"):
         delay.level_of(value)

@@ -1,6 +1,6 @@
 import pytest
 
-from writer import append
+from rocketbox.writer import append
 
 
 @pytest.fixture(autouse=True, params=["vector", "few"])

@@ -4,14 +4,14 @@ import os
 
 import pytest
 
-from appliance import recovery
-from appliance.check import check
-from dispatcher.service import DispatcherService
-from shm.layout import C
-from shm.state import SharedState
+from rocketbox.appliance import recovery
+from rocketbox.appliance.check import check
+from rocketbox.dispatcher.service import DispatcherService
+from rocketbox.shm.layout import C
+from rocketbox.shm.state import SharedState
+from rocketbox.writer.client import PutRequest, RingClient
+from rocketbox.writer.service import WriterService
 from tests.unit.writer.rig import small_config
-from writer.client import PutRequest, RingClient
-from writer.service import WriterService
 
 
 @pytest.fixture
@@ -58,9 +58,9 @@ def test_a_topic_whose_topics_json_cannot_be_written_is_refused_and_undone(small
     SYSTEM_ERROR, the topic is not published, the part of its line that was written is taken out
     again, and neither the files nor the next write have it; once there is room again the next
     creation goes through."""
-    from store import configfile, topicjournal
-    from writer import protocol as P
-    from writer.topics import topic_config
+    from rocketbox.store import configfile, topicjournal
+    from rocketbox.writer import protocol as P
+    from rocketbox.writer.topics import topic_config
 
     cfg = small_config(small_fs / "store", "t", mappedFileSizeCommitLog=1024 * 1024)
     path = os.path.join(cfg.config_dir, "topics.json")

@@ -1,7 +1,7 @@
 """writer.filethread: a config file written off its owner's loop, changes batched per write."""
 import threading
 
-from writer.filethread import FileThread
+from rocketbox.writer.filethread import FileThread
 
 
 def _owner(tmp_path, fail_on=()):

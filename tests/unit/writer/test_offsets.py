@@ -5,10 +5,10 @@ import os
 
 import numpy as np
 
-from shm.layout import OFFSET_KEY_BYTES, C
-from store import configfile
-from writer.groups import PERSIST_INTERVAL_S, ConsumerOffsets
-from writer.protocol import OFFSET_UPDATE
+from rocketbox.shm.layout import OFFSET_KEY_BYTES, C
+from rocketbox.store import configfile
+from rocketbox.writer.groups import PERSIST_INTERVAL_S, ConsumerOffsets
+from rocketbox.writer.protocol import OFFSET_UPDATE
 
 
 class _Cfg:

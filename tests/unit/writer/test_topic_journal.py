@@ -3,13 +3,13 @@ topics.json, RocketMQ's file byte for byte, is rewritten whole only now and then
 the topics (and a boot after a crash) sees every acknowledged change."""
 import os
 
-from appliance import recovery
-from shm.layout import C
-from shm.state import SharedState
-from store import configfile, topicjournal
+from rocketbox.appliance import recovery
+from rocketbox.shm.layout import C
+from rocketbox.shm.state import SharedState
+from rocketbox.store import configfile, topicjournal
+from rocketbox.writer import topics as topics_mod
+from rocketbox.writer.topics import topic_config
 from tests.unit.writer.rig import running_store, small_config
-from writer import topics as topics_mod
-from writer.topics import topic_config
 
 
 def _file(cfg) -> dict:
@@ -69,7 +69,7 @@ def test_a_crash_keeps_every_journaled_change_and_a_line_cut_short_is_not_one(tm
     sh = SharedState(cfg.geometry()).create()
     try:
         recovery.recover(cfg, sh)
-        from writer.service import WriterService
+        from rocketbox.writer.service import WriterService
         w = WriterService(cfg, sh).open()
         for i in range(4):
             w.topics.upsert(topic_config(f"C{i}", 3, 3))

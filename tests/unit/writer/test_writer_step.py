@@ -7,15 +7,15 @@ import struct
 import numpy as np
 import pytest
 
-from appliance.check import check
-from shm.layout import C, S
-from store import message, topicjournal
+from rocketbox.appliance.check import check
+from rocketbox.shm.layout import C, S
+from rocketbox.store import message, topicjournal
+from rocketbox.writer import protocol as P
+from rocketbox.writer.client import PutRequest
+from rocketbox.writer.service import WriterService
+from rocketbox.writer.topics import topic_config
 from tests.unit.store.test_mappedfile import mappings
 from tests.unit.writer.rig import running_store, small_config
-from writer import protocol as P
-from writer.client import PutRequest
-from writer.service import WriterService
-from writer.topics import topic_config
 
 
 @pytest.fixture
@@ -272,7 +272,7 @@ def test_the_few_requests_path_writes_what_the_vector_path_writes(tmp_path, monk
     """The same passes through both paths: identical CommitLog bytes (store timestamps aside),
     offsets and replies, across batches, transaction records, runs of single sends, refusals and
     file rolls."""
-    from writer import append
+    from rocketbox.writer import append
     if put_path == "few":
         pytest.skip("compares both paths itself")
 
@@ -431,7 +431,7 @@ def test_new_queues_taken_on_either_path_get_dense_offsets_on_the_other(tmp_path
     """Queues first written on the few-requests path reach the vector path's sorted keys later, in
     one merge: passes that switch paths, each bringing new queues and writing old ones, give every
     queue the offsets 0, 1, 2, ... in order."""
-    from writer import append
+    from rocketbox.writer import append
     if put_path == "few":
         pytest.skip("switches paths itself")
     cfg = small_config(tmp_path, "nq", shmQueueSlots=512)
