@@ -9,15 +9,44 @@ RocketMQ alike. It is asyncio first::
     result = await producer.send(Message("TopicTest", b"hello", tags="TagA"))
     await producer.shutdown()
 
-``docs/CLIENT.md`` shows every message type and consumer kind. Below this package, the
-appliance's own modules (``rocketbox.store``, ``rocketbox.writer``, ...) are not the client's API.
+``docs/CLIENT.md`` shows every message type and consumer kind. The public names are loaded when
+first used, so importing a module of the appliance (``rocketbox.store``, ``rocketbox.writer``, ...,
+not the client's API) does not load the client.
 """
-from rocketbox.client.admin import Admin
-from rocketbox.client.consumer import PullConsumer, PushConsumer
-from rocketbox.client.errors import MQBrokerError, MQClientError
-from rocketbox.client.instance import MessageQueue
-from rocketbox.client.message import Message, MessageExt, SendResult
-from rocketbox.client.producer import Producer
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rocketbox.client.admin import Admin
+    from rocketbox.client.consumer import PullConsumer, PushConsumer
+    from rocketbox.client.errors import MQBrokerError, MQClientError
+    from rocketbox.client.instance import MessageQueue
+    from rocketbox.client.message import Message, MessageExt, SendResult
+    from rocketbox.client.producer import Producer
+
+# public name -> the module that defines it
+_PUBLIC = {"Admin": "rocketbox.client.admin", "PullConsumer": "rocketbox.client.consumer",
+           "PushConsumer": "rocketbox.client.consumer", "MQBrokerError": "rocketbox.client.errors",
+           "MQClientError": "rocketbox.client.errors", "MessageQueue": "rocketbox.client.instance",
+           "Message": "rocketbox.client.message", "MessageExt": "rocketbox.client.message",
+           "SendResult": "rocketbox.client.message", "Producer": "rocketbox.client.producer"}
 
 __all__ = ["Admin", "MQBrokerError", "MQClientError", "Message", "MessageExt", "MessageQueue", "Producer",
            "PullConsumer", "PushConsumer", "SendResult"]
+assert sorted(__all__) == sorted(_PUBLIC)
+
+
+def __getattr__(name: str) -> object:
+    """A public name, imported from its module on first use."""
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rocketbox' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_PUBLIC])

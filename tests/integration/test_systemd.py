@@ -186,6 +186,7 @@ def test_a_second_install_changes_nothing(box):
 
 def test_a_killed_role_is_restarted_by_systemd_and_nothing_acknowledged_is_lost(box):
     pids = box.main_pids()
+    assert pids["rocketbox-writer"] > 0, pids      # kill -9 0 would reach the test's own process group
     box.c.sh(f"kill -9 {pids['rocketbox-writer']}")
     deadline = time.monotonic() + 60
     while box.main_pids()["rocketbox-writer"] in (0, pids["rocketbox-writer"]):
@@ -206,6 +207,7 @@ def test_a_killed_keeper_takes_the_roles_down_and_systemd_brings_everything_back
     them all, so the keeper is started again (recovery) and the roles after it."""
     pids = box.main_pids()
     recoveries = box.journal("rocketbox-store").count("recovered (")
+    assert pids["rocketbox-store"] > 0, pids
     box.c.sh(f"kill -9 {pids['rocketbox-store']}")
     deadline = time.monotonic() + 90
     while True:
