@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import importlib
 import logging
 import os
 import resource
@@ -23,60 +24,41 @@ from rocketbox.shm.state import SharedState
 from rocketbox.store.errors import StoreError
 
 
-def _writer(cfg, sh):
-    from rocketbox.writer.service import WriterService
-    return WriterService(cfg, sh), sh.writer_waker.post
-
-
-def _dispatcher(cfg, sh):
-    from rocketbox.dispatcher.service import DispatcherService
-    return DispatcherService(cfg, sh), sh.dispatcher_waker.post
-
-
-def _flusher(cfg, sh):
-    from rocketbox.flusher.service import FlusherService
-    return FlusherService(cfg, sh), sh.flusher_waker.post
-
-
-def _cleaner(cfg, sh):
-    from rocketbox.cleaner.service import CleanerService
-    svc = CleanerService(cfg, sh)
-    return svc, svc.wake
-
-
-def _scheduler(cfg, sh):
-    from rocketbox.scheduler.service import SchedulerService
-    svc = SchedulerService(cfg, sh)
-    return svc, svc.wake
-
-
 def _nameserver(cfg, _sh):
     from rocketbox.nameserver.service import NameServer
     host, port = nameserver_address(cfg)
-    ns = NameServer(host, port, cfg.kv_config_path)
-    return ns, ns.wake
+    return NameServer(host, port, cfg.kv_config_path)
 
 
-def _reader(cfg, sh, index):
-    from rocketbox.readers.service import ReaderService
-    svc = ReaderService(cfg, sh, index)
-    return svc, svc.wake
-
-
-def _haproxy(cfg, _sh):
-    from rocketbox.haproxy.service import HaproxyService
-    svc = HaproxyService(cfg)
-    return svc, svc.wake
-
-
-# role -> factory(cfg, shared state or None[, index]) -> (service, wake); in start order, stop
-# order is the reverse (HAProxy first so no new clients arrive, then the readers, whose sends the
-# writer still answers; writer before dispatcher and flusher, so they see the end; name server last)
-ROLES = {"nameserver": _nameserver, "flusher": _flusher, "dispatcher": _dispatcher, "writer": _writer,
-         "cleaner": _cleaner, "scheduler": _scheduler, "reader": _reader, "haproxy": _haproxy}
+# role -> its service: a class (cfg, shared state[, index]) -> a LoopRole or ServerRole (open, run,
+# close, request_stop), named by module so that a role's code loads only in its own process; or a
+# factory for what needs more. In start order; stop order is the reverse (HAProxy first so no new
+# clients arrive, then the readers, whose sends the writer still answers; writer before dispatcher
+# and flusher, so they see the end; name server last). A new role is its package and one line here.
+ROLES = {"nameserver": _nameserver,
+         "flusher": "rocketbox.flusher.service:FlusherService",
+         "dispatcher": "rocketbox.dispatcher.service:DispatcherService",
+         "writer": "rocketbox.writer.service:WriterService",
+         "cleaner": "rocketbox.cleaner.service:CleanerService",
+         "scheduler": "rocketbox.scheduler.service:SchedulerService",
+         "reader": "rocketbox.readers.service:ReaderService",
+         "haproxy": "rocketbox.haproxy.service:HaproxyService"}
 INDEXED = {"reader"}                       # run as reader-0 .. reader-<readerProcessNums - 1>
 NO_STORE = {"nameserver", "haproxy"}       # roles that do not attach the store's shared memory
 FINISH_STOP = {"flusher", "dispatcher", "writer"}   # restarted during a stop if down: they finish it
+
+
+def make_service(base: str, cfg, sh, index: int | None):
+    """The service of role ``base``: its class from the table, imported now, given the config, the
+    shared state (roles in ``NO_STORE`` take none) and the reader's index."""
+    entry = ROLES[base]
+    args = [cfg] if base in NO_STORE else [cfg, sh]
+    if index is not None:
+        args.append(index)
+    if callable(entry):
+        return entry(cfg, sh, *args[2:])
+    module, _, name = entry.partition(":")
+    return getattr(importlib.import_module(module), name)(*args)
 
 
 def split_role(cfg, name: str) -> tuple[str, int | None]:
@@ -161,11 +143,10 @@ def run_role(role: str, cfg) -> int:
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {role}[%(process)d] %(levelname)s %(message)s")
     host.disable_thp()
     sh = None if base in NO_STORE else SharedState(cfg.geometry()).attach()
-    service, wake = ROLES[base](cfg, sh, *([] if index is None else [index]))
+    service = make_service(base, cfg, sh, index)
 
     def stop(_sig, _frm):
-        service.stop_requested = True
-        wake()
+        service.request_stop()
 
     signal.signal(signal.SIGTERM, stop)
     supervisor = int(os.environ.get(SUPERVISED_ENV, "0"))

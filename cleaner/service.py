@@ -37,6 +37,7 @@ import time
 
 from rocketbox.shm.disk import disk_remark
 from rocketbox.shm.layout import C
+from rocketbox.shm.role import LoopRole
 from rocketbox.store import quarantine, salvage
 from rocketbox.store.consumequeue import ConsumeQueue, file_size_for
 from rocketbox.store.errors import CorruptData
@@ -64,17 +65,18 @@ def used_ratio(path: str) -> float:
     return math.ceil(used * 100 / (used + usable)) / 100
 
 
-class CleanerService:
+class CleanerService(LoopRole):
     def __init__(self, cfg, shared):
+        super().__init__(log)
         self.cfg, self.sh, self.ctl = cfg, shared, shared.control
         self.paths = (cfg.commitlog_dir, os.path.join(cfg.root, "consumequeue"), cfg.index_dir)
-        self.stop_requested = False
-        self.woken = threading.Event()
+        self.woken = threading.Event()          # its waker: nothing posts the cleaner but a stop
         self.scrubber = Scrubber(cfg, "cleaner")
         self.next_pass = time.time() + cfg.scrubIntervalHours * 3600 * SCRUB_FIRST_AFTER
 
     def open(self) -> "CleanerService":
         self.check_disk()
+        self.next_clean = time.monotonic() + self.cfg.cleanResourceInterval / 1000
         return self
 
     def close(self) -> None:
@@ -82,6 +84,10 @@ class CleanerService:
 
     def wake(self) -> None:
         self.woken.set()
+
+    def sleep(self, seconds: float) -> None:
+        self.woken.wait(seconds)
+        self.woken.clear()
 
     def check_disk(self) -> None:
         ratios = [used_ratio(p) for p in self.paths]
@@ -189,19 +195,19 @@ class CleanerService:
         if left > 0:
             self.woken.wait(left)
 
-    def run(self) -> None:
-        next_clean = time.monotonic() + self.cfg.cleanResourceInterval / 1000
-        while not self.stop_requested:
-            self.check_disk()
-            if time.monotonic() >= next_clean:
-                self.retention()
-                next_clean = time.monotonic() + self.cfg.cleanResourceInterval / 1000
-            tick = min(CHECK_S, self.cfg.cleanResourceInterval / 1000)
-            if self.cfg.scrubBytesPerSecond and time.time() >= self.next_pass:
-                self.scrub(tick)
-            else:
-                self.woken.wait(tick)
+    def turn(self) -> float:
+        """The disk's ratios; retention every ``cleanResourceInterval``; a scrub's share of a tick
+        (which takes the tick itself) when a pass is due, else a sleep of one tick."""
+        self.check_disk()
+        if time.monotonic() >= self.next_clean:
+            self.retention()
+            self.next_clean = time.monotonic() + self.cfg.cleanResourceInterval / 1000
+        tick = min(CHECK_S, self.cfg.cleanResourceInterval / 1000)
+        if self.cfg.scrubBytesPerSecond and time.time() >= self.next_pass:
+            self.scrub(tick)
             self.woken.clear()
+            return 0.0
+        return tick
 
 
 class Scrubber:

@@ -21,11 +21,12 @@ import time
 import numpy as np
 
 from rocketbox.shm.layout import C, S
+from rocketbox.shm.role import IDLE_S, LoopRole
 from rocketbox.shm.tables import QueueIndex
 from rocketbox.store import indexfile, message, propscan, salvage, timer, topicjournal
 from rocketbox.store.consumequeue import ConsumeQueue, file_size_for
 from rocketbox.store.delay import SCHEDULE_TOPIC_BYTES, deliver_ts, level_of
-from rocketbox.store.errors import Condition, CorruptData, StoreError, no_space, out_of_files
+from rocketbox.store.errors import CorruptData, StoreError, no_space, out_of_files
 from rocketbox.store.javahash import index_abs_one, string_hash
 from rocketbox.store.javahashes import BufferHashes, index_abs, string_hashes
 from rocketbox.store.mappedfile import MappedFileQueue
@@ -38,7 +39,6 @@ _TOMBSTONE = salvage.TOMBSTONE_PROPERTY.encode()       # read too during recover
 FEW_RECORDS = 48        # a pass of at most this many records goes record by record (_dispatch_few): the
                         # crossover, fitted from bench.paths (vector ~2.0M a pass + ~20k a record; few ~0.37M + ~55k)
 _I16, _I32, _I64 = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
-NO_ROOM_RETRY_S = 1.0   # a pass that found the disk full is tried again this much later
 
 
 def waits(e: BaseException) -> bool:
@@ -75,13 +75,20 @@ class Batch:
         self.view = v
 
 
-class DispatcherService:
+class DispatcherService(LoopRole):
+    WAITS_OUT_TURNS = True
+    NO_ROOM_MEANS = "sends are refused meanwhile, and what is in the CommitLog becomes consumable once there is room"
+    NO_FILES_MEANS = ("messages stay in the CommitLog and become consumable once files can be opened again "
+                      "(raise LimitNOFILE / ulimit -n, or vm.max_map_count)")
+
     def __init__(self, cfg, shared, allocate_queue=None, tombstones: list[tuple[int, int]] = ()):
         """``allocate_queue(topic, queue_id) -> slot`` is given only during boot recovery, when no
         writer runs; in the role a record for an unknown queue is corruption.  ``tombstones``:
         (offset, length) of the damaged spans recovery replaced, sorted: a queue's records lost in
         one leave a gap in its offsets, filled with entries pointing at the tombstone."""
+        super().__init__(log, "consume queues and index wait")
         self.cfg, self.sh, self.ctl = cfg, shared, shared.control
+        self.waker = shared.dispatcher_waker
         self.allocate_queue = allocate_queue
         self.tombstones = list(tombstones)
         self.cqs: dict[tuple[str, int], ConsumeQueue] = {}
@@ -94,9 +101,6 @@ class DispatcherService:
         self.delays = cfg.delay_levels_ms
         self.max_pass_bytes = 16 * 1024 * 1024
         self.few_records = FEW_RECORDS
-        self.stop_requested = False
-        self.no_room = Condition(log, "consume queues and index wait: the disk is full")
-        self.no_files = Condition(log, "consume queues and index wait: no descriptor or mapping left for a file")
         self.short = False                                    # the last pass stopped short of written
         self.redone = 0                                       # passes redone record by record (_contain)
         self.index: indexfile.IndexFile | None = None
@@ -553,45 +557,36 @@ class DispatcherService:
                 return -1
         return message.store_ts_of(mf.mm, phys - mf.start)
 
-    def _step(self) -> bool:
-        """``step``, waiting out a full disk, or a process out of descriptors or mappings: a
-        consume-queue or index file that cannot be made or opened leaves ``dispatched`` where it
-        was (the pass is redone, idempotently, once it can be), said once; the messages are safe
-        in the CommitLog meanwhile."""
+    def work(self) -> bool:
+        """Retention's share (``retire``, ``hide_expired``), then ``step``. -> whether it dispatched.
+        A full disk, or a process out of descriptors or mappings, is waited out by the loop
+        (``LoopRole.guarded_turn``): a consume-queue or index file that cannot be made or opened
+        leaves ``dispatched`` where it was (the pass is redone, idempotently, once it can be); the
+        messages are safe in the CommitLog meanwhile. Anything else ends the process, said once."""
         try:
             if int(self.ctl[C.MIN_PHYS]) > self.retired:
                 self.retire(int(self.ctl[C.MIN_PHYS]))
             if time.monotonic() - self.hidden_at >= self.cfg.cleanResourceInterval / 1000:
                 self.hide_expired()
-            did = self.step()
+            return self.step()
         except Exception as e:
             if not waits(e):
                 log.critical("dispatch stopped at CommitLog offset %d: %s: %s", int(self.ctl[C.DISPATCHED]),
                              type(e).__name__, e)
-                raise
-            if out_of_files(e):
-                self.no_files.met(f"{e}; messages stay in the CommitLog and become consumable once files can be "
-                                  "opened again (raise LimitNOFILE / ulimit -n, or vm.max_map_count)")
-                time.sleep(NO_ROOM_RETRY_S)
-                return False
-            self.no_room.met(f"{e}; sends are refused meanwhile, and what is in the CommitLog becomes consumable "
-                             "once there is room")
-            self.ctl[C.DISPATCH_NO_ROOM] = 1
-            time.sleep(NO_ROOM_RETRY_S)
-            return False
-        if self.no_room.since is not None:
-            self.ctl[C.DISPATCH_NO_ROOM] = 0
-            self.no_room.cleared()
-        self.no_files.cleared()
-        return did
+            raise
 
-    def run(self) -> None:
+    def waiting(self, full: bool) -> None:
+        self.ctl[C.DISPATCH_NO_ROOM] = int(full)
+
+    def turn(self) -> float:
+        started = time.monotonic()
+        if not self.work():
+            return IDLE_S
         pace_s = self.cfg.dispatchPaceMs / 1000
-        while not self.stop_requested:
-            started = time.monotonic()
-            if not self._step():
-                self.sh.dispatcher_waker.wait(1.0)
-            elif pace_s:
-                self._pace(started + pace_s)
-        while self._step():         # the writer has stopped: catch up with everything written
+        if pace_s and not self.stop_requested:
+            self._pace(started + pace_s)
+        return 0.0
+
+    def drain(self) -> None:
+        while self.guarded_turn() == 0.0:      # the writer has stopped: catch up with everything written
             pass

@@ -20,10 +20,11 @@ import time
 import numpy as np
 
 from rocketbox.shm.layout import C, S
+from rocketbox.shm.role import LoopRole
 from rocketbox.store import indexfile
 from rocketbox.store.checkpoint import Checkpoint
 from rocketbox.store.consumequeue import ENTRY_SIZE, file_size_for, queue_dir
-from rocketbox.store.errors import Condition, no_space
+from rocketbox.store.errors import no_space
 from rocketbox.store.mappedfile import fdatasync, offset_to_name, syncfs
 
 log = logging.getLogger("rocketbox.flusher")
@@ -31,15 +32,15 @@ PAGE = 4096
 MANY_DIRTY_QUEUES = 64      # more consume queues written since the last flush: one syncfs, not an fdatasync each
 
 
-class FlusherService:
+class FlusherService(LoopRole):
     def __init__(self, cfg, shared):
+        super().__init__(log, "the checkpoint waits")
         self.cfg, self.sh, self.ctl = cfg, shared, shared.control
+        self.waker = shared.flusher_waker
         self.fsize = cfg.mappedFileSizeCommitLog
         self.cq_file_size = file_size_for(cfg.mappedFileSizeConsumeQueue)
         self.checkpoint = Checkpoint(os.path.join(cfg.root, "checkpoint"))
-        self.no_room = Condition(log, "the checkpoint waits: the disk is full")
         self.abort_path = os.path.join(cfg.root, "abort")
-        self.stop_requested = False
         self.last_thorough = self.last_cq = time.monotonic()
         self.cq_flushed = None
         self.flush_count = 0
@@ -141,9 +142,9 @@ class FlusherService:
         self.flush_logics()
         return did
 
-    def run(self) -> None:
-        interval = (self.cfg.flushIntervalConsumeQueue if self.cfg.sync_flush else
-                    min(self.cfg.flushIntervalCommitLog, self.cfg.flushIntervalConsumeQueue)) / 1000
-        while not self.stop_requested:
-            if not self.step():
-                self.sh.flusher_waker.wait(interval)
+    def turn(self) -> float:
+        """A flush; nothing to flush: sleep until woken or the next flush interval."""
+        if self.step():
+            return 0.0
+        return (self.cfg.flushIntervalConsumeQueue if self.cfg.sync_flush else
+                min(self.cfg.flushIntervalCommitLog, self.cfg.flushIntervalConsumeQueue)) / 1000

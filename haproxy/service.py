@@ -213,6 +213,10 @@ class HaproxyService:
             log.info("client connections below 80%% of the limit again (%d of %d)", now, limit)
         self.refused = refused
 
+    def request_stop(self) -> None:
+        self.stop_requested = True
+        self.wake()
+
     def wake(self) -> None:
         """From the SIGTERM handler: stop haproxy, which ends ``run``."""
         if self.proc is not None and self.proc.poll() is None:

@@ -12,7 +12,6 @@ Several name servers run independently: each broker registers with all of them.
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import re
@@ -21,6 +20,7 @@ import time
 import zlib
 
 from rocketbox.nameserver.routes import BROKER_EXPIRE_S, RouteTable
+from rocketbox.net.role import ServerRole
 from rocketbox.net.server import RemotingServer
 from rocketbox.remoting import headers
 from rocketbox.remoting.codes import V4_9_4
@@ -112,11 +112,11 @@ def _kv_table(data) -> dict | None:
     return table
 
 
-class NameServer:
+class NameServer(ServerRole):
     def __init__(self, host: str, port: int, kv_path: str):
+        super().__init__()
         self.host, self.port, self.kv_path = host, port, kv_path
         self.routes = RouteTable()
-        self.stop_requested = False
         self.handlers = {
             R.REGISTER_BROKER: self.register_broker, R.UNREGISTER_BROKER: self.unregister_broker,
             R.GET_ROUTEINFO_BY_TOPIC: self.route, R.GET_BROKER_CLUSTER_INFO: self.cluster_info,
@@ -214,30 +214,13 @@ class NameServer:
                      len(self.routes.kv), self.kv_path)
         return self
 
-    def close(self) -> None:
-        pass
-
     async def serve(self) -> None:
-        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
         server = await RemotingServer("nameserver", self.handlers).start(self.host, self.port)
         log.info("name server listening on %s:%d", self.host, server.port)
         try:
             while not self.stop_requested:
-                try:
-                    await asyncio.wait_for(self._stop.wait(), SCAN_S)
-                except asyncio.TimeoutError:
-                    pass
+                await self.sleep(SCAN_S)
                 for addr in self.routes.expire(time.monotonic()):
                     log.warning("broker %s expired: no registration for %.0f s", addr, BROKER_EXPIRE_S)
         finally:
             await server.close()
-
-    def run(self) -> None:
-        import uvloop
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            runner.run(self.serve())
-
-    def wake(self) -> None:
-        """From the SIGTERM handler: end ``serve`` (stop_requested is already set)."""
-        if getattr(self, "_stop", None) is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)

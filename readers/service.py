@@ -17,6 +17,7 @@ import asyncio
 import logging
 import time
 
+from rocketbox.net.role import ServerRole
 from rocketbox.net.server import RemotingServer
 from rocketbox.readers.admin import AdminProcessor
 from rocketbox.readers.clients import ClientProcessor
@@ -34,34 +35,14 @@ TICK_S = 1.0
 DRAIN_S = 5.0
 
 
-class ReaderService(ReaderContext):
+class ReaderService(ReaderContext, ServerRole):
     def __init__(self, cfg, shared, index: int):
-        super().__init__(cfg, shared)
+        ReaderContext.__init__(self, cfg, shared)
+        ServerRole.__init__(self)
         self.index = index
-        self.stop_requested = False
-        self._stop: asyncio.Event | None = None
-
-    def open(self) -> "ReaderService":
-        return self
-
-    def close(self) -> None:
-        pass
-
-    def run(self) -> None:
-        import uvloop
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            runner.run(self.serve())
-
-    def wake(self) -> None:
-        """From the SIGTERM handler (stop_requested is already set)."""
-        if self._stop is not None:
-            self.loop.call_soon_threadsafe(self._stop.set)
 
     # ------------------------------------------------------------ serving
     async def serve(self) -> None:
-        self.loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
-        if self.stop_requested:
-            return
         self.open_context()
         self.rates = Rates(self.sh)                          # GET_BROKER_RUNTIME_INFO's TPS
         self.clients = ClientProcessor(self)
@@ -102,10 +83,7 @@ class ReaderService(ReaderContext):
                 elif version != topic_version:
                     topic_version = version
                     pending = self.loop.create_task(registrar.register_changes())
-            try:
-                await asyncio.wait_for(self._stop.wait(), TICK_S)
-            except asyncio.TimeoutError:
-                pass
+            await self.sleep(TICK_S)
             self.clients.tick(int(time.time() * 1000))
             self.rates.sample()
             self.settle()

@@ -30,9 +30,10 @@ import numpy as np
 from rocketbox.readers.storeview import StoreView
 from rocketbox.scheduler.timers import Timers
 from rocketbox.shm.layout import S
+from rocketbox.shm.role import LoopRole
 from rocketbox.shm.tables import TopicIndex
 from rocketbox.store import configfile, delay, message, timer
-from rocketbox.store.errors import Condition, no_space
+from rocketbox.store.errors import no_space
 from rocketbox.store.salvage import TOMBSTONE_TAGS
 from rocketbox.writer import protocol as P
 from rocketbox.writer.client import RingClient
@@ -57,23 +58,23 @@ def _return_freed_arrays() -> None:
         pass                                               # not glibc: its own policy
 
 
-class SchedulerService:
+class SchedulerService(LoopRole):
     def __init__(self, cfg, shared):
+        super().__init__(log, "delayOffset.json and timerCheckpoint.json wait")
         self.cfg, self.sh, self.ctl = cfg, shared, shared.control
         self.delays = cfg.delay_levels_ms
         self.path = os.path.join(cfg.config_dir, "delayOffset.json")
         self.offsets: dict[int, int] = {}           # level -> next queue offset to deliver
-        self.stop_requested = False
         self.ring: RingClient | None = None
         self.persisted_at, self.dirty = time.monotonic(), False
         self.seen: tuple = ()                       # the delayed queues' ends the last pass saw
         self.roll_at = time.monotonic() + ROLL_CHECK_S
-        self.no_room = Condition(log, "delayOffset.json and timerCheckpoint.json wait: the disk is full")
 
     # ------------------------------------------------------------ lifecycle
     def open(self) -> "SchedulerService":
         _return_freed_arrays()
         self.ring = RingClient(self.cfg, self.sh).open()
+        self.waker = self.ring.waker
         self.view = StoreView(self.cfg, self.sh, self.ring.slot, "scheduler").open()
         self.topics = TopicIndex(self.sh.views, self.ctl)
         data = configfile.read(self.path) or {}
@@ -91,24 +92,19 @@ class SchedulerService:
         if self.ring is not None:
             self.persist()
             self.view.close()
+            self.waker = None
             self.ring.close()
             self.ring = None
 
-    def wake(self) -> None:
-        """From the SIGTERM handler: end the sleep."""
-        if self.ring is not None:
-            self.ring.waker.post()
-
-    def run(self) -> None:
-        while not self.stop_requested:
-            due_in = self.step()
-            since = time.monotonic() - self.persisted_at
-            if since >= PERSIST_S:
-                self.persist()
-                since = 0.0
-            if self.dirty or self.timers.dirty:          # what moved is written within PERSIST_S
-                due_in = min(due_in, PERSIST_S - since)
-            self._sleep(min(due_in, IDLE_S))
+    def turn(self) -> float:
+        due_in = self.step()
+        since = time.monotonic() - self.persisted_at
+        if since >= PERSIST_S:
+            self.persist()
+            since = 0.0
+        if self.dirty or self.timers.dirty:          # what moved is written within PERSIST_S
+            due_in = min(due_in, PERSIST_S - since)
+        return max(min(due_in, IDLE_S), 0.0)
 
     # ------------------------------------------------------------ a pass
     def step(self) -> float:
@@ -296,7 +292,7 @@ class SchedulerService:
             return
         self.no_room.cleared()
 
-    def _sleep(self, seconds: float) -> None:
+    def sleep(self, seconds: float) -> None:
         """Until ``seconds`` pass, the dispatcher posts new entries, or a stop."""
         if seconds <= 0 or self.stop_requested:
             return

@@ -29,6 +29,7 @@ import numpy as np
 
 from rocketbox.shm.layout import C, S
 from rocketbox.shm.ring import RingCorrupt
+from rocketbox.shm.role import IDLE_S, LoopRole
 from rocketbox.shm.tables import TableFull
 from rocketbox.store import message
 from rocketbox.store.mappedfile import MappedFileQueue
@@ -42,13 +43,14 @@ SWITCH_INTERVAL_S = 0.001    # the GIL's hand-over while consumerOffset.json is 
                              # waits at most this, or the longest C call: ~3.6 ms at 65,536 offsets, 5 ms+ else)
 
 
-class WriterService:
+class WriterService(LoopRole):
     def __init__(self, cfg, shared):
+        super().__init__(log)
         self.cfg, self.sh = cfg, shared
+        self.waker = shared.writer_waker
         self.ctl = shared.control
         self.commitlog: MappedFileQueue | None = None
         self.appender: Appender | None = None
-        self.stop_requested = False
 
     # ------------------------------------------------------------ lifecycle
     def open(self) -> "WriterService":
@@ -225,11 +227,15 @@ class WriterService:
     # ------------------------------------------------------------ loop
     def run(self) -> None:
         sys.setswitchinterval(SWITCH_INTERVAL_S)
-        while not self.stop_requested:
-            if not self.step():
-                self.sh.writer_waker.wait(1.0)
-            self.offsets.persist()
-            self.topics.persist()
-            self.groups.settle()
-        while self.step():     # drain what producers already queued
+        super().run()
+
+    def turn(self) -> float:
+        did = self.step()
+        self.offsets.persist()
+        self.topics.persist()
+        self.groups.settle()
+        return 0.0 if did else IDLE_S
+
+    def drain(self) -> None:
+        while self.step():     # what producers already queued
             pass

@@ -133,7 +133,7 @@ def test_a_record_with_a_damaged_queue_offset_is_put_at_its_queues_next_offset(t
         mf = w.commitlog.file_for(phys[1])
         at = phys[1] - mf.start + message.QUEUE_OFFSET_AT
         mf.mm[at:at + 8] = (7).to_bytes(8, "big")        # a record claiming queue offset 7 after 0
-        assert d._step() and int(sh.control[C.DISPATCHED]) == int(sh.control[C.WRITTEN])
+        assert d.guarded_turn() == 0 and int(sh.control[C.DISPATCHED]) == int(sh.control[C.WRITTEN])
         view = StoreView(cfg, sh).open()
         assert [int(e["phys"]) for e in view.entries("TBW102", 1, 0, 10)] == phys
         view.close()
@@ -171,7 +171,7 @@ def test_a_record_that_fails_is_queued_without_index_keys_and_one_of_no_queue_is
         mf = w.commitlog.file_for(stray)
         at = stray - mf.start + message.QUEUE_ID_AT
         mf.mm[at:at + 4] = (9).to_bytes(4, "big")
-        assert d._step() and int(sh.control[C.DISPATCHED]) == int(sh.control[C.WRITTEN])
+        assert d.guarded_turn() == 0 and int(sh.control[C.DISPATCHED]) == int(sh.control[C.WRITTEN])
         assert (int(sh.control[C.DISPATCH_UNINDEXED]), int(sh.control[C.DISPATCH_UNQUEUED])) == (30, 1)
         view = StoreView(cfg, sh).open()
         poison = view.entries("Poison", 0, 0, 100)
@@ -199,10 +199,10 @@ def test_a_dispatcher_out_of_descriptors_waits_says_so_once_and_catches_up(tmp_p
     be opened again every queue gets its entries (the pass redone, nothing twice)."""
     import resource
 
-    from rocketbox.dispatcher import service
+    from rocketbox.shm import role
     from rocketbox.store import consumequeue
     from rocketbox.store.consumequeue import ConsumeQueue
-    monkeypatch.setattr(service, "NO_ROOM_RETRY_S", 0.0)
+    monkeypatch.setattr(role, "WAIT_OUT_S", 0.0)
     monkeypatch.setattr(consumequeue.OPEN_FILES, "budget", 1000)     # more files than the lowered limit allows
     cfg = small_config(tmp_path / "store", "df", shmQueueSlots=256)
     with running_store(cfg) as (sh, w, d, c):
@@ -215,13 +215,13 @@ def test_a_dispatcher_out_of_descriptors_waits_says_so_once_and_catches_up(tmp_p
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 6, hard))
         try:
-            assert [d._step() for _ in range(3)] == [False] * 3
+            assert [d.guarded_turn() for _ in range(3)] == [None] * 3
         finally:
             resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
         assert int(sh.control[C.DISPATCHED]) == before
         assert caplog.text.count("no descriptor or mapping left for a file") == 1
         assert "Too many open files" in caplog.text
-        while d._step():
+        while d.guarded_turn() == 0:
             pass
         assert int(sh.control[C.DISPATCHED]) == int(sh.control[C.WRITTEN])
         assert "no descriptor or mapping left for a file: over after" in caplog.text
