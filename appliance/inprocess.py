@@ -23,8 +23,8 @@ def running_store(cfg):
     everything closed and unlinked afterwards."""
     from rocketbox.appliance import recovery
     from rocketbox.dispatcher.service import DispatcherService
+    from rocketbox.shm.ringclient import RingClient
     from rocketbox.shm.state import SharedState
-    from rocketbox.writer.client import RingClient
     from rocketbox.writer.service import WriterService
 
     sh = SharedState(cfg.geometry()).create()

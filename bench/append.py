@@ -29,8 +29,8 @@ from rocketbox.shm.state import SharedState
 
 def producer(conf: str, seconds: float, slab: int, window: int, body_size: int, sync: bool, out) -> None:
     from rocketbox.appliance import config
+    from rocketbox.shm.ringclient import PutRequest, RingClient
     from rocketbox.shm.state import SharedState
-    from rocketbox.writer.client import PutRequest, RingClient
 
     cfg = config.load(conf)
     sh = SharedState(cfg.geometry()).attach()

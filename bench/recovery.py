@@ -40,7 +40,7 @@ GB = 1 << 30
 def producer(conf: str, body: int, until: int, stop, out) -> None:
     """Send batches of 32 through a ring slot until the CommitLog reaches ``until`` bytes (or
     ``stop`` is set); put how many were acknowledged on ``out``."""
-    from rocketbox.writer.client import PutRequest, RingClient
+    from rocketbox.shm.ringclient import PutRequest, RingClient
     cfg = config.load(conf)
     sh = SharedState(cfg.geometry()).attach()
     c = RingClient(cfg, sh).open()

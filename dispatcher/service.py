@@ -20,18 +20,18 @@ import time
 
 import numpy as np
 
+from rocketbox.dispatcher.retention import Retention
 from rocketbox.shm.layout import C, S
 from rocketbox.shm.role import IDLE_S, LoopRole
 from rocketbox.shm.tables import QueueIndex
-from rocketbox.store import indexfile, message, propscan, salvage, timer, topicjournal
+from rocketbox.store import indexfile, message, propscan, salvage, timer
 from rocketbox.store.consumequeue import ConsumeQueue, file_size_for
 from rocketbox.store.delay import SCHEDULE_TOPIC_BYTES, deliver_ts, level_of
-from rocketbox.store.errors import CorruptData, StoreError, no_space, out_of_files
+from rocketbox.store.errors import CorruptData, no_space, out_of_files
 from rocketbox.store.javahash import index_abs_one, string_hash
 from rocketbox.store.javahashes import BufferHashes, index_abs, string_hashes
 from rocketbox.store.mappedfile import MappedFileQueue
 from rocketbox.store.timer import TIMER_TOPIC_BYTES
-from rocketbox.store.topicconfig import queue_nums
 
 log = logging.getLogger("rocketbox.dispatcher")
 _NAMES = (b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY")     # the properties the dispatcher reads
@@ -112,8 +112,7 @@ class DispatcherService(LoopRole):
             files = indexfile.list_index_files(self.cfg.index_dir)
             if files:
                 self.index = indexfile.IndexFile(files[-1], self.cfg.maxHashSlotNum, self.cfg.maxIndexNum, True).open()
-        self.retired = int(self.ctl[C.MIN_PHYS])          # (recovery moved the min offsets to it)
-        self.hidden_at = -1e9                               # per-topic retention: first pass at once
+        self.retention = Retention(self)
         if self.allocate_queue is None:
             self.ctl[C.PID_DISPATCHER] = os.getpid()
         return self
@@ -483,91 +482,14 @@ class DispatcherService(LoopRole):
         self.scheduled = False
 
     # ------------------------------------------------------------ loop
-    def retire(self, min_phys: int) -> None:
-        """Retention deleted the CommitLog below ``min_phys`` (the cleaner's ``min_phys``): delete
-        the consume-queue files and IndexFiles that point only below it and publish each queue's
-        new min offset (a pull below it is answered OFFSET_MOVED)."""
-        v, n = self.sh.views, self.sh.queue_count()
-        for s in range(n):
-            key = (v["queue_names"][s].decode(), int(v["queue_ids"][s]))
-            self.slot_of.setdefault((key[0].encode(), key[1]), s)
-            self.slot_key[s] = key
-            v["queue_min"][s] = self._cq(key).retire(min_phys)
-        current = self.index.path if self.index is not None else None
-        for path in indexfile.list_index_files(self.cfg.index_dir)[:-1]:
-            if path == current:
-                continue
-            ix = indexfile.IndexFile(path, self.cfg.maxHashSlotNum, self.cfg.maxIndexNum, False).open()
-            try:
-                below = ix.h("end_phys") < min_phys
-            finally:
-                ix.close()
-            if below:
-                os.unlink(path)
-        self.retired = min_phys
-        log.info("CommitLog below %d deleted by retention: consume queues and index follow", min_phys)
-
-    def hide_expired(self, now_ms: int | None = None) -> None:
-        """Per-topic retention and purges (``writer.topics.ATTRIBUTES`` in topics.json): each queue
-        of such a topic gets as min offset its first message stored at or after the topic's cutoff,
-        max(now - retentionMs, purgedBeforeMs); the bytes stay in the CommitLog until retention
-        deletes their file.  A min offset only moves forward."""
-        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-        self.hidden_at = time.monotonic()
-        try:
-            data = topicjournal.read(self.cfg.config_dir) or {}
-        except StoreError as e:                             # (the writer's file: it says so itself)
-            log.warning("per-topic retention skipped this time: %s", e)
-            return
-        for name, tc in data.get("topicConfigTable", {}).items():
-            ret, purged = int(tc.get("retentionMs") or 0), int(tc.get("purgedBeforeMs") or 0)
-            cutoff, queues = max(now_ms - ret if ret else 0, purged), tc.get("purgedQueues") or {}
-            if cutoff <= 0 and not queues:
-                continue
-            for q in range(queue_nums(tc)):
-                s = self.queues.slot(name, q)
-                if s is None or max(cutoff, int(queues.get(str(q), 0))) <= 0:
-                    continue
-                self.slot_key[s] = (name, q)
-                cq = self._cq((name, q))
-                low = self._first_stored_at(cq, max(cutoff, int(queues.get(str(q), 0))))
-                if low > cq.min_offset:
-                    cq.low = low
-                    self.sh.views["queue_min"][s] = cq.min_offset
-
-    def _first_stored_at(self, cq: ConsumeQueue, ts: int) -> int:
-        """The queue's first offset whose message was stored at or after ``ts`` (store times only
-        grow along a queue): a binary search reading each probed record's STORETIMESTAMP."""
-        lo, hi = cq.min_offset, cq.max_offset
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self._store_ts(int(cq.entries(mid, 1)["phys"][0])) >= ts:
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
-
-    def _store_ts(self, phys: int) -> int:
-        """A record's store time (-1 when its file is gone)."""
-        mf = self.commitlog.file_for(phys)
-        if mf is None:
-            self.commitlog.refresh()
-            mf = self.commitlog.file_for(phys)
-            if mf is None:
-                return -1
-        return message.store_ts_of(mf.mm, phys - mf.start)
-
     def work(self) -> bool:
-        """Retention's share (``retire``, ``hide_expired``), then ``step``. -> whether it dispatched.
+        """Retention's share (``dispatcher/retention.py``), then ``step``. -> whether it dispatched.
         A full disk, or a process out of descriptors or mappings, is waited out by the loop
         (``LoopRole.guarded_turn``): a consume-queue or index file that cannot be made or opened
         leaves ``dispatched`` where it was (the pass is redone, idempotently, once it can be); the
         messages are safe in the CommitLog meanwhile. Anything else ends the process, said once."""
         try:
-            if int(self.ctl[C.MIN_PHYS]) > self.retired:
-                self.retire(int(self.ctl[C.MIN_PHYS]))
-            if time.monotonic() - self.hidden_at >= self.cfg.cleanResourceInterval / 1000:
-                self.hide_expired()
+            self.retention.follow()
             return self.step()
         except Exception as e:
             if not waits(e):

@@ -12,10 +12,10 @@ import os
 
 from rocketbox.readers.flushwaits import FlushWaits
 from rocketbox.readers.link import WriterLink
-from rocketbox.readers.storeview import StoreView
 from rocketbox.shm.tables import OffsetIndex, TopicIndex
 from rocketbox.store import configfile
 from rocketbox.store.groupconfig import subscription_group
+from rocketbox.store.view import StoreView
 
 
 class ReaderContext:

@@ -19,9 +19,9 @@ import logging
 import numpy as np
 
 from rocketbox.remoting.codes import ResponseCode as RC
+from rocketbox.shm import protocol as P
+from rocketbox.shm.ringclient import LOST, SLAB_SLACK, RingClient
 from rocketbox.shm.tables import OffsetIndex, TopicIndex
-from rocketbox.writer import protocol as P
-from rocketbox.writer.client import LOST, SLAB_SLACK, RingClient
 
 log = logging.getLogger("rocketbox.reader")
 # flow control (FACTS §1.7): a send refused while the writer is stalled was never pushed, so never stored

@@ -17,15 +17,15 @@ from __future__ import annotations
 import functools
 
 from rocketbox.net.server import DEFERRED
-from rocketbox.readers import storeview as SV
-from rocketbox.readers.admin import offset_key
 from rocketbox.readers.holds import HeldPulls
+from rocketbox.readers.offsets import offset_key
 from rocketbox.remoting import codec, headers
 from rocketbox.remoting.codes import FAQ
 from rocketbox.remoting.codes import RequestCode as R
 from rocketbox.remoting.codes import ResponseCode as RC
 from rocketbox.remoting.subscription import parse_expression
 from rocketbox.shm.layout import S, T
+from rocketbox.store import view as SV
 from rocketbox.store.javahash import string_hash
 from rocketbox.store.topicconfig import PERM_READ
 

@@ -28,14 +28,14 @@ from rocketbox.remoting import codec, headers
 from rocketbox.remoting.codes import FAQ
 from rocketbox.remoting.codes import RequestCode as R
 from rocketbox.remoting.codes import ResponseCode as RC
+from rocketbox.shm import protocol as P
 from rocketbox.shm.disk import disk_remark
 from rocketbox.shm.layout import C, T
+from rocketbox.shm.ringclient import RingClient
 from rocketbox.shm.tables import queue_nums_of
 from rocketbox.store import delay, message, timer
 from rocketbox.store.errors import MessageRejected
 from rocketbox.store.topicconfig import PERM_INHERIT, PERM_WRITE, topic_config
-from rocketbox.writer import protocol as P
-from rocketbox.writer.client import RingClient
 
 SYSTEM_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", timer.TIMER_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
                            "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT"})

@@ -22,6 +22,7 @@ from rocketbox.net.server import RemotingServer
 from rocketbox.readers.admin import AdminProcessor
 from rocketbox.readers.clients import ClientProcessor
 from rocketbox.readers.context import ReaderContext
+from rocketbox.readers.offsets import OffsetProcessor
 from rocketbox.readers.pull import PullProcessor
 from rocketbox.readers.registration import PERIOD_S, Registrar, addresses
 from rocketbox.readers.send import SendProcessor
@@ -50,7 +51,7 @@ class ReaderService(ReaderContext, ServerRole):
         self.pulls = PullProcessor(self)
         handlers = {}
         for proc in (SendProcessor(self), SendBackProcessor(self), self.pulls, self.clients, AdminProcessor(self),
-                     TimerProcessor(self)):
+                     OffsetProcessor(self), TimerProcessor(self)):
             handlers.update(proc.handlers())
         server = RemotingServer(f"reader-{self.index}", handlers, on_close=self.clients.connection_closed)
         registrar = Registrar(self.cfg, self.sh.views) if addresses(self.cfg) else None

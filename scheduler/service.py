@@ -27,16 +27,16 @@ import time
 
 import numpy as np
 
-from rocketbox.readers.storeview import StoreView
 from rocketbox.scheduler.timers import Timers
+from rocketbox.shm import protocol as P
 from rocketbox.shm.layout import S
+from rocketbox.shm.ringclient import RingClient
 from rocketbox.shm.role import LoopRole
 from rocketbox.shm.tables import TopicIndex
 from rocketbox.store import configfile, delay, message, timer
 from rocketbox.store.errors import no_space
 from rocketbox.store.salvage import TOMBSTONE_TAGS
-from rocketbox.writer import protocol as P
-from rocketbox.writer.client import RingClient
+from rocketbox.store.view import StoreView
 
 log = logging.getLogger("rocketbox.scheduler")
 PERSIST_S = 1.0           # (RocketMQ's flushDelayOffsetInterval is 10 s: a crash then delivers up to 10 s again)

@@ -24,12 +24,12 @@ import struct
 
 import numpy as np
 
+from rocketbox.shm import protocol as P
 from rocketbox.shm.layout import C, T
 from rocketbox.shm.tables import append_queue, queue_nums_of
 from rocketbox.store import message
 from rocketbox.store.errors import Condition, DiskFull
 from rocketbox.store.mappedfile import MappedFileQueue
-from rocketbox.writer import protocol as P
 
 log = logging.getLogger("rocketbox.writer")
 COMMITLOG_RESERVE_AHEAD = 1 << 20   # CommitLog blocks reserved beyond a slab's reach: one fallocate a MiB

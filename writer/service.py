@@ -27,13 +27,13 @@ import time
 
 import numpy as np
 
+from rocketbox.shm import protocol as P
 from rocketbox.shm.layout import C, S
 from rocketbox.shm.ring import RingCorrupt
 from rocketbox.shm.role import IDLE_S, LoopRole
 from rocketbox.shm.tables import TableFull
 from rocketbox.store import message
 from rocketbox.store.mappedfile import MappedFileQueue
-from rocketbox.writer import protocol as P
 from rocketbox.writer.append import Appender
 from rocketbox.writer.groups import ConsumerOffsets, SubscriptionGroups
 from rocketbox.writer.topics import TopicTable

@@ -9,8 +9,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from rocketbox.appliance import config  # noqa: E402
+from rocketbox.shm.ringclient import PutRequest, RingClient  # noqa: E402
 from rocketbox.shm.state import SharedState  # noqa: E402
-from rocketbox.writer.client import PutRequest, RingClient  # noqa: E402
 
 
 def main():

@@ -17,7 +17,7 @@ from tests.integration.wire import Wire
 def test_concurrent_producers_every_message_once_dense_offsets_and_index(appliance_factory):
     app = appliance_factory().start()
     sh = app.shared()
-    from rocketbox.writer.client import RingClient
+    from rocketbox.shm.ringclient import RingClient
     admin = RingClient(app.cfg, sh).open()
     assert admin.create_topic("Orders", 8) == 0
     assert admin.create_topic("Audit", 3) == 0

@@ -3,10 +3,10 @@ and a long-poll wait woken by the dispatcher."""
 import threading
 import time
 
-from rocketbox.readers.storeview import FILTER_SCAN, FOUND, NO_MATCHED, NO_NEW, OFFSET_MOVED, StoreView
 from rocketbox.shm.layout import C
+from rocketbox.shm.ringclient import PutRequest, RingClient
 from rocketbox.store.javahash import string_hash
-from rocketbox.writer.client import PutRequest, RingClient
+from rocketbox.store.view import FILTER_SCAN, FOUND, NO_MATCHED, NO_NEW, OFFSET_MOVED, StoreView
 
 
 def test_pull_filter_and_long_poll(appliance_factory):

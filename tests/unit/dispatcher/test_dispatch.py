@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from rocketbox.readers.storeview import StoreView
 from rocketbox.shm.layout import C
+from rocketbox.shm.ringclient import PutRequest
 from rocketbox.store import indexfile, message
 from rocketbox.store.javahash import index_key_hash, string_hash
-from rocketbox.writer.client import PutRequest
+from rocketbox.store.view import StoreView
 from rocketbox.writer.topics import topic_config
 from tests.unit.writer.rig import running_store, small_config
 

@@ -6,9 +6,9 @@ from rocketbox.appliance import recovery
 from rocketbox.dispatcher.service import DispatcherService
 from rocketbox.flusher.service import FlusherService
 from rocketbox.shm.layout import C, S
+from rocketbox.shm.ringclient import PutRequest, RingClient
 from rocketbox.shm.state import SharedState
 from rocketbox.store.checkpoint import Checkpoint
-from rocketbox.writer.client import PutRequest, RingClient
 from rocketbox.writer.service import WriterService
 from tests.unit.writer.rig import running_store, small_config
 

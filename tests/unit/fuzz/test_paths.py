@@ -16,10 +16,10 @@ import pytest
 
 from rocketbox.appliance.inprocess import running_store, small_config
 from rocketbox.shm.layout import C
+from rocketbox.shm.ringclient import PutRequest
 from rocketbox.store import message
 from rocketbox.store.mappedfile import MappedFileQueue
 from rocketbox.writer import append
-from rocketbox.writer.client import PutRequest
 from rocketbox.writer.topics import topic_config
 from tests import fuzzgen
 
@@ -134,7 +134,7 @@ def test_vector_and_scalar_paths_store_and_dispatch_the_same_bytes(tmp_path, mon
 
 
 def test_every_accepted_message_reads_back_as_sent_and_every_refusal_stores_nothing(tmp_path, monkeypatch):
-    from rocketbox.readers.storeview import StoreView
+    from rocketbox.store.view import StoreView
     sends = fuzzgen.generate(SEEDS[0], MESSAGES, max_body=1 << 16)
     sends += [fuzzgen.Send("Fz0", 1, [fuzzgen.Msg(b"x", [("note", "L" * 40000)])], False),     # too long: refused
               fuzzgen.Send("Fz1", 2, [fuzzgen.Msg(bytes((1 << 20) + 1))], False)]

@@ -41,3 +41,35 @@ def test_no_module_imports_a_folder_by_its_bare_name():
                          cwd=ROOT, capture_output=True, text=True)
     assert out.stdout == "", out.stdout
     assert len(folders) >= 15
+
+
+ROLES = {"writer", "dispatcher", "flusher", "cleaner", "scheduler", "readers", "nameserver", "haproxy"}
+SHARED = {"shm", "store", "net", "remoting"}      # what roles share; they import no role and no appliance
+
+
+def _imports(folder: str):
+    """(file, imported rocketbox folder) for every ``rocketbox.<folder>`` import of a folder's modules."""
+    import ast
+    for dirpath, _dirs, files in os.walk(os.path.join(ROOT, folder)):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(dirpath, name)
+                with open(path) as f:
+                    tree = ast.parse(f.read(), path)
+                for node in ast.walk(tree):
+                    mods = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                            [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                    for mod in mods:
+                        parts = mod.split(".")
+                        if parts[0] == "rocketbox" and len(parts) > 1:
+                            yield os.path.relpath(path, ROOT), parts[1]
+
+
+def test_roles_talk_only_through_shm_and_store():
+    """A role imports no other role's package (what two roles share lives in shm/ or store/), and
+    the shared folders import no role and not the appliance, which imports them all."""
+    wrong = [(path, folder) for role in ROLES for path, folder in _imports(role) if folder in ROLES - {role}
+             or folder == "appliance"]
+    wrong += [(path, folder) for shared in SHARED for path, folder in _imports(shared)
+              if folder in ROLES | {"appliance", "client", "spark"}]
+    assert wrong == []

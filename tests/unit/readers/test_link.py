@@ -10,9 +10,9 @@ from rocketbox.readers.link import OVERLOAD
 from rocketbox.readers.pull import PullProcessor
 from rocketbox.remoting.codes import ResponseCode as RC
 from rocketbox.shm.layout import C, S
+from rocketbox.shm.ringclient import PutRequest, RingClient
 from rocketbox.store import message
 from rocketbox.store.javahash import string_hash
-from rocketbox.writer.client import PutRequest, RingClient
 from rocketbox.writer.topics import topic_config
 from tests.unit.writer.rig import running_store, small_config
 

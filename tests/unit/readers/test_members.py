@@ -1,8 +1,8 @@
 """Consumer-group membership across readers (readers/members.py), two readers' rows in one real
 shared segment: a change on one reader wakes the other at once, which then sees the new members."""
 from rocketbox.readers.members import ConsumerData, Members
+from rocketbox.shm.ringclient import RingClient
 from rocketbox.shm.state import SharedState
-from rocketbox.writer.client import RingClient
 from tests.unit.writer.rig import small_config
 
 G1 = ConsumerData({"groupName": "g1"})

@@ -2,9 +2,9 @@
 than accessMessageInMemoryMaxRatio of RAM behind the CommitLog's end) under the on-disk count and
 bytes, records past that line under the in-memory ones, in one pull that crosses it; and the
 next offset is the first record not returned, with and without a tag filter."""
-from rocketbox.readers.storeview import StoreView
+from rocketbox.shm.ringclient import PutRequest
 from rocketbox.store.javahash import string_hash
-from rocketbox.writer.client import PutRequest
+from rocketbox.store.view import StoreView
 from rocketbox.writer.topics import topic_config
 from tests.unit.writer.rig import running_store, small_config
 

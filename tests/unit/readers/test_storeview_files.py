@@ -2,9 +2,9 @@
 made empty, then given its size (sparse: blocks are reserved as entries are written)."""
 import os
 
-from rocketbox.readers.storeview import FOUND, StoreView
+from rocketbox.shm.ringclient import PutRequest
 from rocketbox.store.consumequeue import file_size_for, queue_dir
-from rocketbox.writer.client import PutRequest
+from rocketbox.store.view import FOUND, StoreView
 from rocketbox.writer.topics import topic_config
 from tests.unit.writer.rig import running_store, small_config
 

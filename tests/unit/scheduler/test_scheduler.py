@@ -7,10 +7,10 @@ import threading
 import time
 
 from rocketbox.appliance.inprocess import running_store, small_config
-from rocketbox.readers.storeview import StoreView
 from rocketbox.scheduler.service import IDLE_S, SchedulerService
+from rocketbox.shm.ringclient import PutRequest
 from rocketbox.store import configfile, message
-from rocketbox.writer.client import PutRequest
+from rocketbox.store.view import StoreView
 from rocketbox.writer.topics import topic_config
 
 

@@ -11,8 +11,8 @@ import pytest
 from rocketbox.appliance.inprocess import running_store, small_config
 from rocketbox.scheduler.service import SchedulerService
 from rocketbox.scheduler.timers import PendingTimers
+from rocketbox.shm.ringclient import PutRequest
 from rocketbox.store import configfile, message, timer
-from rocketbox.writer.client import PutRequest
 from rocketbox.writer.topics import topic_config
 from tests.unit.scheduler.test_scheduler import _real, _writer_thread
 

@@ -10,9 +10,9 @@ import pytest
 
 from rocketbox.appliance.inprocess import running_store, small_config
 from rocketbox.shm.layout import C
+from rocketbox.shm.ringclient import PutRequest
 from rocketbox.spark import storefiles
 from rocketbox.store import message
-from rocketbox.writer.client import PutRequest
 from rocketbox.writer.topics import topic_config
 from tests.unit.scheduler.test_scheduler import _writer_thread
 

@@ -42,7 +42,7 @@ def test_a_single_records_sizes_are_refused_as_in_a_list(tmp_path):
                                       (("::ffff:10.0.0.1", 3), True), (("0.0.0.0", 0), False)])
 def test_a_request_row_marks_an_ipv6_born_host_as_its_records_do(host, v6):
     """The writer finds a record's store time by the row's host bits: they must be the record's."""
-    from rocketbox.writer.client import RingClient
+    from rocketbox.shm.ringclient import RingClient
     row = RingClient.row(3, 1, m.TX_PREPARED, host, 2, True)
     assert row[3] == m.TX_PREPARED | (m.BORNHOST_V6 if v6 else 0) and m.pack_host(host)[2] == v6
     rec = m.decode_record(m.encode_record(topic=b"T", queue_id=1, body=b"b", properties=b"", sys_flag=row[3],

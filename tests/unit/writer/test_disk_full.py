@@ -8,8 +8,8 @@ from rocketbox.appliance import recovery
 from rocketbox.appliance.check import check
 from rocketbox.dispatcher.service import DispatcherService
 from rocketbox.shm.layout import C
+from rocketbox.shm.ringclient import PutRequest, RingClient
 from rocketbox.shm.state import SharedState
-from rocketbox.writer.client import PutRequest, RingClient
 from rocketbox.writer.service import WriterService
 from tests.unit.writer.rig import small_config
 
@@ -58,8 +58,8 @@ def test_a_topic_whose_topics_json_cannot_be_written_is_refused_and_undone(small
     SYSTEM_ERROR, the topic is not published, the part of its line that was written is taken out
     again, and neither the files nor the next write have it; once there is room again the next
     creation goes through."""
+    from rocketbox.shm import protocol as P
     from rocketbox.store import configfile, topicjournal
-    from rocketbox.writer import protocol as P
     from rocketbox.writer.topics import topic_config
 
     cfg = small_config(small_fs / "store", "t", mappedFileSizeCommitLog=1024 * 1024)

@@ -6,9 +6,9 @@ import os
 import numpy as np
 
 from rocketbox.shm.layout import OFFSET_KEY_BYTES, C
+from rocketbox.shm.protocol import OFFSET_UPDATE
 from rocketbox.store import configfile
 from rocketbox.writer.groups import PERSIST_INTERVAL_S, ConsumerOffsets
-from rocketbox.writer.protocol import OFFSET_UPDATE
 
 
 class _Cfg:

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from rocketbox.appliance.check import check
+from rocketbox.shm import protocol as P
 from rocketbox.shm.layout import C, S
+from rocketbox.shm.ringclient import PutRequest
 from rocketbox.store import message, topicjournal
-from rocketbox.writer import protocol as P
-from rocketbox.writer.client import PutRequest
 from rocketbox.writer.service import WriterService
 from rocketbox.writer.topics import topic_config
 from tests.unit.store.test_mappedfile import mappings

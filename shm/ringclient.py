@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from rocketbox.shm import protocol as P
 from rocketbox.shm.layout import C, S
 from rocketbox.shm.tables import TopicIndex
 from rocketbox.store import message
-from rocketbox.writer import protocol as P
 
 EPOCH_SHIFT = 40
 SLAB_SLACK = 256           # a slab's head and a request row, beside its records, in one ring entry
@@ -426,7 +426,7 @@ class RingClient:
 
     def create_topic(self, name: str, queue_nums: int, perm: int = 6, timeout: float = 10.0, **extra) -> int:
         """Create or update a topic through the writer; returns the response code."""
-        from rocketbox.writer.topics import topic_config
+        from rocketbox.store.topicconfig import topic_config
         rid = self.push_topic(topic_config(name, queue_nums, queue_nums, perm, **extra))
         deadline = time.monotonic() + timeout
         while self.topic_replies[rid] is None:
