@@ -2,6 +2,8 @@
 (``rocketbox``), no numpy and no appliance code, and a client that sends to and consumes from a
 real appliance."""
 import json
+import os
+import shutil
 import subprocess
 import sys
 
@@ -35,11 +37,28 @@ asyncio.run(main(sys.argv[1]))
 """
 
 
+def _copy_of_checkout(dest) -> str:
+    """The checkout's files as git sees them (tracked and new, links kept as links)."""
+    names = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True,
+                           check=True).stdout.splitlines()
+    for name in names:
+        src, out = os.path.join(ROOT, name), os.path.join(dest, name)
+        if not os.path.lexists(src):
+            continue                                      # deleted, not yet committed
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        if os.path.islink(src):
+            os.symlink(os.readlink(src), out)
+        else:
+            shutil.copy2(src, out)
+    return str(dest)
+
+
 def test_client_only_install_has_one_name_no_numpy_and_works(appliance_factory, tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
-    r = subprocess.run([*pip, "install", "-q", f"{ROOT}[client]"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    src = _copy_of_checkout(tmp_path / "src")              # pip builds in the tree: not in the checkout's
+    r = subprocess.run([*pip, "install", "-q", f"{src}[client]"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     listing = subprocess.run([*pip, "list", "--format", "json"], capture_output=True, text=True, check=True).stdout
     installed = {p["name"].lower() for p in json.loads(listing)} - {"pip", "setuptools"}

@@ -30,3 +30,24 @@ def test_documented_defaults_are_the_codes():
                 wrong.append(f"{path}:{line}: {key} {value}, but the code's default is {DEFAULTS[key]}")
     assert not wrong, wrong
     assert checked >= 6
+
+
+def test_architecture_stays_a_design():
+    """At most 600 lines, present tense: run figures live in PERFORMANCE.md, history in CHANGELOG.md
+    and docs/decisions/ (a design parameter such as "every 200 ms" is not a run figure)."""
+    with open(os.path.join(ROOT, "docs", "ARCHITECTURE.md"), encoding="utf-8") as f:
+        text = f.read()
+    assert len(text.splitlines()) <= 600
+    history = re.findall(r"used to|no longer|until this|\bfell\b|(?:was|were) tried|measured|before this", text, re.I)
+    figures = re.findall(r"\d[\d.,]*\s*(?:µs|instructions|msgs/s|% of a core)|\bk instructions", text)
+    assert history == [] and figures == [], (history, figures)
+
+
+def test_readme_layout_lists_every_top_level_folder():
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    layout = text[text.index("## Layout"):text.index("\n## ", text.index("## Layout") + 1)]
+    folders = {e.name for e in os.scandir(ROOT) if e.is_dir() and not e.name.startswith((".venv", "__", ".git", "."))
+               and not e.name.endswith(".egg-info") and e.name not in ("build", "data", "node_modules")}
+    missing = sorted(f for f in folders | {".ci"} if f"`{f}/`" not in layout)
+    assert missing == [] and len(folders) >= 18
