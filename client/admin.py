@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
 
 from rocketbox.client import running
 from rocketbox.client.errors import MQBrokerError, MQClientError
-from rocketbox.client.instance import ClientInstance, MessageQueue
+from rocketbox.client.instance import JSON, ClientInstance, MessageQueue
 from rocketbox.remoting import mqtable
+from rocketbox.remoting.codec import Command
 from rocketbox.remoting.codes import RequestCode as R
 from rocketbox.remoting.codes import ResponseCode as RC
 from rocketbox.store import message
@@ -88,26 +92,32 @@ class BrokerStatus:
     disk_ratio: float            # used share of its CommitLog's file system
 
 
-def _connections(entries) -> list[ClientConnection]:
+def _connections(entries: Iterable[JSON]) -> list[ClientConnection]:
     return [ClientConnection(c.get("clientId", ""), c.get("clientAddr", ""), c.get("language", ""),
                              int(c.get("version", 0))) for c in entries]
 
 
 class Admin:
-    def __init__(self, namesrv: str, *, instance: ClientInstance | None = None):
+    """What ``mqadmin`` asks of brokers and name servers: topics and their queues, consumer groups'
+    progress and members, offsets reset by time, messages by id, the cluster's brokers."""
+
+    def __init__(self, namesrv: str, *, instance: ClientInstance | None = None) -> None:
         self.instance = instance or ClientInstance(namesrv)
 
-    async def start(self) -> "Admin":
+    async def start(self) -> Admin:
+        """Start the client instance. -> self."""
         await self.instance.start()
         return self
 
     async def shutdown(self) -> None:
+        """Close the connections (shared ones once unused)."""
         await self.instance.stop()
 
-    async def __aenter__(self):
+    async def __aenter__(self) -> Admin:
         return await self.start()
 
-    async def __aexit__(self, *exc):
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
         await self.shutdown()
 
     async def _masters(self, topic: str) -> dict[str, str]:
@@ -167,7 +177,9 @@ class Admin:
     async def consumer_connection(self, group: str) -> ConsumerConnection:
         """The group's members on every master of its retry topic, and how it consumes what;
         MQBrokerError CONSUMER_NOT_ONLINE when no broker has a member of it now."""
-        conns, fields, subs = {}, {}, {}
+        conns: dict[str, ClientConnection] = {}
+        fields: dict[str, Any] = {}
+        subs: dict[str, str] = {}
         for addr in sorted((await self._group_masters(group)).values()):
             resp = await self.instance.call(addr, R.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group},
                                             ok=(RC.SUCCESS, RC.CONSUMER_NOT_ONLINE))
@@ -198,7 +210,7 @@ class Admin:
         except ValueError as e:
             raise MQClientError(f"consumer {client_id} of {group} answered with no ConsumerRunningInfo: {e}") from None
 
-    async def consume_message_directly(self, group: str, client_id: str, msg_id: str) -> dict:
+    async def consume_message_directly(self, group: str, client_id: str, msg_id: str) -> JSON:
         """Have the member ``client_id`` of ``group`` consume the stored message ``msg_id`` (an
         offsetMsgId) now, through the broker that stored it (CONSUME_MESSAGE_DIRECTLY, as Java's
         admin sends it); -> its ConsumeMessageDirectlyResult (``consumeResult`` CR_SUCCESS,
@@ -210,9 +222,10 @@ class Admin:
         addr = f"{ipaddress.ip_address(ip)}:{port}"
         resp = await self._ask_consumer(addr, R.CONSUME_MESSAGE_DIRECTLY,
                                         {"consumerGroup": group, "clientId": client_id, "msgId": msg_id})
-        return json.loads(resp.body)
+        result: JSON = json.loads(resp.body)
+        return result
 
-    async def _ask_consumer(self, addr: str, code: int, ext: dict):
+    async def _ask_consumer(self, addr: str, code: int, ext: dict[str, str]) -> Command:
         """A request the broker at ``addr`` puts to a consumer: given Java admin's three times the
         usual time, and the broker's own 10 s for the consumer's answer on top."""
         return await self.instance.call(addr, code, ext, timeout_s=3 * self.instance.timeout_s + 10)
@@ -227,7 +240,7 @@ class Admin:
         resetOffsetByTimestampOld).  Without ``force`` a queue only moves back.  ``cpp``: the
         members are C++ clients, sent the table in their form (``mqadmin -c``: the request goes in
         the CPP language).  -> each queue's offset now."""
-        out = {}
+        out: dict[MessageQueue, int] = {}
         for addr in sorted((await self._masters(topic)).values()):
             resp = await self.instance.call(addr, R.INVOKE_BROKER_TO_RESET_OFFSET, {
                 "topic": topic, "group": group, "timestamp": str(timestamp), "isForce": str(force).lower()},
@@ -269,7 +282,7 @@ class Admin:
     async def producer_connection(self, group: str, topic: str) -> list[ClientConnection]:
         """The producer group's clients on every master of ``topic`` (as mqadmin's, which finds
         the brokers by a topic the group sends to); MQBrokerError SYSTEM_ERROR when none has one."""
-        conns = {}
+        conns: dict[str, ClientConnection] = {}
         for addr in sorted((await self._masters(topic)).values()):
             resp = await self.instance.call(addr, R.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": group},
                                             ok=(RC.SUCCESS, RC.SYSTEM_ERROR))
@@ -283,7 +296,7 @@ class Admin:
     async def consumed_by(self, topic: str) -> list[str]:
         """The consumer groups that subscribe to ``topic`` now or have offsets on it, on every
         master of its route."""
-        groups = set()
+        groups: set[str] = set()
         for addr in sorted((await self._masters(topic)).values()):
             resp = await self.instance.call(addr, R.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": topic})
             groups.update(json.loads(resp.body).get("groupList") or ())

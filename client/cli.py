@@ -294,7 +294,7 @@ async def _stdin_lines(stop: asyncio.Event):
     would hold the loop, and Ctrl-C with it); it is a daemon, so an exit does not wait for it."""
     if sys.stdin.isatty():
         print("reading one message per line until Ctrl-D (Ctrl-C stops at once)", file=sys.stderr, flush=True)
-    loop, lines = asyncio.get_running_loop(), asyncio.Queue()
+    loop, lines = asyncio.get_running_loop(), asyncio.Queue[str | None]()
 
     def pump():
         try:
@@ -312,9 +312,10 @@ async def _stdin_lines(stop: asyncio.Event):
             if not got.done():
                 got.cancel()
                 return
-            if got.result() is None:
+            line = got.result()
+            if line is None:
                 return
-            yield got.result().rstrip("\n")
+            yield line.rstrip("\n")
     finally:
         stopped.cancel()
 

@@ -28,18 +28,24 @@ import json
 import logging
 import os
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from rocketbox.client import running
 from rocketbox.client.errors import MQClientError
-from rocketbox.client.instance import ClientInstance, MessageQueue, stop_tasks
+from rocketbox.client.instance import JSON, ClientInstance, MessageQueue, stop_tasks
 from rocketbox.client.message import Message, MessageExt, decode_messages
 from rocketbox.client.offsets import LocalOffsets, RemoteOffsets
 from rocketbox.client.rebalance import allocate_averagely
+from rocketbox.remoting.codec import Command
 from rocketbox.remoting.codes import RequestCode as R
 from rocketbox.remoting.codes import ResponseCode as RC
 from rocketbox.remoting.subscription import parse_expression
 from rocketbox.store.javahash import string_hash
+
+if TYPE_CHECKING:
+    from rocketbox.client.producer import Producer
 
 log = logging.getLogger("rocketbox.client")
 RETRY_PREFIX = "%RETRY%"
@@ -49,16 +55,21 @@ DRAIN_S = 1.0         # how long a rebalance waits for an orderly batch in the l
 COMMIT_OFFSET, SUSPEND, SUBSCRIPTION = 0x1, 0x2, 0x4
 
 
+Listener = Callable[[list[MessageExt]], "bool | Awaitable[bool]"]
+
+
 @dataclass
 class PullResult:
+    """What a pull found: its status, the offset to pull from next, the queue's bounds, and the
+    messages (re-filtered by tag string, as Java's client does)."""
     status: str               # FOUND, NO_NEW_MSG, NO_MATCHED_MSG, OFFSET_ILLEGAL
     next_offset: int
     min_offset: int
     max_offset: int
-    messages: list
+    messages: list[MessageExt]
 
 
-_STATUS = {RC.SUCCESS: "FOUND", RC.PULL_NOT_FOUND: "NO_NEW_MSG", RC.PULL_RETRY_IMMEDIATELY: "NO_MATCHED_MSG",
+_STATUS: dict[int, str] = {RC.SUCCESS: "FOUND", RC.PULL_NOT_FOUND: "NO_NEW_MSG", RC.PULL_RETRY_IMMEDIATELY: "NO_MATCHED_MSG",
            RC.PULL_OFFSET_MOVED: "OFFSET_ILLEGAL"}
 
 
@@ -80,7 +91,7 @@ async def pull_queue(instance: ClientInstance, addr: str, group: str, mq: Messag
 
 
 def consumer_data(group: str, consume_type: str, model: str, consume_from: str,
-                  subs: list[tuple[str, str, list[str], int]]) -> dict:
+                  subs: list[tuple[str, str, list[str], int]]) -> JSON:
     """A HeartbeatData's ConsumerData (FACTS §3.9); ``subs``: (topic, expression, tags, subVersion)."""
     return {"consumeFromWhere": consume_from, "consumeType": consume_type, "groupName": group,
             "messageModel": model, "unitMode": False,
@@ -102,25 +113,32 @@ def _by_broker(mqs: list[MessageQueue]) -> dict[str, list[MessageQueue]]:
 
 
 class PushConsumer:
+    """A push consumer (Java's ``DefaultMQPushConsumer``): ``subscribe`` to topics, ``register`` a
+    listener, ``await start()``; the client pulls the queues rebalancing gives this member and
+    hands each batch to the listener, concurrently or (``orderly``) one batch at a time per queue
+    in the queue's order. ``model`` CLUSTERING shares the queues among the group's members,
+    BROADCASTING gives every member every message; ``consume_from`` says where a group with no
+    committed offset starts."""
+
     def __init__(self, group: str, namesrv: str, *, model: str = "CLUSTERING",
                  consume_from: str = "CONSUME_FROM_LAST_OFFSET", pull_batch: int = 32, suspend_ms: int = 15000,
                  offset_dir: str | None = None, orderly: bool = False, instance: ClientInstance | None = None,
-                 max_reconsume_times: int = -1):
+                 max_reconsume_times: int = -1) -> None:
         if model not in ("CLUSTERING", "BROADCASTING"):
             raise ValueError(f"message model '{model}' is not CLUSTERING or BROADCASTING")
         self.group, self.model, self.consume_from, self.orderly = group, model, consume_from, orderly
         self.locking = orderly and model == "CLUSTERING"     # queues consumed only under the broker's lock
         self.pull_batch, self.suspend_ms = pull_batch, suspend_ms
         self.max_reconsume_times = max_reconsume_times    # -1: the group's (16), as Java's; orderly: no limit
-        self.inner_producer = None                        # for a retry the broker could not be asked for
+        self.inner_producer: Producer | None = None       # for a retry the broker could not be asked for
         self.instance = instance or ClientInstance(namesrv)
         self.subs: dict[str, tuple[str, list[str], int]] = {}      # topic -> (expression, tags, subVersion)
-        self.listener = None
-        self.pullers: dict[MessageQueue, asyncio.Task] = {}
-        self.in_listener: set[asyncio.Task] = set()            # pull loops whose batch the listener has
-        self.draining: dict[MessageQueue, asyncio.Task] = {}   # given up, an orderly batch still in the listener
+        self.listener: Listener | None = None
+        self.pullers: dict[MessageQueue, asyncio.Task[None]] = {}
+        self.in_listener: set[asyncio.Task[Any]] = set()            # pull loops whose batch the listener has
+        self.draining: dict[MessageQueue, asyncio.Task[None]] = {}   # given up, an orderly batch still in the listener
         self.locks: dict[MessageQueue, float] = {}             # queue -> when the broker last said it is ours
-        self.tasks: list[asyncio.Task] = []
+        self.tasks: list[asyncio.Task[None]] = []
         self.wake = asyncio.Event()
         self.rebalancing = asyncio.Lock()          # one rebalance at a time (Java's is synchronized too)
         self.offsets = (LocalOffsets(offset_dir or os.path.expanduser("~/.rocketmq_offsets"), self.instance.client_id, group)
@@ -129,19 +147,21 @@ class PushConsumer:
         self.stats = running.ConsumeStats()
         self.started_ms = 0
 
-    def subscribe(self, topic: str, expression: str = "*") -> "PushConsumer":
+    def subscribe(self, topic: str, expression: str = "*") -> PushConsumer:
+        """Consume ``topic``'s messages that match ``expression`` (tags: ``"*"``, ``"TagA || TagB"``)."""
         expr, tags = parse_expression(expression)
         self.subs[topic] = (expr, tags, int(time.time() * 1000))
         return self
 
-    def register(self, listener) -> "PushConsumer":
+    def register(self, listener: Listener) -> PushConsumer:
         """``listener(list[MessageExt]) -> bool`` (or a coroutine): True when the batch is consumed.
         An orderly consumer calls it with one queue's messages in their order, one batch at a time
         per queue; False (SUSPEND_CURRENT_QUEUE_A_MOMENT) offers the same batch again after 1 s."""
         self.listener = listener
         return self
 
-    def consumer_data(self) -> dict:
+    def consumer_data(self) -> JSON:
+        """What the heartbeats say of this member (ConsumerData)."""
         return consumer_data(self.group, "CONSUME_PASSIVELY", self.model, self.consume_from,
                              [(topic, *sub) for topic, sub in sorted(self.subs.items())])
 
@@ -163,7 +183,7 @@ class PushConsumer:
                               {topic: self.stats.status(topic) for topic in self.subs},
                               running.stacks() if jstack else None)
 
-    async def consume_directly(self, body: bytes, broker_name: str) -> dict:
+    async def consume_directly(self, body: bytes, broker_name: str) -> JSON:
         """ConsumeMessageDirectlyResult of handing the one stored message in ``body`` to the
         listener now, outside its queue's turn and moving no offset (Java's consumeMessageDirectly:
         a dashboard's "resend to this consumer"); ValueError if ``body`` is not one record."""
@@ -171,6 +191,7 @@ class PushConsumer:
         if len(msgs) != 1:
             raise ValueError(f"{len(msgs)} messages in the body, not one")
         began, remark = time.monotonic(), None
+        assert self.listener is not None                 # (a started consumer has one)
         try:
             ok = self.listener(msgs)
             if inspect.isawaitable(ok):
@@ -203,7 +224,8 @@ class PushConsumer:
         return sorted(loops, key=MessageQueue.sort_key)
 
     # ------------------------------------------------------------ lifecycle
-    async def start(self) -> "PushConsumer":
+    async def start(self) -> PushConsumer:
+        """Join the group and start pulling. -> self."""
         if self.listener is None or not self.subs:
             raise ValueError("subscribe to a topic and register a listener before start")
         if self.group in self.instance.consumers:
@@ -232,6 +254,8 @@ class PushConsumer:
         return self
 
     async def shutdown(self) -> None:
+        """Stop pulling, let a batch in the listener finish, commit the offsets, unlock the
+        queues, leave the group and close the connections (shared ones once unused)."""
         async with self.rebalancing:                 # (a rebalance under way finishes first)
             await stop_tasks(self.tasks)
             loops = {**self.draining, **self.pullers}
@@ -244,6 +268,7 @@ class PushConsumer:
         await self.instance.stop()
 
     def rebalance_soon(self) -> None:
+        """Rebalance now, not at the next period (the group's members changed)."""
         self.wake.set()
 
     # ------------------------------------------------------------ rebalance
@@ -260,6 +285,7 @@ class PushConsumer:
             self.wake.clear()
 
     async def rebalance(self) -> None:
+        """Take the queues this member owns now, and give up the others (one rebalance at a time)."""
         async with self.rebalancing:
             await self._rebalance()
 
@@ -288,7 +314,8 @@ class PushConsumer:
         for mq in sorted(mine - set(self.pullers) - set(self.draining), key=MessageQueue.sort_key):
             self.pullers[mq] = asyncio.get_running_loop().create_task(self._pull_loop(mq))
 
-    async def _stop_loops(self, loops: dict[MessageQueue, asyncio.Task], cancel_busy: bool = False) -> dict:
+    async def _stop_loops(self, loops: dict[MessageQueue, asyncio.Task[None]],
+                          cancel_busy: bool = False) -> dict[MessageQueue, asyncio.Task[None]]:
         """Stop the pull loops of queues given up; those of them still busy, by their key.  An
         orderly loop with a batch in the listener is not cancelled: it has ``DRAIN_S`` to finish
         (it stops by itself once the batch is done, no longer owning its queue), as Java waits
@@ -320,7 +347,7 @@ class PushConsumer:
             await asyncio.sleep(LOCK_S)
             await self._lock([*self.pullers, *self.draining])
 
-    async def _lock_call(self, code: int, qs: list[MessageQueue]):
+    async def _lock_call(self, code: int, qs: list[MessageQueue]) -> Command:
         """LOCK_BATCH_MQ or UNLOCK_BATCH_MQ for ``qs`` (queues of one broker) to that broker's master."""
         addr = await _master(self.instance, qs[0])
         body = json.dumps({"consumerGroup": self.group, "clientId": self.instance.client_id,
@@ -356,7 +383,7 @@ class PushConsumer:
             except (MQClientError, KeyError) as e:     # the broker frees them after 60 s
                 log.warning("unlocking %d queues of %s on %s failed: %s", len(qs), self.group, broker, e)
 
-    async def _hold(self, mq: MessageQueue, me: asyncio.Task) -> bool:
+    async def _hold(self, mq: MessageQueue, me: asyncio.Task[Any] | None) -> bool:
         """True once this client holds ``mq``'s lock (at once unless orderly in CLUSTERING), False
         if the loop ``me`` no longer owns ``mq``; asks the broker again every ``LOCK_RETRY_S``."""
         while self.pullers.get(mq) is me:
@@ -395,7 +422,7 @@ class PushConsumer:
         Java's ``ProcessQueue.isDropped``."""
         me = asyncio.current_task()
         pq = self.process.setdefault(mq, running.ProcessQueue())
-        ahead: asyncio.Task | None = None            # the next pull, out while the listener has a batch
+        ahead: asyncio.Future[PullResult | None] | None = None   # the next pull, out while the listener has a batch
         try:
             while await self._hold(mq, me):          # (the offset is read once the queue is locked)
                 if ahead is not None:
@@ -462,7 +489,7 @@ class PushConsumer:
         pq.hold(res.messages)
         return res
 
-    async def _consume(self, mq: MessageQueue, msgs: list[MessageExt], me: asyncio.Task) -> bool:
+    async def _consume(self, mq: MessageQueue, msgs: list[MessageExt], me: asyncio.Task[Any] | None) -> bool:
         """Hand ``msgs`` to the listener until it takes them (True), or until the queue is given
         up while they wait to be offered again (False).  Orderly, each offer waits for the lock.
         A concurrent CLUSTERING consumer sends a refused batch back to the broker, which offers it
@@ -472,6 +499,7 @@ class PushConsumer:
         if mq.topic.startswith(RETRY_PREFIX):
             for m in msgs:                       # a retried message shows the topic it was sent to
                 m.topic = m.properties.get("RETRY_TOPIC", m.topic)
+        assert me is not None and self.listener is not None
         while await self._hold(mq, me):
             self.in_listener.add(me)
             began = time.monotonic()
@@ -538,9 +566,9 @@ class PushConsumer:
         """A copy of ``msg`` sent to ``%RETRY%<group>`` by this client itself, as Java's consumer
         does when the broker cannot take a send-back (and an orderly one at its limit): the
         broker sends it on to the dead-letter topic when ``reconsume_times`` has reached the limit."""
-        from rocketbox.client.producer import Producer
+        from rocketbox.client.producer import Producer as InnerProducer
         if self.inner_producer is None:
-            self.inner_producer = Producer("CLIENT_INNER_PRODUCER", "", instance=self.instance)
+            self.inner_producer = InnerProducer("CLIENT_INNER_PRODUCER", "", instance=self.instance)
         limit = self._limit()
         props = {k: v for k, v in msg.properties.items() if k != "TRAN_MSG"}
         props.setdefault("RETRY_TOPIC", msg.topic)
@@ -579,13 +607,14 @@ class PullConsumer:
     heartbeat with consumeType CONSUME_ACTIVELY): so the group's retry topic exists, and admin
     tools find the group (``client.admin``)."""
 
-    def __init__(self, group: str, namesrv: str, *, instance: ClientInstance | None = None):
+    def __init__(self, group: str, namesrv: str, *, instance: ClientInstance | None = None) -> None:
         self.group = group
         self.instance = instance or ClientInstance(namesrv)
         self.positions: dict[MessageQueue, int] = {}
         self.topics: set[str] = set()
 
-    def consumer_data(self) -> dict:
+    def consumer_data(self) -> JSON:
+        """What the heartbeats say of this member (ConsumerData)."""
         return consumer_data(self.group, "CONSUME_ACTIVELY", "CLUSTERING", "CONSUME_FROM_LAST_OFFSET",
                              [(topic, "*", [], 0) for topic in sorted(self.topics)])
 
@@ -602,7 +631,8 @@ class PullConsumer:
                               {mq: running.ProcessQueue().info(pos, False, 0) for mq, pos in self.positions.items()},
                               {}, running.stacks() if jstack else None)
 
-    async def start(self) -> "PullConsumer":
+    async def start(self) -> PullConsumer:
+        """Join the group on the brokers (heartbeats). -> self."""
         if self.group in self.instance.consumers:
             raise ValueError(f"consumer group {self.group} already runs in this client instance")
         self.instance.consumers[self.group] = self
@@ -610,6 +640,7 @@ class PullConsumer:
         return self
 
     async def shutdown(self) -> None:
+        """Leave the group and close the connections (shared ones once unused)."""
         self.instance.consumers.pop(self.group, None)
         await self.instance.unregister(consumerGroup=self.group)
         await self.instance.stop()
@@ -630,6 +661,7 @@ class PullConsumer:
             self.positions[mq] = await offsets.read(mq, await _master(self.instance, mq)) or 0
 
     def seek(self, mq: MessageQueue, offset: int) -> None:
+        """Pull ``mq`` from ``offset`` next."""
         self.positions[mq] = offset
 
     async def pull(self, mq: MessageQueue, max_nums: int = 32, expression: str = "*", block_ms: int = 0) -> PullResult:
@@ -649,6 +681,7 @@ class PullConsumer:
             await offsets.commit(q, await _master(self.instance, q))
 
     async def offset_bounds(self, mq: MessageQueue) -> tuple[int, int]:
+        """The queue's (min, max) offsets on its broker."""
         addr, ext = await _master(self.instance, mq), {"topic": mq.topic, "queueId": str(mq.queue_id)}
         lo = await self.instance.call(addr, R.GET_MIN_OFFSET, ext)
         hi = await self.instance.call(addr, R.GET_MAX_OFFSET, ext)

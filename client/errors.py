@@ -18,18 +18,22 @@ class MQClientError(Exception):
     ``may_be_stored``: a request (this one, or an earlier try of the same send) was written to a
     broker and went unanswered, so what it asked for may have happened all the same: a send that
     failed this way may be in the store (and sending it again may store it twice)."""
-    retriable = True
 
-    def __init__(self, message: str, code: int = -1, may_be_stored: bool = False):
+    def __init__(self, message: str, code: int = -1, may_be_stored: bool = False) -> None:
         super().__init__(message)
         self.code = code
         self.may_be_stored = may_be_stored
+
+    @property
+    def retriable(self) -> bool:
+        """Trying again (another broker, a bit later) may succeed: always, before a broker answered."""
+        return True
 
 
 class MQBrokerError(MQClientError):
     """A broker (or name server) answered with a non-success code."""
 
-    def __init__(self, code: int, remark: str | None, addr: str = ""):
+    def __init__(self, code: int, remark: str | None, addr: str = "") -> None:
         try:
             name = RC(code).name
         except ValueError:
@@ -40,4 +44,5 @@ class MQBrokerError(MQClientError):
 
     @property
     def retriable(self) -> bool:
+        """The code is one the Java producer retries on (``RETRIABLE_CODES``)."""
         return self.code in RETRIABLE_CODES

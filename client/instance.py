@@ -12,7 +12,8 @@ import logging
 import os
 import socket
 import time
-from typing import NamedTuple
+from collections.abc import Iterable
+from typing import Any, NamedTuple, Protocol
 
 from rocketbox.client.errors import MQBrokerError, MQClientError
 from rocketbox.net import client as net
@@ -27,26 +28,32 @@ PERM_WRITE, PERM_READ = 2, 4
 HEARTBEAT_S = 30.0
 
 
+JSON = dict[str, Any]
+
+
 class MessageQueue(NamedTuple):
+    """One queue of a topic on one broker (Java's ``MessageQueue``)."""
     topic: str
     broker_name: str
     queue_id: int
 
-    def sort_key(self):
+    def sort_key(self) -> tuple[bytes, bytes, int]:
+        """The order Java sorts queues in (strings by UTF-16 code units)."""
         return (self.topic.encode("utf-16-be"), self.broker_name.encode("utf-16-be"), self.queue_id)
 
 
 class TopicRoute:
     """GET_ROUTEINFO_BY_TOPIC's TopicRouteData, as queues and master addresses."""
 
-    def __init__(self, topic: str, data: dict):
+    def __init__(self, topic: str, data: JSON):
         self.topic = topic
-        self.masters = {}
+        self.masters: dict[str, str] = {}
         for bd in data.get("brokerDatas") or []:
             addrs = {int(k): v for k, v in (bd.get("brokerAddrs") or {}).items()}
             if 0 in addrs:
                 self.masters[bd["brokerName"]] = addrs[0]
-        self.write_queues, self.read_queues = [], []
+        self.write_queues: list[MessageQueue] = []
+        self.read_queues: list[MessageQueue] = []
         for qd in sorted(data.get("queueDatas") or [], key=lambda q: q["brokerName"]):
             name = qd["brokerName"]
             if name not in self.masters:
@@ -57,7 +64,19 @@ class TopicRoute:
                 self.read_queues += [MessageQueue(topic, name, i) for i in range(qd["readQueueNums"])]
 
 
-async def stop_tasks(tasks) -> None:
+class GroupMember(Protocol):
+    """A consumer, as the client instance (heartbeats, a broker's requests) sees it."""
+
+    def consumer_data(self) -> JSON: ...
+
+    def rebalance_soon(self) -> None: ...
+
+    def running_info(self, jstack: bool) -> bytes: ...
+
+    async def consume_directly(self, body: bytes, broker_name: str) -> JSON | None: ...
+
+
+async def stop_tasks(tasks: Iterable[asyncio.Task[Any]]) -> None:
     """Cancel ``tasks`` and wait until every one has ended.  Cancelled again while any runs on:
     Python 3.11's ``asyncio.wait_for`` can swallow a cancellation that lands as its awaited
     reply arrives (fixed in 3.12), and a loop around it then never stops."""
@@ -92,13 +111,17 @@ def _local_ip() -> str:
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             s.connect(("10.255.255.255", 1))
-            return s.getsockname()[0]
+            return str(s.getsockname()[0])
     except OSError:
         return "127.0.0.1"
 
 
 class ClientInstance:
-    def __init__(self, namesrv: str, timeout_s: float = 3.0, instance_name: str | None = None):
+    """What the producers and consumers of one process share (Java's ``MQClientInstance``): the
+    connections to the name servers and brokers, the routes, the heartbeats, and the answers to a
+    broker's requests."""
+
+    def __init__(self, namesrv: str, timeout_s: float = 3.0, instance_name: str | None = None) -> None:
         self.namesrv = net.split_addrs(namesrv)
         if not self.namesrv:
             raise ValueError("no name server address (namesrv 'host:port;host:port')")
@@ -107,10 +130,10 @@ class ClientInstance:
         self.conns: dict[str, net.Connection] = {}
         self.connecting: dict[str, asyncio.Lock] = {}
         self.routes: dict[str, TopicRoute] = {}
-        self.consumers: dict[str, object] = {}       # group -> PushConsumer or PullConsumer
+        self.consumers: dict[str, GroupMember] = {}  # group -> PushConsumer or PullConsumer
         self.producers: set[str] = set()
         self.users = 0
-        self.task: asyncio.Task | None = None
+        self.task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------ lifecycle (shared by its users)
     async def start(self) -> None:
@@ -155,7 +178,7 @@ class ClientInstance:
                 self.conns[addr] = conn
         return conn
 
-    async def invoke(self, addr: str, code: int, ext: dict | None = None, body: bytes = b"",
+    async def invoke(self, addr: str, code: int, ext: dict[str, str] | None = None, body: bytes = b"",
                      timeout_s: float | None = None, language: str = "PYTHON") -> Command:
         conn = await self.connection(addr)
         try:
@@ -164,15 +187,16 @@ class ClientInstance:
             raise MQClientError(f"request {code} to {addr} failed: {e}",
                                 may_be_stored=isinstance(e, net.Unanswered)) from None
 
-    async def call(self, addr: str, code: int, ext: dict | None = None, body: bytes = b"",
-                   timeout_s: float | None = None, ok=(RC.SUCCESS,), language: str = "PYTHON") -> Command:
+    async def call(self, addr: str, code: int, ext: dict[str, str] | None = None, body: bytes = b"",
+                   timeout_s: float | None = None, ok: tuple[int, ...] = (RC.SUCCESS,),
+                   language: str = "PYTHON") -> Command:
         """``invoke`` that raises MQBrokerError unless the response code is in ``ok``."""
         resp = await self.invoke(addr, code, ext, body, timeout_s, language)
         if resp.code not in ok:
             raise MQBrokerError(resp.code, resp.remark, addr)
         return resp
 
-    async def oneway(self, addr: str, code: int, ext: dict | None = None, body: bytes = b"") -> None:
+    async def oneway(self, addr: str, code: int, ext: dict[str, str] | None = None, body: bytes = b"") -> None:
         conn = await self.connection(addr)
         try:
             conn.oneway(Command(code, ext, body))
@@ -207,7 +231,7 @@ class ClientInstance:
             conn.send(resp)
 
     @staticmethod
-    def _reset_offsets(cmd: Command, consumer) -> None:
+    def _reset_offsets(cmd: Command, consumer: GroupMember | None) -> None:
         """RESET_CONSUMER_CLIENT_OFFSET (oneway: no answer): a push consumer of the group starts the
         topic's queues it owns over from the offsets in the body (ResetOffsetBody, or the C++
         clients' list form); anyone else has nothing to reset (Java's too)."""
@@ -222,7 +246,7 @@ class ClientInstance:
             return
         asyncio.ensure_future(reset(cmd.ext.get("topic", ""), table))
 
-    async def _consume_directly(self, cmd: Command, conn: net.Connection, consumer) -> None:
+    async def _consume_directly(self, cmd: Command, conn: net.Connection, consumer: GroupMember | None) -> None:
         """ConsumeMessageDirectlyResult of the consumer given the message in ``cmd``'s body; a
         pull consumer has no listener to give it to (Java's answer then: the group is not here)."""
         try:
@@ -247,7 +271,7 @@ class ClientInstance:
             await self.heartbeat_all()         # a broker we had not met: tell it who we are
         return route
 
-    async def call_namesrv(self, code: int, ext: dict | None = None, *, what: str) -> Command:
+    async def call_namesrv(self, code: int, ext: dict[str, str] | None = None, *, what: str) -> Command:
         """The answer of the first name server that gives one; MQBrokerError TOPIC_NOT_EXIST at
         once (the name server has no such topic); else MQClientError naming ``what`` was asked."""
         last: Exception | None = None
@@ -265,7 +289,7 @@ class ClientInstance:
     def broker_addrs(self) -> set[str]:
         return {a for r in self.routes.values() for a in r.masters.values()}
 
-    async def unregister(self, **group) -> None:
+    async def unregister(self, **group: str) -> None:
         """UNREGISTER_CLIENT to every known broker (``producerGroup=`` or ``consumerGroup=``),
         best effort: a broker that cannot be reached forgets the client when its channel closes."""
         for addr in sorted(self.broker_addrs()):

@@ -8,8 +8,12 @@ import os
 import struct
 import zlib
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from rocketbox.store import message as codec
+
+if TYPE_CHECKING:
+    from rocketbox.client.instance import MessageQueue
 
 _counter = itertools.count()
 
@@ -29,17 +33,23 @@ _LOADER = int.from_bytes(os.urandom(4), "big") & 0x7FFFFFFF
 
 @dataclass
 class Message:
+    """A message to send (Java's ``Message``): its topic and body, a tag (what consumers filter
+    on), keys (what ``Admin.query`` and the IndexFile find it by), user properties, and when it is
+    delivered: a delay level of the broker's ``messageDelayLevel`` (1-18), or a timer (5.x's
+    ``setDeliverTimeMs`` / ``setDelayTimeMs``, which rocketbox serves at ms precision)."""
     topic: str
     body: bytes
     tags: str | None = None
-    keys: str | list | None = None
-    properties: dict = field(default_factory=dict)
+    keys: str | list[str] | None = None
+    properties: dict[str, str] = field(default_factory=dict)
     flag: int = 0
     delay_level: int = 0
     deliver_time_ms: int = 0          # a timer (5.x's setDeliverTimeMs): delivered at this epoch ms
     delay_ms: int = 0                 # a timer (5.x's setDelayTimeMs): delivered this long after the send
 
     def wire_properties(self) -> dict[str, str]:
+        """The properties as they are sent: the user's, then TAGS, KEYS, DELAY, the timer's, and a
+        new UNIQ_KEY (the msgId) unless one is set."""
         props = dict(self.properties)
         if self.tags:
             props["TAGS"] = self.tags
@@ -57,9 +67,10 @@ class Message:
 
 @dataclass
 class MessageExt:
+    """A message received (Java's ``MessageExt``): what was sent, and where and when it is stored."""
     topic: str
     body: bytes
-    properties: dict
+    properties: dict[str, str]
     queue_id: int
     queue_offset: int
     commit_log_offset: int
@@ -72,21 +83,25 @@ class MessageExt:
 
     @property
     def tags(self) -> str | None:
+        """The message's tag, if it has one."""
         return self.properties.get("TAGS")
 
     @property
     def keys(self) -> list[str]:
+        """The message's keys."""
         return (self.properties.get("KEYS") or "").split()
 
     @property
     def msg_id(self) -> str:
+        """The id the producer gave it (UNIQ_KEY), else the store's (offsetMsgId)."""
         return self.properties.get("UNIQ_KEY") or self.offset_msg_id
 
 
 def decode_messages(body: bytes, broker_name: str = "") -> list[MessageExt]:
     """A pull body's records as messages: fields straight into each MessageExt, and each store
     host's msgId prefix made once (a pull's records share one)."""
-    out, ids = [], {}
+    out: list[MessageExt] = []
+    ids: dict[tuple[object, int], codec.MsgIds] = {}
     for h, payload, topic, props in codec.record_fields(body, "pull body"):
         (_total, _magic, _crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, _born_ip, _born_port,
          store_ts, store_ip, store_port, reconsume_times, _prepared, _body_len) = h
@@ -103,8 +118,9 @@ def decode_messages(body: bytes, broker_name: str = "") -> list[MessageExt]:
 
 @dataclass
 class SendResult:
+    """What a broker answered a stored send: the status, the message's ids, its queue and offset."""
     status: str                 # SEND_OK, FLUSH_DISK_TIMEOUT, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE
     msg_id: str                 # UNIQ_KEY (comma-joined for a batch)
     offset_msg_id: str
-    queue: object
+    queue: MessageQueue
     queue_offset: int

@@ -10,6 +10,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
 
 from rocketbox.client.errors import MQBrokerError, MQClientError
 from rocketbox.client.instance import ClientInstance, MessageQueue, TopicRoute
@@ -19,32 +22,40 @@ from rocketbox.remoting.codes import ResponseCode as RC
 from rocketbox.store import message as codec
 
 DEFAULT_TOPIC = "TBW102"
-STATUS = {RC.SUCCESS: "SEND_OK", RC.FLUSH_DISK_TIMEOUT: "FLUSH_DISK_TIMEOUT",
+Selector = Callable[[list[MessageQueue], Message, Any], MessageQueue]
+STATUS: dict[int, str] = {RC.SUCCESS: "SEND_OK", RC.FLUSH_DISK_TIMEOUT: "FLUSH_DISK_TIMEOUT",
           RC.FLUSH_SLAVE_TIMEOUT: "FLUSH_SLAVE_TIMEOUT", RC.SLAVE_NOT_AVAILABLE: "SLAVE_NOT_AVAILABLE"}
 
 
 class Producer:
+    """A producer (Java's ``DefaultMQProducer``) of ``group``, finding brokers through the name
+    servers ``namesrv`` ("host:port;host:port"). ``await start()`` before sending (or ``async
+    with``); a send that fails on a broker is tried ``retries`` more times on another."""
+
     def __init__(self, group: str, namesrv: str, *, send_timeout_s: float = 3.0, retries: int = 2,
-                 default_topic_queue_nums: int = 4, instance: ClientInstance | None = None):
+                 default_topic_queue_nums: int = 4, instance: ClientInstance | None = None) -> None:
         self.group, self.timeout_s, self.retries = group, send_timeout_s, retries
         self.default_queue_nums = default_topic_queue_nums
         self.instance = instance or ClientInstance(namesrv, send_timeout_s)
         self.rr = itertools.count()
 
-    async def start(self) -> "Producer":
+    async def start(self) -> Producer:
+        """Connect (lazily) and start the heartbeats. -> self."""
         self.instance.producers.add(self.group)
         await self.instance.start()
         return self
 
     async def shutdown(self) -> None:
+        """Unregister from the brokers and close the connections (shared ones once unused)."""
         self.instance.producers.discard(self.group)
         await self.instance.unregister(producerGroup=self.group)
         await self.instance.stop()
 
-    async def __aenter__(self):
+    async def __aenter__(self) -> Producer:
         return await self.start()
 
-    async def __aexit__(self, *exc):
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
         await self.shutdown()
 
     # ------------------------------------------------------------ routes and queues
@@ -79,18 +90,23 @@ class Producer:
         return queues[n % len(queues)]
 
     # ------------------------------------------------------------ sends
-    async def send(self, msg: Message, *, queue: MessageQueue | None = None, selector=None, arg=None) -> SendResult:
+    async def send(self, msg: Message, *, queue: MessageQueue | None = None, selector: Selector | None = None,
+                   arg: Any = None) -> SendResult:
         """Send and wait for the broker.  ``selector(queues, msg, arg) -> queue`` picks the queue for
         ordered sends (no retry on another queue then, as Java)."""
         if selector is not None:
             route, _ = await self._route(msg.topic)
             queue = selector(route.write_queues, msg, arg)
-        return await self._send(msg.topic, msg.wire_properties(), msg.body, msg.flag, False, queue, oneway=False)
+        return _stored(await self._send(msg.topic, msg.wire_properties(), msg.body, msg.flag, False, queue,
+                                        oneway=False))
 
-    def send_async(self, msg: Message, **kw) -> asyncio.Task:
-        return asyncio.get_running_loop().create_task(self.send(msg, **kw))
+    def send_async(self, msg: Message, *, queue: MessageQueue | None = None, selector: Selector | None = None,
+                   arg: Any = None) -> asyncio.Task[SendResult]:
+        """``send`` as a task of the running loop."""
+        return asyncio.get_running_loop().create_task(self.send(msg, queue=queue, selector=selector, arg=arg))
 
     async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None) -> None:
+        """Send without waiting for an answer (none comes)."""
         await self._send(msg.topic, msg.wire_properties(), msg.body, msg.flag, False, queue, oneway=True)
 
     async def send_batch(self, msgs: list[Message], *, queue: MessageQueue | None = None) -> SendResult:
@@ -103,13 +119,15 @@ class Producer:
         props = [m.wire_properties() for m in msgs]
         body = codec.encode_client_batch([(m.flag, m.body, codec.encode_properties(p)) for m, p in zip(msgs, props)])
         ids = ",".join(p["UNIQ_KEY"] for p in props)
-        return await self._send(topic, {}, body, 0, True, queue, oneway=False, ids=ids)
+        return _stored(await self._send(topic, {}, body, 0, True, queue, oneway=False, ids=ids))
 
-    async def _send(self, topic, props, body, flag, batch, queue, oneway, ids=None):
+    async def _send(self, topic: str, props: dict[str, str], body: bytes, flag: int, batch: bool,
+                    queue: MessageQueue | None, oneway: bool, ids: str | None = None) -> SendResult | None:
         """``ids``: the SendResult's msgId (a batch's, comma-joined); default the UNIQ_KEY in ``props``."""
         ids = props.get("UNIQ_KEY", "") if ids is None else ids
         route, via_default = await self._route(topic)
-        avoid, last = None, None
+        avoid: str | None = None
+        last: MQClientError | None = None
         tries = 1 if (queue is not None or oneway) else 1 + self.retries
         for _ in range(tries):
             mq = queue or self._pick(route, avoid)
@@ -142,4 +160,11 @@ class Producer:
             if via_default:
                 self.instance.routes.pop(topic, None)      # the broker has the topic now: re-read its route
             return SendResult(STATUS[resp.code], ids, resp.ext.get("msgId", ""), mq, int(resp.ext.get("queueOffset", -1)))
+        assert last is not None            # every try failed
         raise last
+
+
+def _stored(result: SendResult | None) -> SendResult:
+    """A send that waits has a result (only a oneway send has none)."""
+    assert result is not None
+    return result

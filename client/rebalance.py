@@ -1,12 +1,16 @@
 """AllocateMessageQueueAveragely (FACTS §12): which of the sorted queues a consumer owns."""
 from __future__ import annotations
 
+from typing import TypeVar
+
+Q = TypeVar("Q")
+
 
 def _java_order(s: str) -> bytes:
     return s.encode("utf-16-be")          # String.compareTo: UTF-16 code units
 
 
-def allocate_averagely(current: str, queues: list, cids: list[str]) -> list:
+def allocate_averagely(current: str, queues: list[Q], cids: list[str]) -> list[Q]:
     """``queues`` sorted by (topic, brokerName, queueId) and ``cids`` sorted as Java strings first."""
     if not queues or not cids or current not in cids:
         return []

@@ -16,11 +16,16 @@ import io
 import sys
 import time
 import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from rocketbox.client.instance import MessageQueue
+from rocketbox.client.instance import JSON, ClientInstance, MessageQueue
 from rocketbox.remoting import mqtable
 from rocketbox.remoting.codes import SERVER_VERSION_DESC
+
+if TYPE_CHECKING:
+    from rocketbox.client.message import MessageExt
 
 # property keys (ConsumerRunningInfo.PROP_*)
 PROP_NAMESERVER_ADDR, PROP_THREADPOOL_CORE_SIZE = "PROP_NAMESERVER_ADDR", "PROP_THREADPOOL_CORE_SIZE"
@@ -34,7 +39,7 @@ class ConsumeStats:
     """One consumer group's pull and consume counters per topic, with a snapshot of them every
     ``MARK_S`` (at most an hour's), from which ``status`` takes the last minute and hour."""
 
-    def __init__(self, clock=time.monotonic):
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self.counts: dict[str, list[float]] = {}
         self.marks: collections.deque[tuple[float, dict[str, list[float]]]] = collections.deque()
@@ -76,7 +81,7 @@ class ConsumeStats:
             best = mark
         return best
 
-    def status(self, topic: str) -> dict:
+    def status(self, topic: str) -> JSON:
         """ConsumeStatus of ``topic``."""
         self.mark()
         now, c = self.clock(), self.counts.get(topic) or [0.0] * 7
@@ -104,18 +109,18 @@ class ProcessQueue:
         """A pull goes out (Java stamps lastPullTimestamp then, a long poll's wait included)."""
         self.last_pull_ms = int(time.time() * 1000)
 
-    def hold(self, msgs) -> None:
+    def hold(self, msgs: Sequence[MessageExt]) -> None:
         """A pull brought ``msgs``: held until consumed."""
         self.offsets += [m.queue_offset for m in msgs]
         self.size += sum(len(m.body) for m in msgs)
 
-    def done(self, msgs) -> None:
+    def done(self, msgs: Sequence[MessageExt]) -> None:
         """``msgs``, the oldest batch held, are consumed."""
         del self.offsets[:len(msgs)]
         self.size -= sum(len(m.body) for m in msgs)
         self.last_consume_ms = int(time.time() * 1000)
 
-    def info(self, commit_offset: int, locked: bool, lock_ms: int) -> dict:
+    def info(self, commit_offset: int, locked: bool, lock_ms: int) -> JSON:
         return {"cachedMsgCount": len(self.offsets), "cachedMsgMaxOffset": max(self.offsets, default=0),
                 "cachedMsgMinOffset": min(self.offsets, default=0), "cachedMsgSizeInMiB": self.size >> 20,
                 "commitOffset": commit_offset, "droped": False, "lastConsumeTimestamp": self.last_consume_ms,
@@ -138,7 +143,7 @@ def stacks() -> str:
     return out.getvalue()
 
 
-def properties(instance, data: dict, **extra) -> dict[str, str]:
+def properties(instance: ClientInstance, data: JSON, **extra: object) -> dict[str, str]:
     """A consumer's properties: from its ConsumerData ``data``, its client ``instance``, and
     ``extra`` (made strings, as Java's MixAll.object2Properties makes them)."""
     ip, _, name = instance.client_id.partition("@")
@@ -151,10 +156,10 @@ def properties(instance, data: dict, **extra) -> dict[str, str]:
     return dict(sorted(props.items()))
 
 
-def encode(properties: dict[str, str], subscriptions: list[dict], queues: dict[MessageQueue, dict],
-           status: dict[str, dict], jstack: str | None = None) -> bytes:
+def encode(properties: dict[str, str], subscriptions: list[JSON], queues: dict[MessageQueue, JSON],
+           status: dict[str, JSON], jstack: str | None = None) -> bytes:
     """The ConsumerRunningInfo body, as fastjson writes it."""
-    fields = {"properties": properties, "statusTable": dict(sorted(status.items())),
+    fields: JSON = {"properties": properties, "statusTable": dict(sorted(status.items())),
               "subscriptionSet": sorted(subscriptions, key=lambda s: s["topic"])}
     if jstack is not None:
         fields["jstack"] = jstack
@@ -164,9 +169,9 @@ def encode(properties: dict[str, str], subscriptions: list[dict], queues: dict[M
 @dataclass(frozen=True)
 class RunningInfo:
     properties: dict[str, str]
-    subscriptions: list[dict]                    # SubscriptionData, as the consumer sent them
-    queues: dict[MessageQueue, dict]             # ProcessQueueInfo by queue
-    status: dict[str, dict]                      # ConsumeStatus by topic
+    subscriptions: list[JSON]                    # SubscriptionData, as the consumer sent them
+    queues: dict[MessageQueue, JSON]             # ProcessQueueInfo by queue
+    status: dict[str, JSON]                      # ConsumeStatus by topic
     jstack: str | None
 
     @property

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
+from typing import Any
 
 # one object-literal key; brokerName and topic as JSON string contents (escapes kept)
 _MQ_KEY = re.compile(r'\{\s*"brokerName"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"queueId"\s*:\s*(-?\d+)\s*,'
@@ -17,7 +19,7 @@ _MQ_KEY = re.compile(r'\{\s*"brokerName"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"queueI
 _SEP, _SEP_JSON = "\x01", "\\u0001"      # joins a key's fields in the quoted key decode makes of it
 
 
-def encode(fields: dict, table_field: str, table: dict[tuple[str, str, int], dict]) -> bytes:
+def encode(fields: dict[str, Any], table_field: str, table: Mapping[tuple[str, str, int], Any]) -> bytes:
     """``fields`` and, under ``table_field``, ``table`` {(topic, brokerName, queueId): value}, keys
     in fastjson's order (so ``table_field`` sorts among ``fields`` as Java would place it)."""
     rows = ",".join(f'{{"brokerName":{json.dumps(b)},"queueId":{q},"topic":{json.dumps(t)}}}:'
@@ -28,7 +30,7 @@ def encode(fields: dict, table_field: str, table: dict[tuple[str, str, int], dic
     return ("{" + ",".join(sorted(parts)) + "}").encode()
 
 
-def decode(body: bytes, table_field: str) -> tuple[dict, dict[tuple[str, str, int], dict]]:
+def decode(body: bytes, table_field: str) -> tuple[dict[str, Any], dict[tuple[str, str, int], Any]]:
     """-> (the other fields, the table by (topic, brokerName, queueId)); ValueError for a body
     that is not this form."""
     text = _MQ_KEY.sub(lambda m: f'"{m[1]}{_SEP_JSON}{m[2]}{_SEP_JSON}{m[3]}":', body.decode("utf-8"))
@@ -38,7 +40,7 @@ def decode(body: bytes, table_field: str) -> tuple[dict, dict[tuple[str, str, in
         raise ValueError(f"not a {table_field} body: {e}") from None
     if not isinstance(data, dict) or not isinstance(data.get(table_field, {}), dict):
         raise ValueError(f"not a {table_field} body: {text[:120]}")
-    table = {}
+    table: dict[tuple[str, str, int], Any] = {}
     for key, value in (data.pop(table_field, None) or {}).items():
         broker, qid, topic = key.split(_SEP)
         table[(topic, broker, int(qid))] = value

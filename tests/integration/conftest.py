@@ -27,10 +27,18 @@ SLOW = {"test_bench", "test_client_install", "test_gaps", "test_cppclient", "tes
         "test_admin", "test_clients", "test_readers", "test_nameserver", "test_spark", "test_systemd"}
 
 
+# the modules that take longest, longest first: handed to the workers before the rest (--dist
+# loadfile gives out modules in collection order), so no worker starts one of them at the end
+LONGEST = ["test_spark", "test_bench", "test_systemd", "test_cppclient", "test_examples", "test_appliance",
+           "test_crash", "test_damage", "test_delay", "test_timer", "test_gaps", "test_readers", "test_client_install"]
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
         if item.module.__name__.rsplit(".", 1)[-1] in SLOW:
             item.add_marker(pytest.mark.slow)
+    rank = {name: i for i, name in enumerate(LONGEST)}
+    items.sort(key=lambda item: rank.get(item.module.__name__.rsplit(".", 1)[-1], len(LONGEST)))
 
 
 @pytest.fixture(scope="session")

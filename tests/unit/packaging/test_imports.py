@@ -73,3 +73,20 @@ def test_roles_talk_only_through_shm_and_store():
     wrong += [(path, folder) for shared in SHARED for path, folder in _imports(shared)
               if folder in ROLES | {"appliance", "client", "spark"}]
     assert wrong == []
+
+
+def test_every_public_name_and_method_of_the_client_has_a_docstring():
+    import inspect
+
+    import rocketbox
+    missing = []
+    for name in rocketbox.__all__:
+        obj = getattr(rocketbox, name)
+        if not (obj.__doc__ or "").strip():
+            missing.append(name)
+        for attr, member in vars(obj).items() if inspect.isclass(obj) else ():
+            if attr.startswith("_") or not (inspect.isfunction(member) or isinstance(member, property)):
+                continue
+            if not (member.__doc__ or "").strip():
+                missing.append(f"{name}.{attr}")
+    assert missing == []
