@@ -50,6 +50,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("rocketbox.client")
 RETRY_PREFIX = "%RETRY%"
 REBALANCE_S, COMMIT_S, PULL_ERROR_DELAY_S, RETRY_DELAY_S = 20.0, 5.0, 3.0, 1.0
+SUSPENDED_PULL_TIMEOUT_S = 30.0    # a held pull's time-out (Java's consumerTimeoutMillisWhenSuspend)
+BACKOFF_MAX_S = 30.0          # a queue's pauses after failures double from PULL_ERROR_DELAY_S up to this
 LOCK_S, LOCK_LIVE_S, LOCK_RETRY_S = 20.0, 30.0, 1.0    # Java's REBALANCE_LOCK_INTERVAL, REBALANCE_LOCK_MAX_LIVE_TIME
 DRAIN_S = 1.0         # how long a rebalance waits for an orderly batch in the listener (Java: its consume lock)
 COMMIT_OFFSET, SUSPEND, SUBSCRIPTION = 0x1, 0x2, 0x4
@@ -81,8 +83,10 @@ async def pull_queue(instance: ClientInstance, addr: str, group: str, mq: Messag
            "maxMsgNums": str(max_nums), "sysFlag": str(flag), "commitOffset": str(commit or 0),
            "suspendTimeoutMillis": str(suspend_ms), "subscription": expr, "subVersion": str(sub_version),
            "expressionType": "TAG"}
-    resp = await instance.call(addr, R.PULL_MESSAGE, ext, timeout_s=suspend_ms / 1000 + instance.timeout_s,
-                               ok=tuple(_STATUS))
+    # a broker answers a held pull when its hold service next looks (RocketMQ's: every 5 s), so a held
+    # pull may take seconds past suspend_ms: give it Java's 30 s
+    timeout_s = max(suspend_ms / 1000 + instance.timeout_s, SUSPENDED_PULL_TIMEOUT_S) if suspend_ms else instance.timeout_s
+    resp = await instance.call(addr, R.PULL_MESSAGE, ext, timeout_s=timeout_s, ok=tuple(_STATUS))
     msgs = decode_messages(resp.body, mq.broker_name) if resp.code == RC.SUCCESS else []
     if tags:
         msgs = [m for m in msgs if m.tags in tags]
@@ -120,6 +124,8 @@ class PushConsumer:
     BROADCASTING gives every member every message; ``consume_from`` says where a group with no
     committed offset starts."""
 
+    SUBSCRIBES_RETRY = True      # a refused message comes back through the group's retry topic
+
     def __init__(self, group: str, namesrv: str, *, model: str = "CLUSTERING",
                  consume_from: str = "CONSUME_FROM_LAST_OFFSET", pull_batch: int = 32, suspend_ms: int = 15000,
                  offset_dir: str | None = None, orderly: bool = False, instance: ClientInstance | None = None,
@@ -138,6 +144,7 @@ class PushConsumer:
         self.in_listener: set[asyncio.Task[Any]] = set()            # pull loops whose batch the listener has
         self.draining: dict[MessageQueue, asyncio.Task[None]] = {}   # given up, an orderly batch still in the listener
         self.locks: dict[MessageQueue, float] = {}             # queue -> when the broker last said it is ours
+        self.backoff: dict[MessageQueue, float] = {}           # queue -> its last pause after a failure (_back_off)
         self.tasks: list[asyncio.Task[None]] = []
         self.wake = asyncio.Event()
         self.rebalancing = asyncio.Lock()          # one rebalance at a time (Java's is synchronized too)
@@ -232,7 +239,7 @@ class PushConsumer:
             raise ValueError(f"consumer group {self.group} already runs in this client instance")
         self.instance.consumers[self.group] = self
         self.started_ms = int(time.time() * 1000)
-        if self.model == "CLUSTERING" and not self.orderly:   # failed messages come back through it (Java's copySubscription)
+        if self.SUBSCRIBES_RETRY and self.model == "CLUSTERING" and not self.orderly:   # (Java's copySubscription)
             self.subs.setdefault(RETRY_PREFIX + self.group, ("*", [], self.started_ms))
         await self.instance.start()
         for topic in self.subs:
@@ -290,6 +297,20 @@ class PushConsumer:
             await self._rebalance()
 
     async def _rebalance(self) -> None:
+        mine = await self._owned()
+        drained = [mq for mq, t in self.draining.items() if t.done()]
+        for mq in drained:
+            del self.draining[mq]
+        dropped = {mq: self.pullers.pop(mq) for mq in list(self.pullers) if mq not in mine}
+        busy = await self._stop_loops(dropped)
+        self.draining.update(busy)
+        await self._release([mq for mq in dropped if mq not in busy] + drained)
+        for mq in sorted(mine - set(self.pullers) - set(self.draining), key=MessageQueue.sort_key):
+            self.pullers[mq] = asyncio.get_running_loop().create_task(self._pull_loop(mq))
+
+    async def _owned(self) -> set[MessageQueue]:
+        """The queues this member owns now: every queue of its topics (BROADCASTING), else its share
+        of them among the group's members (AllocateMessageQueueAveragely)."""
         mine: set[MessageQueue] = set()
         for topic in self.subs:
             route = await self.instance.route(topic, refresh=True)
@@ -304,15 +325,7 @@ class PushConsumer:
                                             ok=(RC.SUCCESS, RC.SYSTEM_ERROR))
             cids = [] if resp.code != RC.SUCCESS else json.loads(resp.body)["consumerIdList"]
             mine.update(allocate_averagely(self.instance.client_id, queues, cids))
-        drained = [mq for mq, t in self.draining.items() if t.done()]
-        for mq in drained:
-            del self.draining[mq]
-        dropped = {mq: self.pullers.pop(mq) for mq in list(self.pullers) if mq not in mine}
-        busy = await self._stop_loops(dropped)
-        self.draining.update(busy)
-        await self._release([mq for mq in dropped if mq not in busy] + drained)
-        for mq in sorted(mine - set(self.pullers) - set(self.draining), key=MessageQueue.sort_key):
-            self.pullers[mq] = asyncio.get_running_loop().create_task(self._pull_loop(mq))
+        return mine
 
     async def _stop_loops(self, loops: dict[MessageQueue, asyncio.Task[None]],
                           cancel_busy: bool = False) -> dict[MessageQueue, asyncio.Task[None]]:
@@ -458,10 +471,19 @@ class PushConsumer:
             offset = await self._start_offset(mq, addr)
         except (MQClientError, KeyError) as e:
             log.warning("reading the offset of %s failed: %s", mq, e)
-            await asyncio.sleep(PULL_ERROR_DELAY_S)
+            await self._back_off(mq)
             return None
+        self.backoff.pop(mq, None)
         self.offsets.update(mq, offset)
         return offset
+
+    async def _back_off(self, mq: MessageQueue) -> None:
+        """After a failure on ``mq`` (its broker down or restarting, a reply that does not decode):
+        a pause, twice the last one of this queue's failures in a row (PULL_ERROR_DELAY_S first,
+        BACKOFF_MAX_S at most)."""
+        last = self.backoff.get(mq)
+        delay = self.backoff[mq] = PULL_ERROR_DELAY_S if last is None else min(2 * last, BACKOFF_MAX_S)
+        await asyncio.sleep(delay)
 
     async def _pull(self, mq: MessageQueue, offset: int, pq: running.ProcessQueue) -> PullResult | None:
         """One pull of ``mq`` from ``offset`` (the committed offset riding along in CLUSTERING);
@@ -479,12 +501,13 @@ class PushConsumer:
                                    self.suspend_ms, committed if committed else None)
         except (MQClientError, KeyError) as e:
             log.warning("pull from %s failed: %s", mq, e)
-            await asyncio.sleep(PULL_ERROR_DELAY_S)
+            await self._back_off(mq)
             return None
         except Exception:
-            log.exception("pull from %s at offset %d failed; asking again in %.0f s", mq, offset, PULL_ERROR_DELAY_S)
-            await asyncio.sleep(PULL_ERROR_DELAY_S)
+            log.exception("pull from %s at offset %d failed; asking again after a pause", mq, offset)
+            await self._back_off(mq)
             return None
+        self.backoff.pop(mq, None)
         self.stats.pulled(mq.topic, len(res.messages), (time.monotonic() - began) * 1000)
         pq.hold(res.messages)
         return res

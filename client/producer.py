@@ -38,6 +38,7 @@ class Producer:
         self.default_queue_nums = default_topic_queue_nums
         self.instance = instance or ClientInstance(namesrv, send_timeout_s)
         self.rr = itertools.count()
+        self.in_flight: set[asyncio.Task[SendResult]] = set()     # send_async's tasks not done yet
 
     async def start(self) -> Producer:
         """Connect (lazily) and start the heartbeats. -> self."""
@@ -46,7 +47,10 @@ class Producer:
         return self
 
     async def shutdown(self) -> None:
-        """Unregister from the brokers and close the connections (shared ones once unused)."""
+        """Wait for the sends still in flight (``send_async``'s), then unregister from the brokers
+        and close the connections (shared ones once unused)."""
+        if self.in_flight:
+            await asyncio.wait(self.in_flight)
         self.instance.producers.discard(self.group)
         await self.instance.unregister(producerGroup=self.group)
         await self.instance.stop()
@@ -102,8 +106,11 @@ class Producer:
 
     def send_async(self, msg: Message, *, queue: MessageQueue | None = None, selector: Selector | None = None,
                    arg: Any = None) -> asyncio.Task[SendResult]:
-        """``send`` as a task of the running loop."""
-        return asyncio.get_running_loop().create_task(self.send(msg, queue=queue, selector=selector, arg=arg))
+        """``send`` as a task of the running loop (``shutdown`` waits for it)."""
+        task = asyncio.get_running_loop().create_task(self.send(msg, queue=queue, selector=selector, arg=arg))
+        self.in_flight.add(task)
+        task.add_done_callback(self.in_flight.discard)
+        return task
 
     async def send_oneway(self, msg: Message, *, queue: MessageQueue | None = None) -> None:
         """Send without waiting for an answer (none comes)."""

@@ -23,18 +23,22 @@ if TYPE_CHECKING:
     from rocketbox.client.consumer import PullConsumer, PushConsumer
     from rocketbox.client.errors import MQBrokerError, MQClientError
     from rocketbox.client.instance import MessageQueue
+    from rocketbox.client.litepull import LitePullConsumer
     from rocketbox.client.message import Message, MessageExt, SendResult
     from rocketbox.client.producer import Producer
+    from rocketbox.client.sync import SyncLitePullConsumer, SyncProducer
 
 # public name -> the module that defines it
 _PUBLIC = {"Admin": "rocketbox.client.admin", "PullConsumer": "rocketbox.client.consumer",
            "PushConsumer": "rocketbox.client.consumer", "MQBrokerError": "rocketbox.client.errors",
            "MQClientError": "rocketbox.client.errors", "MessageQueue": "rocketbox.client.instance",
            "Message": "rocketbox.client.message", "MessageExt": "rocketbox.client.message",
-           "SendResult": "rocketbox.client.message", "Producer": "rocketbox.client.producer"}
+           "SendResult": "rocketbox.client.message", "Producer": "rocketbox.client.producer",
+           "LitePullConsumer": "rocketbox.client.litepull", "SyncProducer": "rocketbox.client.sync",
+           "SyncLitePullConsumer": "rocketbox.client.sync"}
 
-__all__ = ["Admin", "MQBrokerError", "MQClientError", "Message", "MessageExt", "MessageQueue", "Producer",
-           "PullConsumer", "PushConsumer", "SendResult"]
+__all__ = ["Admin", "LitePullConsumer", "MQBrokerError", "MQClientError", "Message", "MessageExt", "MessageQueue",
+           "Producer", "PullConsumer", "PushConsumer", "SendResult", "SyncLitePullConsumer", "SyncProducer"]
 assert sorted(__all__) == sorted(_PUBLIC)
 
 

@@ -18,9 +18,7 @@ real broker's run.  Each prints its seed and message count; a failure names the 
 from __future__ import annotations
 
 import os
-import shutil
 import socket
-import subprocess
 import time
 
 import pytest
@@ -30,8 +28,8 @@ from rocketbox.remoting.codec import Command, Decoder
 from rocketbox.remoting.codes import RequestCode as R
 from rocketbox.store import message
 from tests import fuzzgen
-from tests.integration.harness import create_topic, next_port
-from tests.integration.javaclient import RMQ
+from tests.integration import realrocketmq
+from tests.integration.harness import create_topic
 
 TOPICS, QUEUES = ("Fz0", "Fz1"), 4
 SETTINGS = dict(maxMessageSize=4 * 1024 * 1024, mappedFileSizeCommitLog=16 * 1024 * 1024,
@@ -199,55 +197,18 @@ def test_fuzzed_sends_long_run(appliance_factory, tmp_path):
     _fuzz_appliance(appliance_factory, tmp_path, 12, int(os.environ.get("FUZZ_LONG_MESSAGES", "100000")), 256 * 1024)
 
 
-class RealBroker:
-    """The real Apache RocketMQ 4.9.8 broker (``../shared/rocketmq-4.9.8``), alone (clients connect
-    to it directly), with the topics made."""
-
-    def __init__(self, tmp_path):
-        self.dir, self.port = str(tmp_path / "rmq"), next_port()
-        os.makedirs(self.dir)
-        conf = os.path.join(self.dir, "broker.conf")
-        with open(conf, "w") as f:
-            f.write(f"brokerClusterName=DefaultCluster\nbrokerName=fuzz\nbrokerId=0\nbrokerIP1=127.0.0.1\n"
-                    f"listenPort={self.port}\nstorePathRootDir={self.dir}/store\n"
-                    f"storePathCommitLog={self.dir}/store/commitlog\nautoCreateTopicEnable=true\n"
-                    f"maxMessageSize={SETTINGS['maxMessageSize']}\n")
-        self.log = open(os.path.join(self.dir, "java.log"), "wb")
-        self.proc = subprocess.Popen([RMQ, "broker", conf, self.dir], stdout=self.log, stderr=subprocess.STDOUT)
-
-    def ready(self) -> "RealBroker":
-        from bench.e2e import create_topic as rmq_create_topic
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                for t in TOPICS:
-                    rmq_create_topic(self.port, t, QUEUES)
-                return self
-            except (RuntimeError, OSError):
-                assert self.proc.poll() is None and time.monotonic() < deadline, "the real broker did not start"
-                time.sleep(0.5)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
 @pytest.mark.slow
 def test_fuzzed_sends_are_answered_and_stored_as_the_real_rocketmq_does(appliance_factory, tmp_path):
-    if not os.path.exists(RMQ) or shutil.which("java") is None:
-        pytest.skip("no real RocketMQ 4.9.8 or no java here")
+    if realrocketmq.missing():
+        pytest.skip(realrocketmq.missing())
     seed, n = 21, int(os.environ.get("FUZZ_RMQ_MESSAGES", "3000"))
     sends = fuzzgen.generate(seed, n, topics=TOPICS, queues=QUEUES, max_body=1024 * 1024,
                                delays=fuzzgen.UNTIMED_DELAYS, timers=False)
     print(f"fuzz seed {seed}: {len(sends)} sends, {n} messages, to rocketbox and to RocketMQ 4.9.8")
-    rmq = RealBroker(tmp_path)
+    rmq = realrocketmq.RealRocketMQ(tmp_path, maxMessageSize=SETTINGS["maxMessageSize"])
     try:
         app = _appliance(appliance_factory)
-        rmq.ready()
+        rmq.create_topics(TOPICS, QUEUES)
         ours, theirs = send_all(app.cfg.listenPort, sends, 1), send_all(rmq.port, sends, 1)
         time.sleep(1.5)                                     # the real broker's reput
         got_ours, got_theirs = pull_everything(app.cfg.listenPort), pull_everything(rmq.port)
