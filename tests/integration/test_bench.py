@@ -47,6 +47,21 @@ def test_e2e_bench_prints_every_row_for_the_three_servers(tmp_path, headers):
     assert all(float(s["writer"]) > 0 and float(s["dispatcher"]) > 0 for s in sends), sends
 
 
+def test_client_bench_prints_the_python_and_java_clients_cpu_per_message(tmp_path):
+    from tests.integration import javaclient
+    java = javaclient.missing() is None
+    port = 29000 + (os.getpid() % 10) * 300 + 150
+    r = subprocess.run([sys.executable, "-m", "bench.client", "--messages", "400", "--port", str(port),
+                        "--dir", str(tmp_path), *([] if java else ["--no-java"])],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(r.stdout.splitlines()[-1][2:])
+    clients = ["python", "java-4.9.8"] if java else ["python"]
+    for c in clients:           # every message sent and consumed costs some CPU, and well under a second
+        assert all(0 < res[f"{c}_{k}"] < 1e6 for k in ("send_cpu_us", "consume_cpu_us")), res
+    assert res["messages"] == 400 and os.listdir(tmp_path) == []
+
+
 def test_append_bench_prints_its_row_and_figures(tmp_path):
     r = subprocess.run([sys.executable, "-m", "bench.append", "--seconds", "1", "--idle-seconds", "0.5",
                         "--modes", "ASYNC_FLUSH", "--dir", str(tmp_path)],
