@@ -17,6 +17,7 @@ import logging
 import os
 import struct
 import time
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -81,7 +82,7 @@ class DispatcherService(LoopRole):
     NO_FILES_MEANS = ("messages stay in the CommitLog and become consumable once files can be opened again "
                       "(raise LimitNOFILE / ulimit -n, or vm.max_map_count)")
 
-    def __init__(self, cfg, shared, allocate_queue=None, tombstones: list[tuple[int, int]] = ()):
+    def __init__(self, cfg, shared, allocate_queue=None, tombstones: Sequence[tuple[int, int]] = ()):
         """``allocate_queue(topic, queue_id) -> slot`` is given only during boot recovery, when no
         writer runs; in the role a record for an unknown queue is corruption.  ``tombstones``:
         (offset, length) of the damaged spans recovery replaced, sorted: a queue's records lost in
@@ -229,6 +230,7 @@ class DispatcherService(LoopRole):
             if mf is None:
                 raise CorruptData("commitlog", pos, "no CommitLog file holds this committed offset")
         mm, base = mf.mm, mf.start
+        assert mm is not None                    # (an open file's map)
         at, limit = pos - base, min(written - base, fsize, pos - base + self.max_pass_bytes)
         starts, sizes = [], []
         unpack = message.HEAD.unpack_from

@@ -179,6 +179,7 @@ class HaproxyService:
         return self
 
     def run(self) -> None:
+        assert self.proc is not None             # (open started it)
         if os.environ.get("NOTIFY_SOCKET"):      # its unit is Type=notify: ready once a request through it is answered
             from rocketbox.net.readiness import answers, notify
             while self.proc.poll() is None and not self.stop_requested and \

@@ -190,6 +190,7 @@ class SchedulerService(LoopRole):
     def _submit(self, rows: list, sizes: list, records: list) -> list | None:
         """Put encoded records through the ring -> the writer's results, None when it does not
         answer (tried again later)."""
+        assert self.ring is not None             # (open claimed it)
         try:
             ticket = self.ring.submit_encoded(np.array(rows, P.REQUEST), np.array(sizes, "<u4"), b"".join(records))
             return self.ring.collect(ticket, 30.0)
@@ -296,6 +297,7 @@ class SchedulerService(LoopRole):
         """Until ``seconds`` pass, the dispatcher posts new entries, or a stop."""
         if seconds <= 0 or self.stop_requested:
             return
+        assert self.ring is not None
         row = self.sh.slots[self.ring.slot]
         row[S.DISPATCH_WAIT] = 2                 # the dispatcher posts our waker after a pass with delayed messages
         try:

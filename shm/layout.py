@@ -30,6 +30,8 @@ block is raised, so a reader that sees count N can trust entries < N.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 # (field, the one process that writes it, meaning)
@@ -76,7 +78,8 @@ CONTROL_FIELDS = (
     ("retention_unconsumed", "cleaner", "messages deleted by retention before a subscribed group consumed them, "
                                         "since boot"),
 )
-C = type("C", (), {name.upper(): i for i, (name, _w, _m) in enumerate(CONTROL_FIELDS)})
+# the field names as attributes (C.WRITTEN: its word); generated from the table, so Any to mypy
+C: Any = type("C", (), {name.upper(): i for i, (name, _w, _m) in enumerate(CONTROL_FIELDS)})
 CONTROL_LEN = 64      # int64 words reserved; room to grow without moving what follows
 assert len(CONTROL_FIELDS) <= CONTROL_LEN
 LAYOUT_MAGIC = 0x52424F5809       # "RBOX" v9 (v3: group names of 255 bytes, client ids of 248; v4: epoch_read_pos;
@@ -98,13 +101,13 @@ SLOT_FIELDS = (
     ("pulls_found", "slot owner", "its pulls (each try of a held one) that found messages, kept across owners"),
     ("pulls_missed", "slot owner", "its pulls (each try of a held one) that found none, kept across owners"),
 )
-S = type("S", (), {name.upper(): i for i, (name, _w, _m) in enumerate(SLOT_FIELDS)})
+S: Any = type("S", (), {name.upper(): i for i, (name, _w, _m) in enumerate(SLOT_FIELDS)})
 SLOT_LEN = 16
 assert len(SLOT_FIELDS) <= SLOT_LEN
 
 NAME_BYTES = 128      # topic names are at most 127 bytes
 TOPIC_FIELDS = ("read_queue_nums", "write_queue_nums", "perm", "topic_sys_flag", "order", "live")
-T = type("T", (), {name.upper(): i for i, name in enumerate(TOPIC_FIELDS)})
+T: Any = type("T", (), {name.upper(): i for i, name in enumerate(TOPIC_FIELDS)})
 TOPIC_LEN = 8
 OFFSET_KEY_BYTES = 384   # "topic@group": topic <= 127 bytes, group <= 255 bytes (RocketMQ's limits)
 CLIENT = np.dtype([("group", "S256"), ("client_id", "S248"), ("heartbeat_ms", "<i8")])   # heartbeat_ms 0 = free
