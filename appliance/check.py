@@ -46,7 +46,9 @@ def scan_commitlog(cfg, problems: list | None = None):
             mf, at = step.mf, step.at
             if step.kind == "record":
                 yield mf.start + at, message.decode_record(mf.mm, at, mf.path)
-            elif step.kind != "blank" and problems is None:
+            elif step.kind == "blank":
+                continue
+            elif problems is None:
                 return
             elif step.kind == "damage":
                 problems.append(f"bad record at offset {mf.start + at} ({mf.path} @ {at}): {step.why}; "

@@ -95,11 +95,12 @@ def _quarantine(cfg) -> int:
     except ValueError as e:
         print(f"appliance quarantine: {e}", file=sys.stderr)
         return 2
-    for e in entries:
-        whose = (f"{e['topic']} queue {e['queueId']} offset {e['queueOffset']}" if e.get("queueOffset") is not None
-                 else "queue unknown")
-        print(f"offset {e['offset']} ({e['file']} @ {e['fileOffset']}), {e['length']} bytes, {whose} "
-              f"[{e['identity']}]: {e['reason']}; found by {e['foundBy']}; original bytes: {e['bytes'] or 'not saved'}")
+    for entry in entries:
+        whose = (f"{entry['topic']} queue {entry['queueId']} offset {entry['queueOffset']}"
+                 if entry.get("queueOffset") is not None else "queue unknown")
+        print(f"offset {entry['offset']} ({entry['file']} @ {entry['fileOffset']}), {entry['length']} bytes, {whose} "
+              f"[{entry['identity']}]: {entry['reason']}; found by {entry['foundBy']}; original bytes: "
+              f"{entry['bytes'] or 'not saved'}")
     print(f"{len(entries)} damaged spans quarantined" if entries else "nothing quarantined")
     return 0
 

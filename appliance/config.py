@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass, fields
+from typing import Any
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -320,7 +321,7 @@ def _nearest(key: str) -> str:
 
 def load(path: str | None = None, overrides: dict[str, str] | None = None) -> BrokerConfig:
     """Build the config from the table's defaults, then ``path``, then ``overrides``."""
-    values: dict[str, object] = {}
+    values: dict[str, Any] = {}
     origin: dict[str, str] = {}
     entries = []
     if path is not None:

@@ -102,7 +102,7 @@ def settings(*store_dirs: str) -> list[Setting]:
     """Every tuned setting of this host for a store in ``store_dirs`` (the root, and the
     CommitLog's directory when it is elsewhere: each disk gets the scheduler)."""
     out = [Setting(name, _wanted(v), _read(_sysctl_path(name)), why, _sysctl_path(name)) for name, v, why in SYSCTLS]
-    devs = {}
+    devs: dict[str | None, str] = {}          # device (None: none) -> the first store dir on it
     for d in store_dirs:
         devs.setdefault(store_device(d), d)
     for dev, d in devs.items():

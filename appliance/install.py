@@ -375,7 +375,10 @@ def started_or_fail(units: dict[str, str], settle_s: float = 3.0) -> None:
     """A target is reached even when a unit it wants failed: look at each one. The keeper is
     Type=notify (ready when the start returns); a role that dies at once does so within
     ``settle_s``, and is then failed or restarting."""
-    wants = re.search(r"^Wants=(.*)$", units[TARGET], re.M).group(1).split()
+    found = re.search(r"^Wants=(.*)$", units[TARGET], re.M)
+    if found is None:
+        raise InstallError(f"{TARGET} as rendered wants no unit")
+    wants = found.group(1).split()
     time.sleep(settle_s)
     states = systemctl("is-active", *wants, check=False).stdout.split()
     bad = []

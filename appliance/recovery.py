@@ -36,7 +36,7 @@ from rocketbox.store import gaps, indexfile, message, quarantine, salvage, topic
 from rocketbox.store.checkpoint import Checkpoint
 from rocketbox.store.consumequeue import load_all, queue_dir
 from rocketbox.store.errors import CorruptData
-from rocketbox.store.mappedfile import MappedFileQueue
+from rocketbox.store.mappedfile import MappedFile, MappedFileQueue
 from rocketbox.writer.groups import ConsumerOffsets
 from rocketbox.writer.topics import TopicTable, queue_nums
 
@@ -58,7 +58,7 @@ class RecoveryReport:
 class Damage:
     """A span of the CommitLog that failed its checks, with verified records (or the file's end)
     after it: ``at`` and ``length`` within ``mf``."""
-    mf: object
+    mf: MappedFile
     at: int
     length: int
     why: str
@@ -129,7 +129,8 @@ def _load_queues(cfg) -> tuple[dict, bool]:
 def recover(cfg, shared) -> RecoveryReport:
     ctl, views = shared.control, shared.views
     abnormal = os.path.exists(os.path.join(cfg.root, "abort"))
-    damages, tombstones = [], []
+    damages: list[Damage] = []
+    tombstones: list[tuple[int, int]] = []
     os.makedirs(cfg.root, exist_ok=True)
     topics = TopicTable(cfg, views, ctl)
     topics.load()

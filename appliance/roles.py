@@ -18,6 +18,8 @@ import os
 import resource
 import signal
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from rocketbox.appliance import host
 from rocketbox.shm.state import SharedState
@@ -35,7 +37,7 @@ def _nameserver(cfg, _sh):
 # factory for what needs more. In start order; stop order is the reverse (HAProxy first so no new
 # clients arrive, then the readers, whose sends the writer still answers; writer before dispatcher
 # and flusher, so they see the end; name server last). A new role is its package and one line here.
-ROLES = {"nameserver": _nameserver,
+ROLES: dict[str, str | Callable[..., Any]] = {"nameserver": _nameserver,
          "flusher": "rocketbox.flusher.service:FlusherService",
          "dispatcher": "rocketbox.dispatcher.service:DispatcherService",
          "writer": "rocketbox.writer.service:WriterService",
@@ -55,7 +57,7 @@ def make_service(base: str, cfg, sh, index: int | None):
     args = [cfg] if base in NO_STORE else [cfg, sh]
     if index is not None:
         args.append(index)
-    if callable(entry):
+    if not isinstance(entry, str):
         return entry(cfg, sh, *args[2:])
     module, _, name = entry.partition(":")
     return getattr(importlib.import_module(module), name)(*args)

@@ -24,7 +24,8 @@ class Connection(asyncio.Protocol):
         self.addr, self.on_request = addr, on_request
         self.decoder = Decoder()
         self.calls = Pending(addr)
-        self.transport: asyncio.Transport | None = None
+        # set by connection_made, which the loop calls before create_connection hands the connection over
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]
         self.closed = asyncio.get_running_loop().create_future()
 
     # ------------------------------------------------------------ protocol

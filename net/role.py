@@ -13,7 +13,7 @@ import asyncio
 class ServerRole:
     def __init__(self) -> None:
         self.stop_requested = False
-        self.loop: asyncio.AbstractEventLoop | None = None
+        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]   # set as serving begins
         self._stop: asyncio.Event | None = None
 
     def open(self) -> ServerRole:

@@ -56,13 +56,14 @@ OUT_LOW = 1 << 20         # ... until it has read them down to this
 class Connection(asyncio.Protocol):
     def __init__(self, server: "RemotingServer"):
         self.server, self.decoder = server, Decoder()
-        self.transport: asyncio.Transport | None = None
-        self.loop: asyncio.AbstractEventLoop | None = None
+        # both set by connection_made, which the loop calls before anything else can reach the connection
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]
+        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self.peer, self.peer_addr = "?", ("127.0.0.1", 0)    # "host:port" for logs; (host, port)
         self.last_io = time.monotonic()
         self.out: list = []               # replies of this loop turn (frames, pieces of frames), written as one
         self.out_bytes = 0                # their size
-        self.head = b""                   # the first bytes, until we know whether a PROXY header leads
+        self.head: bytes | None = b""     # the first bytes, until we know whether a PROXY header leads
         self.backlog: list[Command] | None = None     # requests read while the client reads no replies
         self.writing_paused = self.reading_paused = False
         self.calls: Pending | None = None         # requests we sent the client (made on the first)
@@ -139,10 +140,10 @@ class Connection(asyncio.Protocol):
 
     def _proxy_header(self, data: bytes) -> bytes:
         """Strip a PROXY v2 header (net/proxy.py) and take the client address from it; what
-        follows it, b"" while more bytes are needed."""
-        self.head += data
+        follows it, b"" while more bytes are needed (called while ``head`` is not None)."""
+        head = self.head = (self.head or b"") + data
         try:
-            got = proxy.parse(self.head)
+            got = proxy.parse(head)
         except proxy.ProxyError as e:
             log.warning("%s: closing connection from %s: %s", self.server.name, self.peer, e)
             self.transport.close()
@@ -150,7 +151,7 @@ class Connection(asyncio.Protocol):
         if got is None:
             return b""
         used, addr = got
-        data, self.head = self.head[used:], None
+        data, self.head = head[used:], None
         if addr is not None:
             self.peer_addr, self.peer = addr, f"{addr[0]}:{addr[1]}"
         return data
@@ -260,7 +261,8 @@ class RemotingServer:
 
     @property
     def port(self) -> int:
-        return self.server.sockets[0].getsockname()[1]
+        assert self.server is not None           # (started)
+        return int(self.server.sockets[0].getsockname()[1])
 
     async def _reap_idle(self) -> None:
         while True:

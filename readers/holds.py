@@ -18,6 +18,7 @@ per message of every other group on the queue.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import numpy as np
@@ -35,7 +36,7 @@ class Hold:
     def __init__(self, slot: int | None, queue: tuple[str, int], offset: int, codes, callback):
         self.slot, self.queue, self.codes, self.callback = slot, queue, codes, callback   # slot None: unplaced
         self.scanned = offset           # the pull's offset, then past the messages that did not match ``codes``
-        self.timer = None
+        self.timer: asyncio.TimerHandle = None  # type: ignore[assignment]   # set as it is held
 
 
 class HeldPulls:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import numpy as np
 
@@ -53,7 +55,8 @@ class WriterLink:
         self.apply_waits: list[tuple[int, asyncio.Future]] = []
         self.unapplied: dict[tuple[bytes, int], tuple[int, int]] = {}  # committed here, not yet in shm
         self.full_warned_at = float("-inf")   # when a full offset table was last logged
-        self.on_topic_change = None                # awaited after a topic this reader created or changed
+        # awaited after a topic this reader created or changed
+        self.on_topic_change: Callable[[], Awaitable[Any]] | None = None
 
     @property
     def slot(self) -> int:
@@ -137,7 +140,7 @@ class WriterLink:
                 last, end_rec, nbytes, size = last + 1, end_rec + count, nbytes + more, size + held
             self._slab().add(rows[first:last], sizes[rec:end_rec], [view[at:at + size]], nbytes, waiter, first)
             if last < len(rows):
-                slab, self.slab = self.slab, None
+                slab, self.slab = self._slab(), None
                 self._push(slab)
             first, rec, at = last, end_rec, at + size
 
@@ -302,7 +305,7 @@ class _Slab:
         lost with a restarted writer, or ``failure``, a response code and remark)."""
         i = j = 0
         for waiter, first, n in self.spans:
-            if res is None:
+            if res is None or phys is None:
                 part, got, why, m = None, None, failure, 0
             else:
                 part, why = res[i:i + n], None

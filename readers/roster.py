@@ -74,7 +74,8 @@ def consumer_connection(group: str, docs: list[dict], members: list[str]) -> dic
     published yet is listed by its id alone); None when it has no member."""
     if not members:
         return None
-    live, conns, body = set(members), {}, None
+    live, body = set(members), None
+    conns: dict[str, dict] = {}
     for doc in docs:
         got = (doc.get("consumers") or {}).get(group)
         if not got:
@@ -96,7 +97,7 @@ def consumer_connection(group: str, docs: list[dict], members: list[str]) -> dic
 
 def producer_connection(group: str, docs: list[dict]) -> dict | None:
     """The ProducerConnection of ``group``; None when no reader has a client of it."""
-    conns = {}
+    conns: dict[str, dict] = {}
     for doc in docs:
         for c in (doc.get("producers") or {}).get(group) or ():
             conns.setdefault(c.get("clientId"), c)

@@ -185,8 +185,8 @@ class SendProcessor:
     def _stored(self, sent: list[tuple], first: int, n: int, results: list | None, phys: list | None,
                 failure: tuple[int, str] | None) -> None:
         """The writer's answer to ``sent[first:first + n]`` (a WriterLink waiter)."""
-        if results is None:
-            code, remark = failure
+        if results is None or phys is None:
+            code, remark = failure or (RC.SYSTEM_ERROR, "no answer from the writer")
             for cmd, conn, *_ in sent[first:first + n]:
                 conn.send_reply(cmd, cmd.response(code, remark, ext=dict(self.region)))
             return

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import struct
+from typing import Any
 
 import numpy as np
 
@@ -81,8 +82,9 @@ def struct_of(dtype: np.dtype) -> struct.Struct:
 SLAB_HEAD_S, REQUEST_S, RESULT_HEAD_S, RESULT_S = (struct_of(d) for d in (SLAB_HEAD, REQUEST, RESULT_HEAD, RESULT))
 # where each field sits in a row as a Python tuple (``struct`` unpacks, ``tolist``): rows are read
 # by name, ``row[RESULT_AT.status]``, at the cost of a tuple index
-REQUEST_AT = collections.namedtuple("RequestAt", names_of(REQUEST))(*range(len(names_of(REQUEST))))
-RESULT_AT = collections.namedtuple("ResultAt", names_of(RESULT))(*range(len(names_of(RESULT))))
+# (generated from the dtypes: Any to mypy)
+REQUEST_AT: Any = collections.namedtuple("RequestAt", names_of(REQUEST))(*range(len(names_of(REQUEST))))
+RESULT_AT: Any = collections.namedtuple("ResultAt", names_of(RESULT))(*range(len(names_of(RESULT))))
 
 
 def slab_parts(requests: np.ndarray, sizes: np.ndarray, records: bytes) -> list:

@@ -40,9 +40,9 @@ class Ring:
     def __init__(self, buf: np.ndarray):
         """``buf``: uint8 view of this ring's region (header + data) inside a segment."""
         assert np.little_endian                  # the positions are "<u8", read as native "Q"
-        self.pos = memoryview(buf[:16 * 8]).cast("Q")   # [0] write_pos, [8] read_pos; cheaper than numpy scalars
+        self.pos = buf[:16 * 8].data.cast("Q")   # [0] write_pos, [8] read_pos; cheaper than numpy scalars
         self.data = buf[HEADER_SIZE:]
-        self.mv = memoryview(self.data)          # copies and headers through it skip numpy's per-call cost
+        self.mv = self.data.data                 # copies and headers through it skip numpy's per-call cost
         self.capacity = len(self.data)
         assert self.capacity % 8 == 0
         self.max_entry = self.capacity // 2

@@ -17,6 +17,7 @@ import functools
 import json
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -90,6 +91,7 @@ class Ticket:
             self.results["status"][req0:req0 + n_requests] = P.SYSTEM_ERROR
             self.remark = LOST
         else:
+            assert phys is not None                 # (a reply has both)
             self.results[req0:req0 + len(res)] = res
             self.phys[rec0:rec0 + len(phys)] = phys
         self.missing -= 1
@@ -117,7 +119,8 @@ class RingClient:
         self.slot = -1
         self.lock_fd = -1
         self.seq = 0
-        self.in_flight: dict[int, object] = {}      # first req_id of a slab -> its callback(RESULT rows, phys list)
+        # first req_id of a slab -> its callback(RESULT rows, phys list), (None, None) when lost
+        self.in_flight: dict[int, Callable[[list | None, list | None], None]] = {}
         self.topic_replies: dict[int, PutResult | None] = {}
         self.awaiting: dict[int, int] = {}          # slab's first req_id or topic rid -> ring position past it
         self.store_ip, self.store_port, _v6 = message.pack_host((cfg.brokerIP1, cfg.listenPort))
@@ -308,21 +311,25 @@ class RingClient:
         ``block`` False: False at once, and nothing pushed, when the ring has no room for it."""
         rid = self._reserve_ids(len(rows))
         rows = [(rid + i, *r[1:]) for i, r in enumerate(rows)]
-        end = self._push(P.PUT, P.slab_bytes(rows, sizes, records), block)
+        parts = P.slab_bytes(rows, sizes, records)
+        end = self._push(P.PUT, parts) if block else self._try_push(P.PUT, parts)
         if end is None:
             return False
         self.awaiting[rid] = end
         self.in_flight[rid] = answered
         return True
 
-    def _push(self, kind: int, parts, block: bool = True) -> int | None:
-        """One ring entry, waiting (and reading replies) while the ring is full unless not
-        ``block``; wakes the writer.  Returns the ring position just past the entry (None: no
-        room, not blocking)."""
-        while not self.requests.try_push(kind, parts):
-            if not block:
-                return None
+    def _push(self, kind: int, parts) -> int:
+        """One ring entry, waiting (and reading replies) while the ring is full; wakes the writer.
+        -> the ring position just past the entry."""
+        while (end := self._try_push(kind, parts)) is None:
             self._wait_for_room()
+        return end
+
+    def _try_push(self, kind: int, parts) -> int | None:
+        """``_push`` without waiting: None, and nothing pushed, when the ring has no room."""
+        if not self.requests.try_push(kind, parts):
+            return None
         end = self.requests.write_pos
         self.sh.writer_waker.post()
         return end
@@ -361,7 +368,7 @@ class RingClient:
                 at = P.RESULT_HEAD.itemsize
                 end = at + nq * P.RESULT.itemsize
                 rows = list(P.RESULT_S.iter_unpack(mv[at:end]))
-                rid = rows[0][P.RESULT_AT.req_id] if rows else None     # the slab's first request
+                rid = rows[0][P.RESULT_AT.req_id] if rows else -1     # the slab's first request
                 self.awaiting.pop(rid, None)
                 answered = self.in_flight.pop(rid, None)
                 if answered is not None:
@@ -438,7 +445,9 @@ class RingClient:
                     del self.topic_replies[rid]
                     raise TimeoutError(f"no reply from the writer within {timeout} s")
                 self.waker.wait(min(left, 0.5))
-        return self.topic_replies.pop(rid).status
+        reply = self.topic_replies.pop(rid)
+        assert reply is not None
+        return reply.status
 
     # ------------------------------------------------------------ consumer groups (never answered)
     def push_offsets(self, rows: np.ndarray) -> int:

@@ -15,7 +15,7 @@ class Segment:
     def __init__(self, name: str, size: int):
         self.name, self.size = name, size
         self.mm: mmap.mmap | None = None
-        self.buf: np.ndarray | None = None   # uint8 view of the whole segment
+        self.buf: np.ndarray = None  # type: ignore[assignment]   # uint8 view of the whole segment, once mapped
 
     def create(self) -> "Segment":
         """Owner only: create fresh (a stale one of the same name is replaced), zero-filled."""
@@ -42,7 +42,7 @@ class Segment:
         return self
 
     def close(self) -> None:
-        self.buf = None
+        self.buf = None  # type: ignore[assignment]
         if self.mm is not None:
             try:
                 self.mm.close()

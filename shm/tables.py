@@ -36,7 +36,9 @@ class TopicIndex:
         if i is None:
             self.refresh()
             i = self.by_name.get(topic)
-        row = self.row(i) if i is not None else None
+        if i is None:
+            return None, None
+        row = self.row(i)
         return (i, row) if row is not None and row[T.LIVE] else (None, None)
 
     def row(self, idx: int) -> list[int]:

@@ -21,7 +21,7 @@ import posix_ipc
 class Waker:
     def __init__(self, name: str):
         self.name = name
-        self.sem: posix_ipc.Semaphore | None = None
+        self.sem: posix_ipc.Semaphore = None  # type: ignore[assignment]   # until create or attach
 
     def create(self) -> "Waker":
         self.unlink()

@@ -250,7 +250,7 @@ class StreamReader(DataSourceStreamReader):
 
     def initialOffset(self) -> dict:
         spec = _offsets(self.options.get("startingOffsets"), "latest")
-        out = {}
+        out: dict[str, dict[str, int]] = {}
         for topic, queues in self._ends().items():
             for q, (lo, hi) in queues.items():
                 out.setdefault(topic, {})[q] = _pick(spec, topic, int(q), lo, hi, "startingOffsets")
@@ -298,7 +298,8 @@ class StreamReader(DataSourceStreamReader):
                 out += _splits(topic, int(q), int(s), int(e), per, None, None)
         return out
 
-    def read(self, partition: QueueSlice):
+    def read(self, partition: InputPartition):
+        assert isinstance(partition, QueueSlice)        # (what this reader's partitions() planned)
         yield from storefiles.read_batches(self.path, partition.topic, partition.qid, partition.start, partition.end,
                                            names=self.names, on_corrupt=self.options.get("onCorruptRecord", "fail"))
 

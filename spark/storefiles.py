@@ -209,7 +209,7 @@ class CommitLog:
         base = phys - phys % self.file_size
         for i, (b, p, n) in enumerate(zip(base.tolist(), phys.tolist(), size.tolist())):
             v = self.view(b)
-            parts.append(memoryview(v)[p - b:p - b + n])
+            parts.append(v.data[p - b:p - b + n])
             starts[i] = at
             at += n
         return np.frombuffer(b"".join(parts), np.uint8), starts
@@ -240,7 +240,7 @@ def _strings(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> pa.Array:
 
 
 def _binary(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray) -> pa.Array:
-    mv = memoryview(buf)
+    mv = buf.data
     data = b"".join([mv[s:s + n] for s, n in zip(starts.tolist(), lens.tolist())])
     offsets = np.zeros(len(lens) + 1, np.int64)
     np.cumsum(lens, out=offsets[1:])

@@ -52,7 +52,7 @@ def loads_object(body: bytes) -> dict:
 def read(path: str):
     """The parsed file, else its ``.bak``, else None when neither exists.  Both present but
     unreadable is a StoreError naming both paths."""
-    errors = []
+    errors: list[str] = []
     for p in (path, path + ".bak"):
         if not os.path.exists(p):
             continue

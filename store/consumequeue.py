@@ -35,8 +35,10 @@ BLANK_ENTRY = (0, 0x7FFFFFFF, 0)   # fills the front of a queue whose first file
 FIRST_READ = 4096 // ENTRY_SIZE * ENTRY_SIZE   # ``valid_prefix``'s first read of a file: 204 entries, a page
 FEW_ENTRIES = 8                    # a run of at most this many entries is written with struct
 # ENTRY's layout again, for those struct writes: phys and tags (size left 0), then the size
-_PHYS_TAGS, _SIZE, _SIZE_AT = struct.Struct(">q4xq"), struct.Struct(">i"), ENTRY.fields["size"][1]
-assert _PHYS_TAGS.size == ENTRY_SIZE and [ENTRY.fields[f][1] for f in ("phys", "size", "tags")] == [0, _SIZE_AT, 12]
+_FIELDS = ENTRY.fields
+assert _FIELDS is not None
+_PHYS_TAGS, _SIZE, _SIZE_AT = struct.Struct(">q4xq"), struct.Struct(">i"), _FIELDS["size"][1]
+assert _PHYS_TAGS.size == ENTRY_SIZE and [_FIELDS[f][1] for f in ("phys", "size", "tags")] == [0, _SIZE_AT, 12]
 
 
 # every consume-queue file this process opens counts against one budget of open files and mappings:
@@ -178,10 +180,10 @@ class ConsumeQueue:
             n = min(len(phys) - done, self.per_file - i)
             mf.reserve(i * ENTRY_SIZE, (i + n) * ENTRY_SIZE)
             if n <= FEW_ENTRIES:                    # struct: three numpy field writes cost more
-                at = i * ENTRY_SIZE
+                at, mm = i * ENTRY_SIZE, mf.mm
                 for k in range(done, done + n):
-                    _PHYS_TAGS.pack_into(mf.mm, at, int(phys[k]), int(tags[k]))
-                    _SIZE.pack_into(mf.mm, at + _SIZE_AT, int(size[k]))     # last, as below
+                    _PHYS_TAGS.pack_into(mm, at, int(phys[k]), int(tags[k]))
+                    _SIZE.pack_into(mm, at + _SIZE_AT, int(size[k]))     # last, as below
                     at += ENTRY_SIZE
             else:
                 block = mf.typed(ENTRY)[i:i + n]
@@ -257,7 +259,7 @@ def load_all(root: str, mapped_file_size: int, writable: bool, broken: list | No
     directory holding no file holds nothing.  With ``broken``, a queue whose files cannot be loaded
     (one missing between others, or of the wrong size) is left out and listed there as
     ((topic, queue id), what is wrong); without it, that raises."""
-    cqs = {}
+    cqs: dict[tuple[str, int], ConsumeQueue] = {}
     base = os.path.join(root, "consumequeue")
     if not os.path.isdir(base):
         return cqs

@@ -213,7 +213,7 @@ class IndexFile:
         self.mf.flush()
 
     def close(self) -> None:
-        self.header = self.slots = self.entries = None
+        self.header = self.slots = self.entries = None  # type: ignore[assignment]
         self.mf.close()
 
 
@@ -226,7 +226,7 @@ def list_index_files(directory: str) -> list[str]:
 def find(directory: str, key: str, max_slots: int, max_entries: int, max_count: int = 32) -> list[int]:
     """CommitLog offsets of the records indexed under ``key`` (``topic#key``), in every IndexFile
     of ``directory``, newest first (what QUERY_MESSAGE reads; a hash match, not yet the key)."""
-    h, out = index_key_hash(key), []
+    h, out = index_key_hash(key), list[int]()
     for path in reversed(list_index_files(directory)):
         try:
             ix = IndexFile(path, max_slots, max_entries, False).open()

@@ -112,9 +112,11 @@ class MappedFile:
         released (unmapped, descriptor closed) while open, and ``use`` maps it again."""
         self.path, self.start, self.size, self.writable, self.readahead = path, start, size, writable, readahead
         self.cache, self.released = cache, False
-        self.mm: mmap.mmap | None = None
+        # the map and a uint8 view over the whole file: None until ``open`` and after ``close``, typed
+        # as what callers use (they use an open file's)
+        self.mm: mmap.mmap = None  # type: ignore[assignment]
         self.fd = -1                          # for ``write``, opened at its first call
-        self.view: np.ndarray | None = None   # uint8 view over the whole file
+        self.view: np.ndarray = None  # type: ignore[assignment]
         self._typed: dict[np.dtype, np.ndarray] = {}
         self._reserved = (0, 0)               # [lo, hi): blocks this process has reserved in order
         self._chunks: bytearray | None = None  # reserve_chunk's map of RESERVE_CHUNK pieces
@@ -142,7 +144,7 @@ class MappedFile:
             except OSError as e:
                 if e.errno in OUT_OF_FILES:             # (mmap dups the descriptor): said as it is
                     raise OSError(e.errno, f"{e.strerror}: cannot map {self.path}") from None
-                raise MapFailed(map_failure(self.path, self.size, e.strerror, *_map_counts())) from None
+                raise MapFailed(map_failure(self.path, self.size, e.strerror or str(e), *_map_counts())) from None
             if not self.readahead:
                 self.mm.madvise(mmap.MADV_RANDOM)
             if create and self.writable and self.fd < 0:  # its creator writes it next: kept for ``write`` and
@@ -208,7 +210,7 @@ class MappedFile:
         """The file's data from ``at`` on, as [lo, hi) ranges: what is neither a hole nor a
         reserved block never written (``SEEK_DATA``/``SEEK_HOLE``).  Scans read only these: a
         hole reads as zeros, but on tmpfs reading one takes a page, which a full one lacks."""
-        spans = []
+        spans: list[tuple[int, int]] = []
         fd = os.open(self.path, os.O_RDONLY)
         try:
             while at < self.size and len(spans) < most:
@@ -276,7 +278,7 @@ class MappedFile:
         self._unmap()
 
     def _unmap(self) -> None:
-        self.view, self._typed = None, {}
+        self.view, self._typed = None, {}  # type: ignore[assignment]
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
@@ -286,7 +288,7 @@ class MappedFile:
             except BufferError:         # a caller still holds a view into it: mapped until dropped
                 if self.cache is not None:
                     self.cache.linger(self.mm)
-            self.mm = None
+            self.mm = None  # type: ignore[assignment]
 
 
 class OpenFiles:

@@ -36,7 +36,7 @@ def gather(view: np.ndarray, at: np.ndarray, lens: np.ndarray) -> Props:
     offs = np.zeros(len(at) + 1, dtype=np.int64)
     np.cumsum(lens, out=offs[1:])
     total = int(offs[-1])
-    mv = memoryview(view)
+    mv = view.data
     padded = np.frombuffer(b"".join([mv[a:a + n] for a, n in zip(at.tolist(), lens.tolist())] + [b"\0\0\0"]),
                            dtype=np.uint8)
     return Props(padded[:total], offs, np.ndarray((total,), dtype="<u4", buffer=padded, strides=(1,)))

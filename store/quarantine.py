@@ -81,7 +81,12 @@ def _found(root: str) -> list[dict]:
                 except ValueError:
                     continue
     out.sort(key=lambda e: e.get("time", 0))
-    return [e for e in out if e["offset"] not in seen and not seen.add(e["offset"])]
+    unique = []
+    for e in out:
+        if e["offset"] not in seen:
+            seen.add(e["offset"])
+            unique.append(e)
+    return unique
 
 
 def note(root: str, source: str, entry: dict, original: bytes) -> None:

@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from rocketbox.store import message
 from rocketbox.store.errors import CorruptData
+
+if TYPE_CHECKING:
+    from rocketbox.store.mappedfile import MappedFile
 
 TOMBSTONE_PROPERTY = "RBX_DAMAGED"
 TOMBSTONE_TAGS = -(1 << 62)          # no tag hash (an int32) nor a delivery time (> 0) is this
@@ -110,7 +113,7 @@ class Step(NamedTuple):
     log ends at ``at``; ``tail_length`` says how many bytes follow)."""
     kind: str
     i: int                  # index of the file in the walked list
-    mf: object
+    mf: MappedFile
     at: int
     length: int
     why: str | None

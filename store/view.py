@@ -124,7 +124,7 @@ class StoreView:
         """The stored record at ``phys`` as a read-only uint8 view of the mmap."""
         if size is None:
             head = self.span(phys, phys + 4)
-            size = struct.unpack_from(">i", head, 0)[0]
+            size = struct.unpack_from(">i", head.data, 0)[0]
         return self.span(phys, phys + size)
 
     def on_disk(self, phys: int) -> bool:
@@ -213,7 +213,7 @@ class StoreView:
         else:
             bad, why = -1, ""
             for i, (a, z) in enumerate(zip(phys, sizes)):
-                if (found := salvage.first_bad(memoryview(self.span(a, a + z)), [0], [z], [a]))[0] == 0:
+                if (found := salvage.first_bad(self.span(a, a + z).data, [0], [z], [a]))[0] == 0:
                     bad, why = i, found[1]
                     break
         return (len(phys), "") if bad < 0 else (bad, why)
@@ -267,7 +267,7 @@ class StoreView:
         mf = self.commitlog.file_for(phys[0])
         if mf is None or end > mf.end or end > self.ctl[C.WRITTEN]:     # across files, or not mapped yet:
             return [self.span(a, a + z) for a, z in zip(phys, sizes)], len(phys)   # each checked
-        view, base = memoryview(mf.view), mf.start
+        view, base = mf.view.data, mf.start
         return [view[a - base:a - base + z] for a, z in zip(phys, sizes)], len(phys)
 
     def span(self, start: int, end: int) -> np.ndarray:

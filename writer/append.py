@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 import logging
 import struct
+from typing import Any
 
 import numpy as np
 
@@ -192,7 +193,7 @@ class Appender:
     # ------------------------------------------------------------ the scalar path
     def _put_few(self, slabs: list, ts: int) -> list:
         """The steps request by request, on Python lists and ``struct`` (a pass of a few)."""
-        few, topics, accepted, nbytes = [], {}, 0, 0
+        few, topics, accepted, nbytes = [], dict[int, Any](), 0, 0
         for slab in slabs:
             f = self._check_few(_Few(*slab), topics)
             few.append(f)
@@ -235,7 +236,7 @@ class Appender:
     def _place_few(self, f: "_Few", ts: int):
         """Steps 4 and 5 for one slab: each accepted request's records placed and stamped, copied
         into the CommitLog in as few runs as are contiguous on both sides; its reply."""
-        results, phys_out, copies, at = [], [], [], 0
+        results, phys_out, copies, at = [], [], list[Any](), 0
         recs, next_qoff, slot_of, shapes = f.recs, self.next_qoff, self.slot_of, message.RECORD_SHAPES
         for rid, qid, sys_flag, count, st, key in zip(f.req_id, f.queue_id, f.sys_flag, f.count, f.status, f.keys):
             starts, sizes = f.starts[at:at + count], f.sizes[at:at + count]
@@ -434,9 +435,10 @@ class _Few:
                  "accepted")
 
     def __init__(self, j: int, requests: np.ndarray, sizes: np.ndarray, recs: np.ndarray):
-        self.j, self.recs = j, memoryview(recs)          # struct and slicing on it skip numpy's overhead
+        self.j, self.recs = j, recs.data               # struct and slicing on it skip numpy's overhead
         rows = requests.tolist()                         # one call: a view of each field would cost more
-        (self.req_id, self.topic_idx, self.queue_id, self.sys_flag, self.count, _flags, _pad) = zip(*rows) if rows else ((),) * 7
+        fields: Any = zip(*rows) if rows else ((),) * 7
+        (self.req_id, self.topic_idx, self.queue_id, self.sys_flag, self.count, _flags, _pad) = fields
         self.sizes = sizes.tolist()
         self.starts = list(itertools.accumulate(self.sizes, initial=0))
         self.status: list[int] = []

@@ -129,7 +129,7 @@ class WriterService(LoopRole):
 
     def _response_size(self, kind: int, payload: np.ndarray) -> int:
         if kind == P.PUT and len(payload) >= P.SLAB_HEAD.itemsize:
-            n_requests, n_records, _bytes = P.SLAB_HEAD_S.unpack_from(payload, 0)
+            n_requests, n_records, _bytes = P.SLAB_HEAD_S.unpack_from(payload.data, 0)
             n = P.RESULT_HEAD.itemsize + n_requests * P.RESULT.itemsize + n_records * 8
         elif kind in (P.OFFSET, P.GROUP):
             return 0
@@ -140,7 +140,9 @@ class WriterService(LoopRole):
     def _handle(self, taken, ts: int) -> list:
         """The reply to each taken entry.  Runs of PUT slabs (from any rings) are appended as one
         batch; a TOPIC request first lets the PUTs before it land, so ring order is kept."""
-        replies, run = [], []
+        assert self.appender is not None        # (open made it)
+        replies: list = []
+        run: list = []
         for i, kind, payload in taken + [(None, None, None)]:
             if kind == P.PUT:
                 run.append(payload)
@@ -151,7 +153,8 @@ class WriterService(LoopRole):
             if kind == P.TOPIC:
                 replies.append(self._topic(i, payload))
             elif kind in (P.OFFSET, P.GROUP):
-                replies.append(self._group_state(kind, payload))
+                self._group_state(kind, payload)
+                replies.append(None)                     # (never answered)
             elif kind is not None:
                 log.error("request ring entry of unknown kind %d (%d bytes) dropped", kind, len(payload))
                 replies.append(None)
@@ -159,6 +162,7 @@ class WriterService(LoopRole):
 
     def _commit(self, drained, taken, replies, ts: int) -> None:
         sh, ctl = self.sh, self.ctl
+        assert self.appender is not None
         ctl[C.JOURNAL_WRITTEN] = -1
         for i, end in drained:
             sh.slots[i, S.JOURNAL_READ_POS] = end

@@ -64,7 +64,8 @@ class TopicTable:
         self.index: dict[str, int] = {}
         self.data_version = {"counter": 0, "timestamp": int(time.time() * 1000)}   # the latest requested
         self.making: set[str] = set()               # new topics requested, not published yet
-        self.waker, self.file = waker, None         # the FileThread, started by the first request
+        self.waker = waker
+        self.file: FileThread | None = None         # started by the first request
         self.unclaimed: list[tuple] = []            # settled by ``upsert`` for ``settle``'s caller
         self.journal = topicjournal.Journal(cfg.config_dir)   # the file thread's
         self.changed_at = 0.0                       # monotonic time of the last change requested
@@ -116,20 +117,21 @@ class TopicTable:
         new = name not in self.index and name not in self.making
         if new and int(self.control[C.TOPIC_COUNT]) + len(self.making) >= len(self.names):
             raise TableFull(f"shared topic table is full ({len(self.names)} topics, see shmTopicSlots)")
-        if self.file is None:
-            self.file = FileThread("topics.json", self._lay_out, self._store, self.waker)
+        file = self.file
+        if file is None:
+            file = self.file = FileThread("topics.json", self._lay_out, self._store, self.waker)
         before = self.configs.get(name) or {}
         tc = {**{k: before[k] for k in ATTRIBUTES if k in before}, **tc}     # kept unless named
         if "purgedQueues" in before and "purgedQueues" in tc:
             tc["purgedQueues"] = {**before["purgedQueues"], **tc["purgedQueues"]}
-        with self.file.lock:
+        with file.lock:
             self.configs[name] = tc
             self.laid.put(name, tc)
             self.data_version = {"counter": self.data_version.get("counter", 0) + 1,
                                  "timestamp": int(time.time() * 1000)}
             if new:
                 self.making.add(name)
-            self.file.submit(_Change(name, tc, self.data_version, token))
+            file.submit(_Change(name, tc, self.data_version, token))
         self.changed_at = time.monotonic()
 
     def persist(self) -> None:
@@ -145,7 +147,8 @@ class TopicTable:
         ``(token, None, error)`` for a change refused (its write failed: undone here; the table was
         full by the time it was published).  In the writer's loop."""
         out, self.unclaimed = self.unclaimed, []
-        for changes, error in self.file.done() if self.file is not None else ():
+        finished = self.file.done() if self.file is not None else []
+        for changes, error in finished:
             if error is None:
                 self._show_data_version(changes[-1].version)
             else:
@@ -170,6 +173,7 @@ class TopicTable:
         """``request`` and ``settle`` in one, waiting for the write (tools and tests): the topic's
         index, or the error that refused it."""
         self.request(tc)
+        assert self.file is not None            # (request started it)
         self.file.wait_idle()
         got = None
         for token, idx, error in self.settle():
@@ -179,6 +183,7 @@ class TopicTable:
                 raise error
             else:
                 got = idx
+        assert got is not None                  # (its change is among those settled)
         return got
 
     def close(self) -> None:
@@ -194,7 +199,7 @@ class TopicTable:
         named = [ch for ch in changes if ch.name is not None]
         if len(named) < len(changes) or self.journal.held + len(named) > topicjournal.JOURNAL_MAX:
             return self.laid.file({"dataVersion": changes[-1].version})
-        return [topicjournal.line(ch.version, ch.tc) for ch in named]
+        return [topicjournal.line(ch.version, ch.tc) for ch in named if ch.tc is not None]   # (named: with a tc)
 
     def _store(self, laid: bytes | list[bytes], changes: list[_Change]) -> None:   # the file thread's
         """The topic directories first, so the files never name a topic whose directory
@@ -204,7 +209,7 @@ class TopicTable:
         made: list[str] = []
         try:
             for ch in changes:
-                if ch.name is not None:
+                if ch.name is not None and ch.tc is not None:       # (a named change has its tc)
                     self._ensure_dirs(ch.name, ch.tc, made)
             if isinstance(laid, bytes):
                 configfile.write_bytes(self.path, laid)
@@ -219,6 +224,7 @@ class TopicTable:
 
     def _undo(self, changes: list[_Change]) -> None:
         """A failed write's changes out of the configs again, unless a later change replaced one."""
+        assert self.file is not None            # (settle's: what the file thread did)
         with self.file.lock:
             for ch in reversed(changes):
                 if ch.name is None or self.configs.get(ch.name) is not ch.tc:
@@ -260,13 +266,15 @@ class TopicTable:
 
     def _publish(self, name: str, tc: dict) -> int:
         raw = _shared_name(name)
-        i = self.index.get(name)
-        new = i is None
-        if new:
+        known = self.index.get(name)
+        new = known is None
+        if known is None:
             i = int(self.control[C.TOPIC_COUNT])
             if i >= len(self.names):
                 raise TableFull(f"shared topic table is full ({len(self.names)} topics, see shmTopicSlots)")
             self.names[i] = raw
+        else:
+            i = known
         row = self.meta[i]
         row[T.READ_QUEUE_NUMS] = int(tc.get("readQueueNums", 16))
         row[T.WRITE_QUEUE_NUMS] = int(tc.get("writeQueueNums", 16))
