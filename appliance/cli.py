@@ -5,15 +5,14 @@ import argparse
 import os
 import sys
 
-import psutil
-
 from rocketbox.appliance import config as config_mod
 from rocketbox.appliance.roles import pid_path, raise_open_files_limit, roles_for, run_role
-from rocketbox.shm.layout import C
 
-STORE_COUNTS = ((C.DISPATCH_UNINDEXED, "records dispatched without index keys"),
-                (C.DISPATCH_UNQUEUED, "records left out of their queue"),
-                (C.RETENTION_UNCONSUMED, "messages deleted by retention before a group consumed them"))
+# (control word, what it counts); the words by name: importing the shared layout (numpy) is left to
+# the commands and roles that attach it, so the name server's and HAProxy's processes start lighter
+STORE_COUNTS = (("DISPATCH_UNINDEXED", "records dispatched without index keys"),
+                ("DISPATCH_UNQUEUED", "records left out of their queue"),
+                ("RETENTION_UNCONSUMED", "messages deleted by retention before a group consumed them"))
 
 
 def _unit(pid: int) -> str:
@@ -42,7 +41,8 @@ def _tables(cfg, every: bool) -> None:
         return
     try:
         rows = table_use(sh.views, sh.control)
-        counts = [(int(sh.control[f]), what) for f, what in STORE_COUNTS]
+        from rocketbox.shm.layout import C
+        counts = [(int(sh.control[getattr(C, f)]), what) for f, what in STORE_COUNTS]
     finally:
         sh.close()
     print("; ".join(f"{n} {what}" for n, what in counts) + " (since the start)")
@@ -59,6 +59,7 @@ def _tables(cfg, every: bool) -> None:
 def _status(cfg, tables: bool = False) -> int:
     """Each role: up or down, its pid, and the systemd unit that runs it (none under ``appliance
     start``); "supervisor" is the supervisor or, under systemd, the store's keeper."""
+    import psutil
     all_up, roles = True, roles_for(cfg)
     for role in ["supervisor", *roles]:
         pid, state = None, "down"

@@ -22,7 +22,6 @@ from collections.abc import Callable
 from typing import Any
 
 from rocketbox.appliance import host
-from rocketbox.shm.state import SharedState
 from rocketbox.store.errors import StoreError
 
 
@@ -144,7 +143,11 @@ def run_role(role: str, cfg) -> int:
         return 2
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {role}[%(process)d] %(levelname)s %(message)s")
     host.disable_thp()
-    sh = None if base in NO_STORE else SharedState(cfg.geometry()).attach()
+    if base in NO_STORE:
+        sh = None
+    else:
+        from rocketbox.shm.state import SharedState  # (numpy: not loaded by the roles without a store)
+        sh = SharedState(cfg.geometry()).attach()
     service = make_service(base, cfg, sh, index)
 
     def stop(_sig, _frm):
