@@ -28,7 +28,7 @@ async def main(namesrv: str, topic: str, n: int = 10) -> None:
             members.append(await member.subscribe(topic).register(listener).start())
         for i in range(1, n):
             await producer.send(Message(topic, f"message {i}".encode()))
-    await asyncio.wait_for(done.wait(), 60)
+    await asyncio.wait_for(done.wait(), 120)
     for member in members:
         await member.shutdown()
     print(json.dumps({name: len(set(v)) for name, v in got.items()}))

@@ -30,7 +30,7 @@ async def main(namesrv: str, topic: str) -> None:
         sent = time.monotonic()
         await producer.send(Message(topic, b"level", delay_level=1))
         await producer.send(Message(topic, b"timer", delay_ms=3000))
-    await asyncio.wait_for(done.wait(), 60)
+    await asyncio.wait_for(done.wait(), 120)
     await consumer.shutdown()
     print(json.dumps({k: round(arrived[k] - sent, 2) for k in ("level", "timer")}))
 

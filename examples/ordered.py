@@ -8,19 +8,32 @@ import json
 import os
 import sys
 
-from rocketbox import Message, MessageQueue, Producer, PullConsumer
+from rocketbox import Message, MessageQueue, MQBrokerError, Producer, PullConsumer
 
 
 def by_order(queues: list[MessageQueue], _msg: Message, order_id: int) -> MessageQueue:
     return queues[order_id % len(queues)]
 
 
+async def send_in_order(producer: Producer, msg: Message, order_id: int) -> None:
+    """An ordered send is tried once (another queue would break the order): a broker that sheds
+    load (a retriable error, such as SYSTEM_BUSY) is asked again a moment later, the same queue."""
+    for attempt in range(10):
+        try:
+            await producer.send(msg, selector=by_order, arg=order_id)
+            return
+        except MQBrokerError as e:
+            if not e.retriable or attempt == 9:
+                raise
+            await asyncio.sleep(0.2 * (attempt + 1))
+
+
 async def main(namesrv: str, topic: str) -> None:
     async with Producer("example-producer", namesrv) as producer:
         for step in ("created", "paid", "shipped", "delivered"):
             for order_id in range(6):
-                await producer.send(Message(topic, f"order {order_id} {step}".encode(), keys=[f"order-{order_id}"]),
-                                    selector=by_order, arg=order_id)
+                await send_in_order(producer, Message(topic, f"order {order_id} {step}".encode(),
+                                                      keys=[f"order-{order_id}"]), order_id)
     consumer = await PullConsumer("example-ordered", namesrv).start()
     steps: dict[str, list[str]] = {}
     queue_of: dict[str, set[int]] = {}

@@ -9,7 +9,7 @@ import json
 import os
 import sys
 
-from rocketbox import Message, MessageExt, MessageQueue, Producer, PushConsumer
+from rocketbox import Message, MessageExt, MessageQueue, MQBrokerError, Producer, PushConsumer
 
 STEPS = ("created", "paid", "shipped", "delivered")
 
@@ -18,11 +18,24 @@ def by_order(queues: list[MessageQueue], _msg: Message, order_id: int) -> Messag
     return queues[order_id % len(queues)]
 
 
+async def send_in_order(producer: Producer, msg: Message, order_id: int) -> None:
+    """An ordered send is tried once (another queue would break the order): a broker that sheds
+    load (a retriable error, such as SYSTEM_BUSY) is asked again a moment later, the same queue."""
+    for attempt in range(10):
+        try:
+            await producer.send(msg, selector=by_order, arg=order_id)
+            return
+        except MQBrokerError as e:
+            if not e.retriable or attempt == 9:
+                raise
+            await asyncio.sleep(0.2 * (attempt + 1))
+
+
 async def main(namesrv: str, topic: str, orders: int = 8) -> None:
     async with Producer("example-producer", namesrv) as producer:
         for step in STEPS:
             for order_id in range(orders):
-                await producer.send(Message(topic, f"{order_id} {step}".encode()), selector=by_order, arg=order_id)
+                await send_in_order(producer, Message(topic, f"{order_id} {step}".encode()), order_id)
     seen: dict[str, list[str]] = {}
     done = asyncio.Event()
 
@@ -36,7 +49,7 @@ async def main(namesrv: str, topic: str, orders: int = 8) -> None:
 
     consumer = PushConsumer("example-orderly", namesrv, orderly=True, consume_from="CONSUME_FROM_FIRST_OFFSET")
     await consumer.subscribe(topic).register(listener).start()
-    await asyncio.wait_for(done.wait(), 60)
+    await asyncio.wait_for(done.wait(), 120)
     await consumer.shutdown()
     print(json.dumps({"in_order": all(s == list(STEPS) for s in seen.values()), "orders": len(seen)}))
 

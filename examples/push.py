@@ -26,7 +26,7 @@ async def main(namesrv: str, topic: str, n: int = 20) -> None:
 
     consumer = PushConsumer("example-push", namesrv, consume_from="CONSUME_FROM_FIRST_OFFSET")
     await consumer.subscribe(topic, "TagA").register(listener).start()     # the odd ones only
-    await asyncio.wait_for(done.wait(), 60)
+    await asyncio.wait_for(done.wait(), 120)
     await consumer.shutdown()
     print(json.dumps({"received": sorted(got, key=lambda b: int(b.split()[1]))}))
 
