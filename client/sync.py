@@ -11,7 +11,7 @@ import asyncio
 import threading
 from collections.abc import Coroutine
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from rocketbox.client.instance import MessageQueue
 from rocketbox.client.litepull import LitePullConsumer
@@ -40,7 +40,21 @@ class _LoopThread:
         self.loop.close()
 
 
-class SyncProducer:
+class _Blocking:
+    """What the blocking facades share: ``with`` ends in ``shutdown``."""
+
+    def shutdown(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.shutdown()
+
+
+class SyncProducer(_Blocking):
     """``Producer`` whose calls block: ``with SyncProducer(group, namesrv) as p: p.send(msg)``."""
 
     def __init__(self, group: str, namesrv: str, **options: Any) -> None:
@@ -69,15 +83,8 @@ class SyncProducer:
         self._thread.run(self._producer.shutdown())
         self._thread.stop()
 
-    def __enter__(self) -> SyncProducer:
-        return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.shutdown()
-
-
-class SyncLitePullConsumer:
+class SyncLitePullConsumer(_Blocking):
     """``LitePullConsumer`` whose calls block: subscribe (or assign), ``start``, then ``poll``."""
 
     def __init__(self, group: str, namesrv: str, **options: Any) -> None:
@@ -119,10 +126,3 @@ class SyncLitePullConsumer:
         """``LitePullConsumer.shutdown``, then the loop's thread ends."""
         self._thread.run(self._consumer.shutdown())
         self._thread.stop()
-
-    def __enter__(self) -> SyncLitePullConsumer:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.shutdown()
