@@ -351,6 +351,7 @@ class PushConsumer:
             await self._commit(mq)
             self.offsets.forget(mq)
             self.process.pop(mq, None)
+            self.backoff.pop(mq, None)
             log.info("%s gave up %s", self.instance.client_id, mq)
         await self._unlock([mq for mq in mqs if mq in self.locks])
 

@@ -102,12 +102,11 @@ class LitePullConsumer(PushConsumer):
             return h.msgs
 
     async def commit(self) -> None:
-        """Commit every queue's polled offset now (Java's ``commitSync``)."""
-        for mq, offset in self.polled.items():
-            if isinstance(self.offsets, _CommittedOnRequest):
+        """Commit every queue's polled offset now (Java's ``commitSync``); with ``auto_commit`` the
+        offsets moved as the messages were polled."""
+        if isinstance(self.offsets, _CommittedOnRequest):
+            for mq, offset in self.polled.items():
                 self.offsets.accept(mq, offset)
-            else:
-                self.offsets.update(mq, max(self.offsets.table.get(mq, 0), offset))
         await self._commit_all()
 
     async def seek(self, mq: MessageQueue, offset: int) -> None:

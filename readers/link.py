@@ -138,9 +138,10 @@ class WriterLink:
                 if last > first and (nbytes + more > self.slab_budget or end_rec + count - rec > self.slab_records):
                     break
                 last, end_rec, nbytes, size = last + 1, end_rec + count, nbytes + more, size + held
-            self._slab().add(rows[first:last], sizes[rec:end_rec], [view[at:at + size]], nbytes, waiter, first)
+            slab = self._slab()
+            slab.add(rows[first:last], sizes[rec:end_rec], [view[at:at + size]], nbytes, waiter, first)
             if last < len(rows):
-                slab, self.slab = self._slab(), None
+                self.slab = None
                 self._push(slab)
             first, rec, at = last, end_rec, at + size
 

@@ -6,7 +6,6 @@ broker:processor/ConsumerManageProcessor.java and AdminBrokerProcessor.java answ
 from __future__ import annotations
 
 import json
-import struct
 
 from rocketbox.readers.clients import NOT_ONLINE
 from rocketbox.remoting import headers, mqtable
@@ -40,8 +39,7 @@ def record_ts(view, phys: int, size: int | None = None) -> int | None:
         rec = view.record(phys, size)
     except ValueError:
         return None
-    sys_flag = struct.unpack_from(">i", rec, message.SYSFLAG_AT)[0]
-    return struct.unpack_from(">q", rec, message.store_ts_at(sys_flag))[0]
+    return message.store_ts_of(rec, 0)
 
 
 class OffsetProcessor:

@@ -186,7 +186,8 @@ class SendProcessor:
                 failure: tuple[int, str] | None) -> None:
         """The writer's answer to ``sent[first:first + n]`` (a WriterLink waiter)."""
         if results is None or phys is None:
-            code, remark = failure or (RC.SYSTEM_ERROR, "no answer from the writer")
+            assert failure is not None                   # (the link gives a failure with no results)
+            code, remark = failure
             for cmd, conn, *_ in sent[first:first + n]:
                 conn.send_reply(cmd, cmd.response(code, remark, ext=dict(self.region)))
             return

@@ -532,8 +532,9 @@ def record_fields(buf, where: str = "records"):
     at, n = 0, len(buf)
     while at < n:
         h, body, topic, props = _fields(buf, at, where)
-        yield Header._make(h), body, topic, props
-        at += h[0]
+        header = Header._make(h)
+        yield header, body, topic, props
+        at += header.total_size
 
 
 _I32 = struct.Struct(">i")

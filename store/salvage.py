@@ -215,8 +215,8 @@ def header_identity(buf, at: int, length: int) -> Identity | None:
     if magic != message.MAGIC or sys_flag & ~0x3F:
         return None
     hdr = message.header_for(sys_flag)
-    h = hdr.unpack_from(buf, at)
-    body_len = h[-1]
+    h = message.Header._make(hdr.unpack_from(buf, at))
+    body_len = h.body_len
     topic_at = at + hdr.size + body_len
     if body_len < 0 or topic_at + 3 > at + length:
         return None
@@ -225,14 +225,14 @@ def header_identity(buf, at: int, length: int) -> Identity | None:
     if props_at + 2 > at + length:
         return None
     props_len = struct.unpack_from(">h", buf, props_at)[0]
-    if props_len < 0 or props_at + 2 + props_len != at + length or h[0] != length:
+    if props_len < 0 or props_at + 2 + props_len != at + length or h.total_size != length:
         return None
     topic = bytes(buf[topic_at + 1:props_at])
     try:
         message.check_topic(topic.decode())
     except (UnicodeDecodeError, message.MessageRejected):
         return None
-    return Identity(topic, h[3], h[5], message.store_ts_of(buf, at), h[8], "header")
+    return Identity(topic, h.queue_id, h.queue_offset, message.store_ts_of(buf, at), h.born_ts, "header")
 
 
 def tombstone(length: int, phys: int, who: Identity, why: str, store_ip: bytes = b"\0\0\0\0",
