@@ -42,6 +42,7 @@ import time
 
 from bench.e2e import QUEUES, TOPIC, Rocketbox
 from rocketbox.appliance.inprocess import running_store, small_config
+from rocketbox.appliance.process import set_up
 from rocketbox.net.server import Connection, RemotingServer
 from rocketbox.readers.context import ReaderContext
 from rocketbox.readers.pull import PullProcessor
@@ -283,6 +284,7 @@ def instructions(args) -> dict:
 
 
 def main() -> None:
+    set_up()            # the roles' code runs in this process: set it up as a role's (glibc malloc's thresholds)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batch", type=int, default=1, choices=(1, 32), help="single sends, or batches of 32")
     ap.add_argument("--json", action="store_true", help="JSON headers (as Java clients send) instead of ROCKETMQ")

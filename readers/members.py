@@ -262,7 +262,8 @@ class Members:
     def group_members(self, group: str, now_ms: int | None = None) -> list[str]:
         """Client ids of the group on every live reader, sorted as Java's String.compareTo would."""
         fresh_after = (now_ms or int(time.time() * 1000)) - CHANNEL_EXPIRE_MS
-        want, out = group.encode(), set[str]()
+        want = group.encode()
+        out: set[str] = set()
         for rows in self._live_rows():
             hit = (rows["group"] == want) & (rows["heartbeat_ms"] > fresh_after)
             out.update(c.decode() for c in rows["client_id"][hit].tolist())

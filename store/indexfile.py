@@ -226,7 +226,8 @@ def list_index_files(directory: str) -> list[str]:
 def find(directory: str, key: str, max_slots: int, max_entries: int, max_count: int = 32) -> list[int]:
     """CommitLog offsets of the records indexed under ``key`` (``topic#key``), in every IndexFile
     of ``directory``, newest first (what QUERY_MESSAGE reads; a hash match, not yet the key)."""
-    h, out = index_key_hash(key), list[int]()
+    h = index_key_hash(key)
+    out: list[int] = []
     for path in reversed(list_index_files(directory)):
         try:
             ix = IndexFile(path, max_slots, max_entries, False).open()

@@ -193,7 +193,8 @@ class Appender:
     # ------------------------------------------------------------ the scalar path
     def _put_few(self, slabs: list, ts: int) -> list:
         """The steps request by request, on Python lists and ``struct`` (a pass of a few)."""
-        few, topics, accepted, nbytes = [], dict[int, Any](), 0, 0
+        few, accepted, nbytes = [], 0, 0
+        topics: dict[int, Any] = {}
         for slab in slabs:
             f = self._check_few(_Few(*slab), topics)
             few.append(f)
@@ -236,7 +237,8 @@ class Appender:
     def _place_few(self, f: "_Few", ts: int):
         """Steps 4 and 5 for one slab: each accepted request's records placed and stamped, copied
         into the CommitLog in as few runs as are contiguous on both sides; its reply."""
-        results, phys_out, copies, at = [], [], list[Any](), 0
+        results, phys_out, at = [], [], 0
+        copies: list[Any] = []
         recs, next_qoff, slot_of, shapes = f.recs, self.next_qoff, self.slot_of, message.RECORD_SHAPES
         for rid, qid, sys_flag, count, st, key in zip(f.req_id, f.queue_id, f.sys_flag, f.count, f.status, f.keys):
             starts, sizes = f.starts[at:at + count], f.sizes[at:at + count]

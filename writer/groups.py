@@ -102,7 +102,8 @@ class ConsumerOffsets:
     def table(self) -> dict:
         """consumerOffset.json's content, read off the shared table's columns in one go (the
         file's keys are sorted when it is written)."""
-        n, out = int(self.control[C.OFFSET_COUNT]), dict[str, dict]()
+        n = int(self.control[C.OFFSET_COUNT])
+        out: dict[str, dict] = {}
         for name, qid, offset in zip(self.names, self.qids[:n].tolist(), self.values[:n].tolist()):
             out.setdefault(name, {})[str(qid)] = offset
         return {"offsetTable": out}
