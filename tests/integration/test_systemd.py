@@ -119,9 +119,17 @@ class Box:
         self.acked += keys
         return keys
 
-    def stored(self, topic: str) -> list[str]:
-        msgs = asyncio.run(pull_all(self.namesrv, topic))
-        return [m.body.decode().removeprefix("body-") for m in msgs]
+    def stored(self, topic: str, timeout: float = 20) -> list[str]:
+        """Every message of ``topic`` as a consumer reads it. SEND_OK comes from the writer and the
+        ConsumeQueue entry from the dispatcher after it (as in RocketMQ), so a read right after the
+        last send may miss the newest entries: read again until as many as were acknowledged are
+        there or ``timeout`` passes; then the caller compares contents (loss and duplicates alike)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            bodies = [m.body.decode().removeprefix("body-") for m in asyncio.run(pull_all(self.namesrv, topic))]
+            if len(bodies) >= len(self.acked) or time.monotonic() > deadline:
+                return bodies
+            time.sleep(0.5)
 
     def journal(self, unit: str) -> str:
         return self.c.sh(f"journalctl -b --no-pager -o cat -u {unit}", check=False).stdout
