@@ -6,6 +6,7 @@ import os
 import sys
 
 from rocketbox.appliance import config as config_mod
+from rocketbox.appliance.process import process_name
 from rocketbox.appliance.roles import pid_path, raise_open_files_limit, roles_for, run_role
 
 # (control word, what it counts); the words by name: importing the shared layout (numpy) is left to
@@ -67,9 +68,7 @@ def _status(cfg, tables: bool = False) -> int:
             with open(pid_path(cfg, role)) as f:
                 pid = int(f.read().strip())
             p = psutil.Process(pid)
-            cmd = " ".join(p.cmdline())
-            expect = ("appliance start", "run store") if role == "supervisor" else (f"run {role}",)
-            if p.status() != psutil.STATUS_ZOMBIE and any(e in cmd for e in expect):
+            if p.status() != psutil.STATUS_ZOMBIE and p.name() == process_name(role):
                 state = "up"
         except (OSError, ValueError, psutil.Error):
             pass

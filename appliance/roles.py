@@ -4,9 +4,10 @@ stops them.  The same entry point serves systemd units and the embedded supervis
 Each role process: load config, attach the shared state, ``open`` its service, loop ``run`` until
 SIGTERM/SIGINT (which set the stop flag and post the role's own waker), ``close``, exit 0.
 
-Under the embedded supervisor (``ROCKETBOX_SUPERVISOR`` = its pid) a role ignores SIGINT — a
-Ctrl-C reaches the whole terminal process group, and the stop must go role by role in the
-supervisor's order — and asks the kernel for SIGTERM if the supervisor dies, so no role outlives it.
+Under the embedded supervisor (``ROCKETBOX_SUPERVISOR`` = its pid), which forks the roles
+(``children.py``), a role ignores SIGINT — a Ctrl-C reaches the whole terminal process group, and
+the stop must go role by role in the supervisor's order — and asks the kernel for SIGTERM if the
+supervisor dies, so no role outlives it.
 """
 from __future__ import annotations
 
@@ -18,25 +19,19 @@ import os
 import resource
 import signal
 import sys
-from collections.abc import Callable
 from typing import Any
 
 from rocketbox.appliance import host
+from rocketbox.appliance.process import name_process
 from rocketbox.store.errors import StoreError
 
-
-def _nameserver(cfg, _sh):
-    from rocketbox.nameserver.service import NameServer
-    host, port = nameserver_address(cfg)
-    return NameServer(host, port, cfg.kv_config_path)
-
-
 # role -> its service: a class (cfg, shared state[, index]) -> a LoopRole or ServerRole (open, run,
-# close, request_stop), named by module so that a role's code loads only in its own process; or a
-# factory for what needs more. In start order; stop order is the reverse (HAProxy first so no new
-# clients arrive, then the readers, whose sends the writer still answers; writer before dispatcher
-# and flusher, so they see the end; name server last). A new role is its package and one line here.
-ROLES: dict[str, str | Callable[..., Any]] = {"nameserver": _nameserver,
+# close, request_stop), named by module so that a role's code loads only in its own process (or,
+# under ``appliance start``, once in the supervisor, which forks the roles). In start order; stop
+# order is the reverse (HAProxy first so no new clients arrive, then the readers, whose sends the
+# writer still answers; writer before dispatcher and flusher, so they see the end; name server
+# last). A new role is its package and one line here.
+ROLES = {"nameserver": "rocketbox.nameserver.service:NameServer",
          "flusher": "rocketbox.flusher.service:FlusherService",
          "dispatcher": "rocketbox.dispatcher.service:DispatcherService",
          "writer": "rocketbox.writer.service:WriterService",
@@ -51,15 +46,22 @@ FINISH_STOP = {"flusher", "dispatcher", "writer"}   # restarted during a stop if
 
 def make_service(base: str, cfg, sh, index: int | None):
     """The service of role ``base``: its class from the table, imported now, given the config, the
-    shared state (roles in ``NO_STORE`` take none) and the reader's index."""
-    entry = ROLES[base]
-    args = [cfg] if base in NO_STORE else [cfg, sh]
+    shared state (roles in ``NO_STORE`` take none) and the reader's index; the name server its
+    address (the first of ``namesrvAddr``) and its KV config's path."""
+    args: list[Any] = [cfg] if base in NO_STORE else [cfg, sh]
     if index is not None:
         args.append(index)
-    if not isinstance(entry, str):
-        return entry(cfg, sh, *args[2:])
-    module, _, name = entry.partition(":")
+    if base == "nameserver":
+        args = [*nameserver_address(cfg), cfg.kv_config_path]
+    module, _, name = ROLES[base].partition(":")
     return getattr(importlib.import_module(module), name)(*args)
+
+
+def preload(roles: list[str]) -> None:
+    """Import the code of ``roles`` now: the supervisor does it once before it forks them."""
+    for role in roles:
+        importlib.import_module(ROLES[role.partition("-")[0]].partition(":")[0])
+    importlib.import_module("rocketbox.shm.state")
 
 
 def split_role(cfg, name: str) -> tuple[str, int | None]:
@@ -142,6 +144,7 @@ def run_role(role: str, cfg) -> int:
         print(f"appliance: {e}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {role}[%(process)d] %(levelname)s %(message)s")
+    name_process(role)
     host.disable_thp()
     if base in NO_STORE:
         sh = None

@@ -3,8 +3,8 @@
 start: lock the store (``<root>/lock``), check that every port the roles listen on is free and that
 HAProxy accepts its config (exit 2 naming the port and its holder if one stays busy for
 ``PORT_GRACE_S``, or what HAProxy lacks), create the shared segments
-(replacing stale ones of a crashed run), run boot recovery, then start each role as ``python -m
-appliance run ROLE -c FILE``.
+(replacing stale ones of a crashed run), run boot recovery, import every role's code, then fork
+each role from itself (``children.py``; it runs what ``appliance run ROLE`` runs).
 While running it watches the children and restarts one that dies (with a short back-off).
 Once every role is up, a request through HAProxy and through each reader is answered and a name
 server holds the broker's routes (reader 0 registered it), it prints one ``ready`` line on stdout
@@ -19,6 +19,7 @@ from __future__ import annotations
 import datetime
 import errno
 import fcntl
+import gc
 import json
 import logging
 import os
@@ -30,8 +31,9 @@ import time
 
 import psutil
 
-from rocketbox.appliance import recovery
-from rocketbox.appliance.roles import FINISH_STOP, SUPERVISED_ENV, listeners, pid_path, roles_for
+from rocketbox.appliance import children, recovery
+from rocketbox.appliance.process import name_process
+from rocketbox.appliance.roles import FINISH_STOP, listeners, pid_path, preload, roles_for
 from rocketbox.net.client import split_addrs
 from rocketbox.net.readiness import answers, notify
 from rocketbox.shm import stats
@@ -91,7 +93,7 @@ class Supervisor:
         locks, creates and recovers as ``start`` does and unlinks at the stop, while systemd runs
         each role as a unit of its own (systemd/)."""
         self.cfg, self.config_path, self.spawn = cfg, config_path, spawn
-        self.procs: dict[str, subprocess.Popen] = {}
+        self.procs: dict[str, children.Child] = {}
         self.roles = roles_for(cfg)
         self.restarts: dict[str, list[float]] = {r: [] for r in self.roles}
         self.died_at: dict[str, int] = {}        # role -> the CommitLog offset it last died at
@@ -99,12 +101,6 @@ class Supervisor:
         self.lock_fd = -1
         self.started_at, self.ready, self.told_waiting = 0.0, False, False
         self.failures: list[str] = []           # what the stop could not do, for its last line
-
-    def _cmd(self, role: str) -> list[str]:
-        cmd = [sys.executable, "-m", "rocketbox.appliance", "run", role]
-        if self.config_path:
-            cmd += ["-c", self.config_path]
-        return cmd
 
     def _lock_store(self) -> None:
         for path, key in ((self.cfg.root, "storePathRootDir"), (self.cfg.commitlog_dir, "storePathCommitLog")):
@@ -150,13 +146,20 @@ class Supervisor:
         if not self.spawn:
             notify("READY=1")                    # systemd may start the roles now
             return
+        preload(self.roles)
+        gc.freeze()                              # what is loaded now stays shared with the roles
         for role in self.roles:
             self._spawn(role)
 
     def _spawn(self, role: str) -> None:
-        env = dict(os.environ, **{SUPERVISED_ENV: str(os.getpid())})
-        self.procs[role] = subprocess.Popen(self._cmd(role), env=env)
+        self.procs[role] = children.fork_role(role, self.cfg, self._leave)
         log.info("started %s (pid %d)", role, self.procs[role].pid)
+
+    def _leave(self) -> None:
+        """In a forked role: let go of what is the supervisor's alone (the lock stays held by the
+        supervisor's descriptor; the role attaches the shared state itself)."""
+        os.close(self.lock_fd)
+        self.sh.close()
 
     def watch(self) -> None:
         """Restart roles that exit while we are not stopping; returns when a stop is requested."""
@@ -219,7 +222,7 @@ class Supervisor:
             print(f"rocketbox not ready after {READY_PATIENCE_S} s: waiting for {', '.join(missing)}"
                   f" (the log says why)", flush=True)
 
-    def _started(self, role: str, p: subprocess.Popen, timeout_s: float = 20) -> bool:
+    def _started(self, role: str, p: children.Child, timeout_s: float = 20) -> bool:
         """True once the role has written its pid file (its signal handlers are in place)."""
         deadline = time.monotonic() + timeout_s
         while p.poll() is None:
@@ -331,6 +334,7 @@ def mark_stopping(cfg, timeout_s: float = 5.0) -> int:
 
 def run(cfg, config_path: str | None, spawn: bool = True) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s supervisor[%(process)d] %(levelname)s %(message)s")
+    name_process("supervisor")
     sup = Supervisor(cfg, config_path, spawn)
 
     def on_signal(_sig, _frm):

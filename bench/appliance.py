@@ -17,6 +17,7 @@ import time
 import psutil
 
 from rocketbox.appliance import config
+from rocketbox.appliance.process import COMM_PREFIX
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -68,8 +69,7 @@ class BenchAppliance:
         out = {"supervisor": measure(sup)}
         for p in sup.children(recursive=True):
             try:
-                cmd = p.cmdline()
-                role = cmd[cmd.index("run") + 1] if "run" in cmd else os.path.basename(cmd[0])
+                role = p.name().removeprefix(COMM_PREFIX)      # a role's (process_name), or haproxy's
                 out[role] = out.get(role, 0) + measure(p)
             except (psutil.Error, OSError, IndexError):
                 pass            # gone meanwhile, or no command line to name it by

@@ -23,6 +23,7 @@ import psutil
 
 from bench.appliance import BenchAppliance
 from bench.e2e import _call, create_topic
+from rocketbox.appliance.process import process_name
 from rocketbox.remoting import codec
 from rocketbox.remoting.codec import Command, Decoder
 from rocketbox.remoting.codes import RequestCode as R
@@ -142,7 +143,7 @@ def main() -> None:
             s.sendall(b"".join(_send_frame("Idle", q, b"first") for q in range(args.queues)))
             _read(s, Decoder(), args.queues)
         _wait_dispatched(args.port, args.queues - 1, 1)
-        reader = next(p for p in psutil.Process(app.proc.pid).children(recursive=True) if "reader-0" in p.cmdline())
+        reader = next(p for p in psutil.Process(app.proc.pid).children(recursive=True) if p.name() == process_name("reader-0"))
         print(f"{'held pulls':>10} {'taken s':>8} {'idle cpu%':>9} {'cpu% at ' + str(int(args.rate)) + '/s':>13} "
               f"{'all woken s':>11}")
         for end, groups in enumerate([int(g) for g in args.groups.split(",")], start=1):

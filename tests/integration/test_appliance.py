@@ -7,6 +7,8 @@ import psutil
 import pytest
 
 from rocketbox.appliance.check import check
+from rocketbox.appliance.process import process_name
+from rocketbox.appliance.roles import roles_for
 from rocketbox.remoting.codes import RequestCode as R
 from rocketbox.remoting.codes import ResponseCode as RC
 from rocketbox.store.consumequeue import ConsumeQueue, file_size_for
@@ -44,7 +46,17 @@ def test_concurrent_producers_every_message_once_dense_offsets_and_index(applian
 
 def test_restart_continues_queue_offsets_and_status(appliance_factory):
     app = appliance_factory().start()
-    assert app.cmd("status").returncode == 0
+    st = app.cmd("status")
+    assert st.returncode == 0
+    roles = roles_for(app.cfg)
+    assert [line.split()[:2] for line in st.stdout.splitlines()[:len(roles) + 1]] == \
+        [[r, "up"] for r in ["supervisor", *roles]]
+    lock = os.path.join(app.cfg.root, "lock")
+    for role in roles:                     # forked from the supervisor: named after their role, and
+        p = psutil.Process(app.role_pid(role))     # without the store lock, which stays the supervisor's
+        assert (p.name(), p.ppid()) == (process_name(role), app.proc.pid)
+        assert lock not in {f.path for f in p.open_files()}, role
+    assert lock in {f.path for f in psutil.Process(app.proc.pid).open_files()}
     ack = os.path.join(app.dir, "acks")
     p = start_producer(app, "a", "TBW102", 300, 2, ack)
     assert p.wait(60) == 0, p.stderr.read()
@@ -112,7 +124,6 @@ def test_ctrl_c_stops_role_by_role_and_roles_never_outlive_the_supervisor(applia
     assert check(app.cfg).clean and sum(stored_keys(app.cfg).values()) == 200
 
     app.start()                                    # now the supervisor alone dies
-    from rocketbox.appliance.roles import roles_for
     assert len(psutil.Process(app.proc.pid).children()) == len(roles_for(app.cfg)) == 8      # with the scheduler
     roles = psutil.Process(app.proc.pid).children(recursive=True)        # haproxy itself too
     os.kill(app.proc.pid, signal.SIGKILL)
