@@ -10,6 +10,7 @@ integration tests, one scenario per process: the native library runs its own thr
 
 The last line on stdout is the scenario's result as JSON."""
 import json
+import os
 import sys
 import threading
 import time
@@ -63,8 +64,17 @@ def push(a: dict) -> dict:
     while time.monotonic() < deadline and len(seen) < a["expect"]:
         time.sleep(0.05)
     time.sleep(a.get("linger", 0))
-    c.shutdown()
-    return {"seen": seen}
+    return {"seen": seen, "shut_down": _shutdown(c)}
+
+
+def _shutdown(client, timeout_s: float = 20) -> bool:
+    """``client.shutdown()``, given ``timeout_s``: the library's shutdown sometimes never returns
+    (its threads wait on each other); what the scenario saw is its result all the same. -> whether
+    it returned."""
+    t = threading.Thread(target=client.shutdown, daemon=True)
+    t.start()
+    t.join(timeout_s)
+    return not t.is_alive()
 
 
 def pull(a: dict) -> dict:
@@ -81,3 +91,4 @@ def pull(a: dict) -> dict:
 if __name__ == "__main__":
     args = json.loads(sys.argv[1])
     print(json.dumps({"produce": produce, "push": push, "pull": pull}[args["do"]](args)), flush=True)
+    os._exit(0)             # not the interpreter's exit, which would wait on a hung shutdown's threads
