@@ -2,7 +2,8 @@
 the brokers and their traffic (``clusterList``), a topic's queues (``topicStatus``), how far behind
 a group is (``consumerProgress``), a group's members (``consumerConnection``) and what each says of
 itself (``consumerStatus``), a producer group's clients (``producerConnection``), which groups
-consume a topic, and a group's offsets moved to a time (``resetOffsetByTime``).
+consume a topic, a group's offsets moved to a time (``resetOffsetByTime``), and messages by key,
+by msgId and by offsetMsgId (``queryMsgByKey``, ``queryMsgByUniqueKey``, ``queryMsgById``).
 
 They go to every master broker of a route from the name servers: the topic's own route, or for
 what is asked of a consumer group, the route of its retry topic (``%RETRY%<group>``, which every
@@ -21,12 +22,15 @@ from typing import Any
 from rocketbox.client import running
 from rocketbox.client.errors import MQBrokerError, MQClientError
 from rocketbox.client.instance import JSON, ClientInstance, MessageQueue
+from rocketbox.client.message import MessageExt, decode_messages
 from rocketbox.remoting import mqtable
 from rocketbox.remoting.codec import Command
 from rocketbox.remoting.codes import RequestCode as R
 from rocketbox.remoting.codes import ResponseCode as RC
 from rocketbox.store import message
 from rocketbox.store.configfile import loads_tolerant
+
+END_OF_TIME = (1 << 63) - 1      # Java's Long.MAX_VALUE: a query's open end
 
 
 @dataclass(frozen=True)
@@ -224,6 +228,54 @@ class Admin:
                                         {"consumerGroup": group, "clientId": client_id, "msgId": msg_id})
         result: JSON = json.loads(resp.body)
         return result
+
+    async def query_messages(self, topic: str, key: str, max_num: int = 64, begin_ms: int = 0,
+                             end_ms: int = END_OF_TIME) -> list[MessageExt]:
+        """The messages of ``topic`` with ``key`` among their keys (``Message(keys=...)``), stored
+        within [begin_ms, end_ms], from every master of the topic (QUERY_MESSAGE, as Java's
+        ``queryMessage``): each broker's newest ``max_num`` (at most 64), newest first. Exact
+        matches only (a 4.9.8 broker also answers other keys of the same hash: they are
+        dropped here, as Java's client drops them)."""
+        return await self._query(topic, key, max_num, begin_ms, end_ms, unique=False)
+
+    async def query_unique(self, topic: str, msg_id: str) -> MessageExt:
+        """The message of ``topic`` whose msgId (UNIQ_KEY: what its send returned) is ``msg_id``;
+        the first stored when a retry stored it twice, as Java's ``queryMessageByUniqKey``.
+        MQBrokerError 22 when no broker has it."""
+        found = await self._query(topic, msg_id, 32, 0, END_OF_TIME, unique=True)
+        return min(found, key=lambda m: m.store_timestamp)
+
+    async def _query(self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int,
+                     unique: bool) -> list[MessageExt]:
+        ext = {"topic": topic, "key": key, "maxNum": str(max_num), "beginTimestamp": str(begin_ms),
+               "endTimestamp": str(end_ms)}
+        if unique:
+            ext["_UNIQUE_KEY_QUERY"] = "true"
+        out, missing = [], None
+        for name, addr in sorted((await self._masters(topic)).items()):
+            try:
+                resp = await self.instance.call(addr, R.QUERY_MESSAGE, ext)
+            except MQBrokerError as e:
+                if e.code != RC.QUERY_NOT_FOUND:
+                    raise
+                missing = e
+                continue
+            out += [m for m in decode_messages(resp.body, name) if m.topic == topic and
+                    (m.properties.get("UNIQ_KEY") == key if unique else key in m.keys)]
+        if not out and missing is not None:
+            raise missing
+        return sorted(out, key=lambda m: -m.store_timestamp)
+
+    async def view_message(self, offset_msg_id: str) -> MessageExt:
+        """The message stored where ``offset_msg_id`` says (the store's id: its broker's address and
+        CommitLog offset), asked of that address (VIEW_MESSAGE_BY_ID, as Java's ``viewMessage``)."""
+        try:
+            ip, port, phys = message.parse_offset_msg_id(offset_msg_id)
+        except ValueError as e:
+            raise MQClientError(f"msgId {offset_msg_id!r} is not an offsetMsgId: {e}") from None
+        resp = await self.instance.call(f"{ipaddress.ip_address(ip)}:{port}", R.VIEW_MESSAGE_BY_ID,
+                                        {"offset": str(phys)})
+        return decode_messages(resp.body)[0]
 
     async def _ask_consumer(self, addr: str, code: int, ext: dict[str, str]) -> Command:
         """A request the broker at ``addr`` puts to a consumer: given Java admin's three times the

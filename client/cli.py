@@ -18,11 +18,12 @@ import threading
 import time
 
 from rocketbox.client import running
-from rocketbox.client.admin import Admin
+from rocketbox.client.admin import END_OF_TIME, Admin
 from rocketbox.client.consumer import PushConsumer
 from rocketbox.client.errors import MQBrokerError, MQClientError
 from rocketbox.client.message import Message
 from rocketbox.client.producer import Producer
+from rocketbox.remoting.codes import ResponseCode as RC
 
 CLI_GROUP = "rocketbox_cli"     # the consumer group of ``consume`` without -g, and the producer group
 MAX_BODY = 200                  # bytes of a body ``consume`` shows by default
@@ -114,6 +115,19 @@ def _add_delay_commands(sub) -> None:
     p.add_argument("-c", "--config")
     p = sub.add_parser("dlq", help="the messages a consumer group gave up on (its %%DLQ%% topic)")
     p.add_argument("-g", "--group", required=True)
+    p.add_argument("--max-body", type=int, default=MAX_BODY, metavar="N")
+    p.add_argument("-n", "--namesrv")
+    p.add_argument("-c", "--config")
+    p = sub.add_parser("query", help="messages by key, by msgId (UNIQ_KEY) or by offsetMsgId: where and when "
+                                     "each is stored, and its body")
+    by = p.add_mutually_exclusive_group(required=True)
+    by.add_argument("--key", help="one of the message's keys (-t needed)")
+    by.add_argument("--uniq-key", help="the msgId its send returned (-t needed)")
+    by.add_argument("--id", help="its offsetMsgId (the store's id: broker address and CommitLog offset)")
+    p.add_argument("-t", "--topic")
+    p.add_argument("--begin", type=_timestamp, default=0, help="stored at or after: now, ms, or yyyy-MM-dd#HH:mm:ss:SSS")
+    p.add_argument("--end", type=_timestamp, default=END_OF_TIME, help="stored at or before (default: no end)")
+    p.add_argument("--max", type=int, default=64, help="at most this many from each broker (64 at most)")
     p.add_argument("--max-body", type=int, default=MAX_BODY, metavar="N")
     p.add_argument("-n", "--namesrv")
     p.add_argument("-c", "--config")
@@ -415,6 +429,32 @@ async def _dlq(args, namesrv: str) -> int:
     return 0
 
 
+async def _query(args, namesrv: str) -> int:
+    if args.id is None and not args.topic:
+        print("appliance query: --key and --uniq-key need the topic (-t)", file=sys.stderr)
+        return 2
+    now = int(time.time() * 1000)
+    begin, end = (now if t == -1 else t for t in (args.begin, args.end))
+    async with Admin(namesrv) as admin:
+        try:
+            if args.id is not None:
+                msgs = [await admin.view_message(args.id)]
+            elif args.uniq_key is not None:
+                msgs = [await admin.query_unique(args.topic, args.uniq_key)]
+            else:
+                msgs = await admin.query_messages(args.topic, args.key, args.max, begin, end)
+        except MQBrokerError as e:
+            if e.code != RC.QUERY_NOT_FOUND:
+                raise
+            msgs = []
+    for m in msgs:
+        print(f"msgId={m.msg_id} offsetMsgId={m.offset_msg_id} topic={m.topic} broker={m.broker_name or '-'} "
+              f"queue={m.queue_id} offset={m.queue_offset} keys={','.join(m.keys) or '-'} tags={m.tags or '-'} "
+              f"stored={_when(m.store_timestamp)} born={_when(m.born_timestamp)} {shown_body(m.body, args.max_body)}")
+    print(f"{len(msgs)} messages")
+    return 0 if msgs else 1
+
+
 # what the broker and the consumer added to a message on its way to the DLQ: left out of a resend
 _RETRY_PROPERTIES = {"RETRY_TOPIC", "ORIGIN_MESSAGE_ID", "DELAY", "REAL_TOPIC", "REAL_QID", "WAIT", "RECONSUME_TIME",
                      "MAX_RECONSUME_TIMES", "CLUSTER", "MIN_OFFSET", "MAX_OFFSET"}
@@ -437,7 +477,7 @@ async def _dlq_resend(args, namesrv: str) -> int:
 COMMANDS = {"produce": _produce, "consume": _consume, "topic-status": _topic_status, "progress": _progress,
             "connections": _connections, "cluster": _cluster, "consumer-status": _consumer_status,
             "resend": _resend, "reset-offset": _reset_offset, "retention": _retention, "delayed": _delayed,
-            "dlq": _dlq, "dlq-resend": _dlq_resend, "timer-cancel": _timer_cancel}
+            "dlq": _dlq, "dlq-resend": _dlq_resend, "timer-cancel": _timer_cancel, "query": _query}
 
 
 def main(args, cfg) -> int:

@@ -101,8 +101,10 @@ class SendBackProcessor:
 
     def _stored(self, offset: int):
         """The consumed message at CommitLog ``offset`` -> (header fields, body, topic, properties),
-        None when no stored message starts there."""
-        if not int(self.ctl[C.MIN_PHYS]) <= offset < int(self.ctl[C.DISPATCHED]):
+        None when no stored message starts there. Bounded by ``written``, which the writer moves
+        before it answers a send: what any reader acknowledged, every reader finds (not by
+        ``dispatched``, which follows)."""
+        if not int(self.ctl[C.MIN_PHYS]) <= offset < int(self.ctl[C.WRITTEN]):
             return None
         try:
             h, body, topic, props = next(message.record_fields(bytes(self.view.record(offset)), "send-back"))

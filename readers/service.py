@@ -24,6 +24,7 @@ from rocketbox.readers.clients import ClientProcessor
 from rocketbox.readers.context import ReaderContext
 from rocketbox.readers.offsets import OffsetProcessor
 from rocketbox.readers.pull import PullProcessor
+from rocketbox.readers.query import QueryProcessor
 from rocketbox.readers.registration import PERIOD_S, Registrar, addresses
 from rocketbox.readers.send import SendProcessor
 from rocketbox.readers.sendback import SendBackProcessor
@@ -51,7 +52,7 @@ class ReaderService(ReaderContext, ServerRole):
         self.pulls = PullProcessor(self)
         handlers = {}
         for proc in (SendProcessor(self), SendBackProcessor(self), self.pulls, self.clients, AdminProcessor(self),
-                     OffsetProcessor(self), TimerProcessor(self)):
+                     OffsetProcessor(self), TimerProcessor(self), QueryProcessor(self)):
             handlers.update(proc.handlers())
         server = RemotingServer(f"reader-{self.index}", handlers, on_close=self.clients.connection_closed)
         registrar = Registrar(self.cfg, self.sh.views) if addresses(self.cfg) else None

@@ -12,13 +12,15 @@
 File name = creation time ``yyyyMMddHHmmssSSS`` (local time).  Entry 0 is unused.
 Who writes: the dispatcher (``put_batch``, vectorized over a whole batch of keys; ``put_few``
 for a small one).
-Who reads: readers answering QUERY_MESSAGE (``lookup``), recovery, Spark.
+Who reads: readers answering QUERY_MESSAGE (``offsets_of``), recovery, Spark.
 """
 from __future__ import annotations
 
+import itertools
 import os
 import struct
 import time
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -36,6 +38,7 @@ assert ENTRY.itemsize == 20
 HEADER_S, SLOT_S, ENTRY_S = struct.Struct(">qqqqii"), struct.Struct(">i"), struct.Struct(">iqii")
 assert HEADER_S.size == HEADER.itemsize and ENTRY_S.size == ENTRY.itemsize
 INT_MAX = 0x7FFFFFFF
+END_OF_TIME = (1 << 63) - 1      # Java's Long.MAX_VALUE: a query's open end
 
 
 def file_size(max_slots: int, max_entries: int) -> int:
@@ -187,7 +190,11 @@ class IndexFile:
 
     def lookup(self, key_hash: int, begin_ts: int, end_ts: int, max_count: int) -> list[int]:
         """CommitLog offsets of entries with this hash stored within [begin_ts, end_ts], newest first."""
-        out: list[int] = []
+        return list(itertools.islice(self.matches(key_hash, begin_ts, end_ts), max_count))
+
+    def matches(self, key_hash: int, begin_ts: int, end_ts: int) -> Iterator[int]:
+        """``lookup``'s offsets one by one, as the bucket's chain is walked (newest first; an
+        entry's time has second precision, as 4.9.8's ``timeDiff``)."""
         count = self.h("index_count")
         base = self.h("begin_ts")
         n = int(self.slots[key_hash % self.max_slots])
@@ -196,18 +203,17 @@ class IndexFile:
                 break
             n = int(self.entries[n]["prev"])
         seen = 0
-        while 0 < n < count and len(out) < max_count and seen < count:
+        while 0 < n < count and seen < count:
             e = self.entries[n]
             t = base + int(e["time_diff"]) * 1000
             if t < begin_ts:
                 break
             if int(e["hash"]) == key_hash and t <= end_ts:
-                out.append(int(e["phys"]))
+                yield int(e["phys"])
             nxt = int(e["prev"])
             if nxt == n:
                 raise CorruptData(self.path, HEADER_SIZE + self.max_slots * SLOT_S.size + n * ENTRY_S.size, "index entry points to itself")
             n, seen = nxt, seen + 1
-        return out
 
     def flush(self) -> None:
         self.mf.flush()
@@ -225,18 +231,42 @@ def list_index_files(directory: str) -> list[str]:
 
 def find(directory: str, key: str, max_slots: int, max_entries: int, max_count: int = 32) -> list[int]:
     """CommitLog offsets of the records indexed under ``key`` (``topic#key``), in every IndexFile
-    of ``directory``, newest first (what QUERY_MESSAGE reads; a hash match, not yet the key)."""
+    of ``directory``, newest first (a hash match, not yet the key)."""
+    return list(itertools.islice(offsets_of(directory, key, max_slots, max_entries), max_count))
+
+
+def offsets_of(directory: str, key: str, max_slots: int, max_entries: int, begin_ts: int = 0,
+               end_ts: int = END_OF_TIME) -> Iterator[int]:
+    """CommitLog offsets of the records indexed under ``key`` (``topic#key``) and stored within
+    [begin_ts, end_ts], newest first: the IndexFiles whose time span meets the range, newest
+    first, down to the first that began before ``begin_ts`` (store:index/IndexService#queryOffset).
+    A hash match: the caller compares the keys. Each file is open only while it is walked."""
     h = index_key_hash(key)
-    out: list[int] = []
     for path in reversed(list_index_files(directory)):
         try:
             ix = IndexFile(path, max_slots, max_entries, False).open()
         except (OSError, ValueError):
             continue                       # deleted by retention meanwhile, or still being made
         try:
-            out += ix.lookup(h, 0, 1 << 62, max_count - len(out))
+            first, last = ix.h("begin_ts"), ix.h("end_ts")
+            if first <= end_ts and begin_ts <= last:
+                yield from ix.matches(h, begin_ts, end_ts)
         finally:
             ix.close()
-        if len(out) >= max_count:
-            break
-    return out
+        if first < begin_ts:
+            return
+
+
+def last_update(directory: str, max_slots: int, max_entries: int) -> tuple[int, int]:
+    """(end timestamp, end CommitLog offset) of the newest IndexFile, (0, 0) with none: what
+    QUERY_MESSAGE's answer carries (indexLastUpdateTimestamp, indexLastUpdatePhyoffset)."""
+    for path in reversed(list_index_files(directory)):
+        try:
+            ix = IndexFile(path, max_slots, max_entries, False).open()
+        except (OSError, ValueError):
+            continue
+        try:
+            return ix.h("end_ts"), ix.h("end_phys")
+        finally:
+            ix.close()
+    return 0, 0

@@ -346,6 +346,37 @@ def test_queue_bounds_store_times_searches_by_time_a_message_by_offset_and_runti
     w.close()
 
 
+def test_what_one_reader_acknowledged_every_reader_finds_by_its_offset_at_once(appliance_factory):
+    """Read-your-writes by construction: the writer moves ``written`` past a record before it
+    answers the send, so the other reader finds the record by its offset (VIEW_MESSAGE_BY_ID,
+    CONSUMER_SEND_MSG_BACK) the moment SEND_OK arrives, whatever the dispatcher has done: here the
+    dispatcher is stopped throughout."""
+    app = appliance_factory().start()
+    readers = [Wire("127.0.0.1", app.cfg.reader_port(i)) for i in range(2)]
+    try:
+        assert send_v2(readers[0], "Seen", b"first").code == RC.SUCCESS      # the topic made
+        with frozen(app, "dispatcher"):
+            for i in range(20):
+                one, other = readers[i % 2], readers[1 - i % 2]
+                sent = send_v2(one, "Seen", b"m%d" % i, "UNIQ_KEY\x01U-%d" % i)
+                assert sent.code == RC.SUCCESS, sent.remark
+                offset = message.parse_offset_msg_id(sent.ext["msgId"])[2]
+                r = other.call(R.VIEW_MESSAGE_BY_ID, {"offset": str(offset)})
+                assert r.code == RC.SUCCESS and message.decode_records(r.body)[0].body == b"m%d" % i, r.remark
+                r = other.call(R.CONSUMER_SEND_MSG_BACK, {"offset": str(offset), "group": "g1", "delayLevel": "-1",
+                                                          "originMsgId": "U-%d" % i, "originTopic": "Seen"})
+                assert r.code == RC.SUCCESS, r.remark
+            sh = app.shared()
+            assert sh.control[C.DISPATCHED] < sh.control[C.WRITTEN]           # (it did not move meanwhile)
+            sh.close()
+        asyncio.run(dispatched(app))
+        dlq = message.decode_records(pull(readers[0], "%DLQ%g1", 0).body)
+        assert sorted(r.body for r in dlq) == sorted(b"m%d" % i for i in range(20))
+    finally:
+        for w in readers:
+            w.close()
+
+
 def test_pulls_of_messages_on_disk_get_rocketmqs_smaller_limits(appliance_factory):
     """A message more than accessMessageInMemoryMaxRatio of RAM behind the CommitLog's end is
     "on disk": a pull from there returns at most maxTransferCountOnMessageInDisk messages and
