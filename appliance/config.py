@@ -35,13 +35,6 @@ def _bool(v: str) -> bool:
     return low == "true"
 
 
-def _reject_transactions(v: str) -> bool:
-    if not _bool(v):
-        raise ValueError("transactions are not served yet, so transactional half messages are always refused "
-                         "(NO_PERMISSION); only true is accepted")
-    return True
-
-
 def _choice(*names):
     def parse(v: str) -> str:
         if v not in names:
@@ -128,8 +121,9 @@ TABLE = (
      "a pull checks records' bodies against their CRCs and leaves a damaged one out (logged and quarantined; its "
      "queue moves past it): cold = records written before this start or beyond the in-memory window, which may "
      "come from the disk; all = every record (~1 us more per 1 KiB message pulled)"),
-    ("rejectTransactionMessage", _reject_transactions, "true",
-     "refuse transactional half messages (TRAN_MSG=true) with NO_PERMISSION; true only until transactions are served"),
+    ("rejectTransactionMessage", _bool, "true",
+     "refuse transactional half messages (TRAN_MSG=true) with NO_PERMISSION (false: transactions are served; "
+     "true by default until the check-back of undecided ones is served too)"),
     ("maxTransferCountOnMessageInMemory", _int_in(1, 65536), "32", "most messages one pull returns"),
     ("maxTransferBytesOnMessageInMemory", _int_in(1024, 2**30), "262144", "most bytes one pull returns"),
     ("maxTransferCountOnMessageInDisk", _int_in(1, 65536), "8", "most messages one pull returns from disk"),

@@ -202,6 +202,26 @@ class WriterLink:
             return got
         return None if got == P.SUCCESS else f"PUT_MESSAGE_FAILED (writer status {got})"
 
+    async def end_transaction(self, half_offset: int, rows: list[tuple], sizes: list[int],
+                              records: bytes) -> tuple[list, list] | tuple[int, str]:
+        """The records that end the transaction of the half at ``half_offset`` (the committed
+        message and its op record, or the op record alone) as one TX_END entry, pushed at once
+        -> (P.RESULT tuples, physical offsets) once the writer answered (every status TX_ENDED
+        when the transaction was ended before), or (code, remark) when it could not be stored."""
+        done: asyncio.Future = self.loop.create_future()
+
+        def answered(res, phys, failure=(RC.SYSTEM_ERROR, LOST)):
+            if not done.done():
+                done.set_result(failure if res is None or phys is None else (res, phys))
+        try:
+            if not self.ring.push_rows(rows, sizes, records, answered, block=False, half_offset=half_offset):
+                return OVERLOAD
+        except Exception as e:          # e.g. more than a ring entry holds
+            return RC.SYSTEM_ERROR, str(e)
+        self.pushed_end, self.pushed_at = self.ring.requests.write_pos, self.loop.time()
+        result: tuple[list, list] | tuple[int, str] = await done
+        return result
+
     # ------------------------------------------------------------ topics
     def creation_failed(self, topic: str, status: int) -> str:
         """The remark for a topic the writer did not create."""

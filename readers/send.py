@@ -3,8 +3,10 @@
 
 The checks RocketMQ makes before a store sees the message (topic name, system topics, unknown
 topic and auto-create from ``defaultTopic``, queue id, batch rules) answer here with Java's codes.
-Transactional half messages (``TRAN_MSG=true``, alone or in a batch) are refused NO_PERMISSION, as
-Java's ``rejectTransactionMessage=true`` refuses them, until transactions are served.
+A transactional half message (``TRAN_MSG=true``) is stored in RMQ_SYS_TRANS_HALF_TOPIC queue 0
+(``store/transaction.py``), its reply naming the queue the producer chose and the half queue's
+offset, as 4.9.8's; with ``rejectTransactionMessage=true`` it is refused NO_PERMISSION, alone or
+in a batch.
 The handler checks what needs no writer and returns ``DEFERRED``; a loop turn's sends (from every
 connection) are then taken together: their stored records built and appended to the turn's slab
 in one ``WriterLink.append``, with one waiter for all.  Each reply goes out when the writer's
@@ -33,22 +35,15 @@ from rocketbox.shm.disk import disk_remark
 from rocketbox.shm.layout import C, T
 from rocketbox.shm.ringclient import RingClient
 from rocketbox.shm.tables import queue_nums_of
-from rocketbox.store import delay, message, timer
+from rocketbox.store import delay, message, timer, transaction
 from rocketbox.store.errors import MessageRejected
 from rocketbox.store.topicconfig import PERM_INHERIT, PERM_WRITE, topic_config
 
-SYSTEM_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", timer.TIMER_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-                           "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT"})
+SYSTEM_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", timer.TIMER_TOPIC, transaction.HALF_TOPIC, transaction.OP_TOPIC,
+                           transaction.CHECK_MAX_TOPIC, "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT"})
 _SEP = message.PROPERTY_SEP
 _SUCCESS, _BATCH = int(RC.SUCCESS), int(R.SEND_BATCH_MESSAGE)    # per send: an enum member's lookup costs 4x an int's
 log = logging.getLogger("rocketbox.reader")
-
-
-def _half(props: bytes) -> bool:
-    """A transactional half message: its TRAN_MSG property is true (Java's Boolean.parseBoolean;
-    the broker goes by the property, not the sysflag)."""
-    v = message.property_value(props, b"TRAN_MSG")
-    return v is not None and v.lower() == b"true"
 
 
 class SendProcessor:
@@ -245,8 +240,9 @@ class SendProcessor:
         # Message.isWaitStoreMsgOK: absent is true, else Boolean.parseBoolean)
         wait = self.sync_flush and (message.property_value(pbytes, b"WAIT") or b"true").lower() == b"true"
         batch = h["batch"] or cmd.code == _BATCH
-        if _half(pbytes) or batch and b"TRAN_MSG\x01" in cmd.body and any(
-                map(_half, message.batch_properties(cmd.body))):      # a half message inside a batch
+        half = transaction.is_half(pbytes)
+        if self.cfg.rejectTransactionMessage and (half or batch and b"TRAN_MSG\x01" in cmd.body and any(
+                map(transaction.is_half, message.batch_properties(cmd.body)))):      # a half message inside a batch
             raise MessageRejected(RC.NO_PERMISSION, self.no_transactions)
         sys_flag, tb = h["sysFlag"], self.topic_bytes.get(topic) or topic.encode()
         born_host, born_ts = conn.peer_addr, h["bornTimestamp"] or int(time.time() * 1000)
@@ -264,7 +260,11 @@ class SendProcessor:
             if len(pbytes) > message.PROPERTIES_MAX_LEN:           # before the DELAY is read, as 4.9.8's checkMessage
                 raise MessageRejected(RC.MESSAGE_ILLEGAL, f"message properties length too long {len(pbytes)} > "
                                                           f"{message.PROPERTIES_MAX_LEN}")
-            tidx, tb, stored_qid, pbytes = self._scheduled(tidx, tb, topic, qid, sys_flag, pbytes)
+            if half and not batch:
+                tidx, tb, stored_qid = self._system_topic(transaction.HALF_TOPIC), transaction.HALF_TOPIC_BYTES, 0
+                pbytes, sys_flag = transaction.half_properties(pbytes, topic, qid), sys_flag & ~message.TX_MASK
+            else:
+                tidx, tb, stored_qid, pbytes = self._scheduled(tidx, tb, topic, qid, sys_flag, pbytes)
             records = self.ring.record(tb, stored_qid, sys_flag, cmd.body, pbytes, h["flag"], born_ts, born_host,
                                        h["reconsumeTimes"] or 0)
         return RingClient.row(tidx, stored_qid, sys_flag, born_host, len(records.sizes), wait), records, wait, qid

@@ -29,6 +29,7 @@ from rocketbox.readers.registration import PERIOD_S, Registrar, addresses
 from rocketbox.readers.send import SendProcessor
 from rocketbox.readers.sendback import SendBackProcessor
 from rocketbox.readers.timers import TimerProcessor
+from rocketbox.readers.transactions import TransactionProcessor
 from rocketbox.shm.layout import C
 from rocketbox.shm.stats import Rates
 
@@ -52,7 +53,8 @@ class ReaderService(ReaderContext, ServerRole):
         self.pulls = PullProcessor(self)
         handlers = {}
         for proc in (SendProcessor(self), SendBackProcessor(self), self.pulls, self.clients, AdminProcessor(self),
-                     OffsetProcessor(self), TimerProcessor(self), QueryProcessor(self)):
+                     OffsetProcessor(self), TimerProcessor(self), QueryProcessor(self),
+                     TransactionProcessor(self)):
             handlers.update(proc.handlers())
         server = RemotingServer(f"reader-{self.index}", handlers, on_close=self.clients.connection_closed)
         registrar = Registrar(self.cfg, self.sh.views) if addresses(self.cfg) else None

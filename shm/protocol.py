@@ -14,6 +14,11 @@ TOPIC (request ring): TOPIC_REQ then TopicConfig JSON.  TOPIC_RESULT: TOPIC_RES.
 
 OFFSET (request ring, no reply): OFFSET_UPDATE x n, consumer offsets to commit, in order.
 GROUP (request ring, no reply): a SubscriptionGroupConfig JSON (writer/groups.py).
+
+TX_END (request ring): TX_END_HEAD, then a PUT slab: the records that end one transaction (the
+committed message and the op record, or the op record alone). The writer appends them only if
+that transaction was not ended before (``writer/transactions.py``), else it answers every request
+of the slab TX_ENDED and appends nothing. Answered with a PUT_RESULT, as a PUT.
 """
 from __future__ import annotations
 
@@ -27,7 +32,7 @@ from rocketbox.remoting.codes import ResponseCode
 from rocketbox.shm.layout import OFFSET_KEY_BYTES
 from rocketbox.shm.ring import align8
 
-PUT, PUT_RESULT, TOPIC, TOPIC_RESULT, OFFSET, GROUP = 1, 2, 3, 4, 5, 6
+PUT, PUT_RESULT, TOPIC, TOPIC_RESULT, OFFSET, GROUP, TX_END = 1, 2, 3, 4, 5, 6, 7
 
 SLAB_HEAD = np.dtype([("n_requests", "<u4"), ("n_records", "<u4"), ("records_bytes", "<u8")])
 REQUEST = np.dtype([
@@ -52,6 +57,7 @@ RESULT = np.dtype([
     ("count", "<i4"),         # records of this request; their offsets follow in slab order
     ("pad", "<i4"),
 ])
+TX_END_HEAD = np.dtype([("half_queue_offset", "<i8")])   # the half message's offset in RMQ_SYS_TRANS_HALF_TOPIC
 TOPIC_REQ = np.dtype([("req_id", "<u8")])
 TOPIC_RES = np.dtype([("req_id", "<u8"), ("status", "<i4"), ("topic_idx", "<i4")])
 OFFSET_UPDATE = np.dtype([("key", f"S{OFFSET_KEY_BYTES}"), ("queue_id", "<i4"), ("pad", "<i4"), ("offset", "<i8")])
@@ -61,6 +67,7 @@ SUCCESS, SYSTEM_ERROR, MESSAGE_ILLEGAL, SERVICE_NOT_AVAILABLE, TOPIC_NOT_EXIST =
                                          "TOPIC_NOT_EXIST"))           # (remoting/codes.py's table)
 QUEUES_FULL = 1001      # rocketbox's own: a first write to a queue with no queue slot left (answered SYSTEM_ERROR)
 TOPICS_FULL = 1002      # rocketbox's own: a new topic with no topic slot left (answered SYSTEM_ERROR)
+TX_ENDED = 1003         # rocketbox's own: a TX_END for a transaction already committed or rolled back
 
 _CODES = {"<u8": "Q", "<i8": "q", "<u4": "I", "<i4": "i"}
 
@@ -106,6 +113,13 @@ def result_bytes(results: list[tuple], phys: list[int]) -> list:
     """A PUT_RESULT entry from Python rows (P.RESULT tuples) and physical offsets."""
     return [RESULT_HEAD_S.pack(len(results), len(phys)), b"".join(RESULT_S.pack(*r) for r in results),
             struct.pack(f"<{len(phys)}q", *phys)]
+
+
+def result_statuses(parts: list) -> list[int]:
+    """The status of each request of a PUT_RESULT entry (its parts, as built for the ring)."""
+    raw = b"".join(bytes(p) for p in parts)
+    n = RESULT_HEAD_S.unpack_from(raw, 0)[0]
+    return np.frombuffer(raw, RESULT, n, RESULT_HEAD.itemsize)["status"].tolist()
 
 
 class BadSlab(ValueError):

@@ -305,14 +305,19 @@ class RingClient:
             self.awaiting[rid] = end
         return ticket
 
-    def push_rows(self, rows: list[tuple], sizes: list[int], records: bytes, answered, block: bool = True) -> bool:
+    def push_rows(self, rows: list[tuple], sizes: list[int], records: bytes, answered, block: bool = True,
+                  half_offset: int | None = None) -> bool:
         """``push_slab`` from Python rows (P.REQUEST tuples, req_id 0) and record sizes: the same
         ring entry built with ``struct``, cheaper than numpy for the few requests of a loop turn.
-        ``block`` False: False at once, and nothing pushed, when the ring has no room for it."""
+        ``block`` False: False at once, and nothing pushed, when the ring has no room for it.
+        ``half_offset``: a TX_END entry, the records that end the transaction of that half."""
         rid = self._reserve_ids(len(rows))
         rows = [(rid + i, *r[1:]) for i, r in enumerate(rows)]
         parts = P.slab_bytes(rows, sizes, records)
-        end = self._push(P.PUT, parts) if block else self._try_push(P.PUT, parts)
+        kind = P.PUT
+        if half_offset is not None:
+            kind, parts = P.TX_END, [np.array([half_offset], P.TX_END_HEAD).tobytes(), *parts]
+        end = self._push(kind, parts) if block else self._try_push(kind, parts)
         if end is None:
             return False
         self.awaiting[rid] = end

@@ -52,7 +52,7 @@ def _be64(values: np.ndarray) -> np.ndarray:
 _QUEUED = tuple(tx not in (message.TX_PREPARED, message.TX_ROLLBACK) for tx in range(message.TX_MASK + 1))
 
 
-def _refused(requests, status: int):
+def refused(requests, status: int):
     """The PUT_RESULT of a slab whose every request is refused with ``status``."""
     return P.PUT_RESULT, P.result_bytes([(rid, status, qid, 0, 0, 0, 0, 0, 0) for rid, qid in
                                          zip(requests["req_id"].tolist(), requests["queue_id"].tolist())], [])
@@ -94,10 +94,10 @@ class Appender:
             except P.BadSlab as e:
                 log.error("PUT slab refused whole: %s", e)
                 if e.requests is not None:
-                    replies[j] = _refused(e.requests, P.SYSTEM_ERROR)
+                    replies[j] = refused(e.requests, P.SYSTEM_ERROR)
         if self.ctl[C.STOPPING]:
             for j, requests, _sizes, _recs in slabs:
-                replies[j] = _refused(requests, P.SERVICE_NOT_AVAILABLE)
+                replies[j] = refused(requests, P.SERVICE_NOT_AVAILABLE)
         elif slabs:
             few = sum([len(requests) for _, requests, _, _ in slabs]) <= FEW_REQUESTS
             for j, reply in (self._put_few if few else self._put_many)(slabs, ts):

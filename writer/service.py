@@ -34,9 +34,10 @@ from rocketbox.shm.role import IDLE_S, LoopRole
 from rocketbox.shm.tables import TableFull
 from rocketbox.store import message
 from rocketbox.store.mappedfile import MappedFileQueue
-from rocketbox.writer.append import Appender
+from rocketbox.writer.append import Appender, refused
 from rocketbox.writer.groups import ConsumerOffsets, SubscriptionGroups
 from rocketbox.writer.topics import TopicTable
+from rocketbox.writer.transactions import Ledger
 
 log = logging.getLogger("rocketbox.writer")
 SWITCH_INTERVAL_S = 0.001    # the GIL's hand-over while consumerOffset.json is written by its thread (the loop
@@ -51,6 +52,7 @@ class WriterService(LoopRole):
         self.ctl = shared.control
         self.commitlog: MappedFileQueue | None = None
         self.appender: Appender | None = None
+        self.ledger = Ledger(cfg, shared)
 
     # ------------------------------------------------------------ lifecycle
     def open(self) -> "WriterService":
@@ -70,6 +72,7 @@ class WriterService(LoopRole):
                     ring.release(int(sh.slots[i, S.JOURNAL_READ_POS]))
         self._wait_dispatched()
         self.appender = Appender(self.cfg, sh, self.commitlog, self.topics.index)
+        self.ledger.open()
         for i, ring in enumerate(sh.request_rings):    # what earlier writers took: theirs to have answered
             sh.slots[i, S.EPOCH_READ_POS] = ring.read_pos
         ctl[C.WRITER_EPOCH] += 1
@@ -97,6 +100,7 @@ class WriterService(LoopRole):
         sh = self.sh
         drained, taken = [], []          # (slot, end position); (slot, kind, payload) in ring order
         ts = int(time.time() * 1000)
+        self.ledger.begin()
         settled = self._topics_written()
         for i, ring in enumerate(sh.request_rings):
             if ring.write_pos == ring.read_pos:
@@ -128,6 +132,9 @@ class WriterService(LoopRole):
         return True
 
     def _response_size(self, kind: int, payload: np.ndarray) -> int:
+        if kind == P.TX_END:
+            payload = payload[P.TX_END_HEAD.itemsize:]
+            kind = P.PUT
         if kind == P.PUT and len(payload) >= P.SLAB_HEAD.itemsize:
             n_requests, n_records, _bytes = P.SLAB_HEAD_S.unpack_from(payload.data, 0)
             n = P.RESULT_HEAD.itemsize + n_requests * P.RESULT.itemsize + n_records * 8
@@ -143,14 +150,23 @@ class WriterService(LoopRole):
         assert self.appender is not None        # (open made it)
         replies: list = []
         run: list = []
+        ends: list[tuple[int, int]] = []         # (index in run, half offset) of the TX_ENDs taken
         for i, kind, payload in taken + [(None, None, None)]:
             if kind == P.PUT:
                 run.append(payload)
                 continue
+            if kind == P.TX_END and len(payload) > P.TX_END_HEAD.itemsize:
+                half = int(payload[:P.TX_END_HEAD.itemsize].view(P.TX_END_HEAD)["half_queue_offset"][0])
+                if self.ledger.take(half):       # appended with the PUTs around it, in ring order
+                    ends.append((len(run), half))
+                    run.append(payload[P.TX_END_HEAD.itemsize:])
+                    continue
             if run:
-                replies += self.appender.put(run, ts)
-                run = []
-            if kind == P.TOPIC:
+                replies += self._put(run, ends, ts)
+                run, ends = [], []
+            if kind == P.TX_END:
+                replies.append(self._tx_ended(payload))
+            elif kind == P.TOPIC:
                 replies.append(self._topic(i, payload))
             elif kind in (P.OFFSET, P.GROUP):
                 self._group_state(kind, payload)
@@ -160,9 +176,31 @@ class WriterService(LoopRole):
                 replies.append(None)
         return replies
 
+    def _put(self, run: list, ends: list[tuple[int, int]], ts: int) -> list:
+        """``appender.put`` of a run of slabs; a TX_END among them whose records were refused
+        (a stop, a full table) leaves its transaction open."""
+        assert self.appender is not None
+        replies = self.appender.put(run, ts)
+        for j, half in ends:
+            reply = replies[j]
+            if reply is None or any(s != P.SUCCESS for s in P.result_statuses(reply[1])):
+                self.ledger.forget(half)
+        return replies
+
+    @staticmethod
+    def _tx_ended(payload: np.ndarray):
+        """The reply to a TX_END whose transaction was ended before: every request TX_ENDED."""
+        try:
+            requests = P.parse_slab(payload[P.TX_END_HEAD.itemsize:])[0]
+        except P.BadSlab as e:
+            log.error("TX_END entry refused whole: %s", e)
+            return None if e.requests is None else refused(e.requests, P.SYSTEM_ERROR)
+        return refused(requests, P.TX_ENDED)
+
     def _commit(self, drained, taken, replies, ts: int) -> None:
         sh, ctl = self.sh, self.ctl
         assert self.appender is not None
+        self.ledger.commit()
         ctl[C.JOURNAL_WRITTEN] = -1
         for i, end in drained:
             sh.slots[i, S.JOURNAL_READ_POS] = end

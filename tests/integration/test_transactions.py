@@ -1,6 +1,8 @@
-"""Transactional half messages are refused until transactions are served: NO_PERMISSION with the
-remark of Java's ``rejectTransactionMessage`` (broker:processor/SendMessageProcessor.java), for our
-client, a raw batch and the real Java 4.9.8 TransactionMQProducer, and nothing is stored."""
+"""Transactional messages (FACTS §9.3): with ``rejectTransactionMessage=true`` half messages are
+refused NO_PERMISSION with Java's remark (broker:processor/SendMessageProcessor.java) for our
+client, a raw batch and the real Java 4.9.8 TransactionMQProducer, and nothing is stored; with
+false, half messages are stored out of sight and END_TRANSACTION commits or rolls back each once,
+on the wire and from the Java producer."""
 from __future__ import annotations
 
 import asyncio
@@ -14,8 +16,8 @@ from rocketbox.remoting.codes import RequestCode as R
 from rocketbox.remoting.codes import ResponseCode as RC
 from rocketbox.store import message
 from tests.integration import javaclient
-from tests.integration.harness import create_topic, read_topic, wait_route
-from tests.integration.test_readers import send_ext
+from tests.integration.harness import create_topic, dispatched, read_topic, wait_route
+from tests.integration.test_readers import frozen, send_ext, send_v2
 from tests.integration.wire import Wire
 
 REMARK = "the broker[127.0.0.1] sending transaction message is forbidden"      # brokerIP1, as Java's
@@ -68,3 +70,99 @@ def test_half_messages_are_refused_with_no_permission_and_never_stored(appliance
     assert (sent.status, sent.queue_offset) == ("SEND_OK", 0)
     got = asyncio.run(read_topic(app, "Tx"))
     assert [(m.body, m.queue_offset, m.commit_log_offset) for m in got] == [(b"normal", 0, 0)]   # nothing before it
+
+
+def _half(w: Wire, topic: str, body: bytes, group: str = "txg", queue: int = 1):
+    """A half message as a Java TransactionMQProducer sends it -> (its CommitLog offset, half queue offset)."""
+    r = send_v2(w, topic, body, f"TRAN_MSG\x01true\x02PGROUP\x01{group}\x02UNIQ_KEY\x01U-{body.decode()}",
+                queue=queue, f=str(message.TX_PREPARED))
+    assert r.code == RC.SUCCESS and r.ext["queueId"] == str(queue), r.remark
+    return message.parse_offset_msg_id(r.ext["msgId"])[2], int(r.ext["queueOffset"])
+
+
+def _end(phys: int, qoff: int, decision: int, group: str = "txg", msg_id: str = "U") -> dict:
+    return {"producerGroup": group, "tranStateTableOffset": str(qoff), "commitLogOffset": str(phys),
+            "commitOrRollback": str(decision), "fromTransactionCheck": "false", "msgId": msg_id}
+
+
+def _bodies(w: Wire, topic: str, queues: int = 2) -> list[bytes]:
+    from tests.integration.test_readers import pull
+    return sorted(r.body for q in range(queues) for r in message.decode_records(pull(w, topic, 0, queue=q).body))
+
+
+def test_end_transaction_commits_or_rolls_back_once_and_refuses_what_does_not_match(appliance_factory):
+    app = appliance_factory(rejectTransactionMessage="false").start()
+    create_topic(app, "TxWire", 2)
+    readers = [Wire("127.0.0.1", app.cfg.reader_port(i)) for i in range(2)]
+    w = Wire("127.0.0.1", app.cfg.listenPort)
+    try:
+        phys, qoff = _half(readers[0], "TxWire", b"a")
+        assert _max_offsets(app, "TxWire", 2) == [0, 0]                       # out of sight until committed
+        for bad, why in ((_end(phys, qoff, 8, group="other"), "The producer group wrong"),
+                         (_end(phys, qoff + 1, 8), "The transaction state table offset wrong"),
+                         (_end(phys + 1, qoff, 8), "Find prepared transaction message failed"),
+                         (_end(1 << 40, qoff, 8), "Find prepared transaction message failed")):
+            r = readers[1].call(R.END_TRANSACTION, bad)
+            assert (r.code, r.remark) == (RC.SYSTEM_ERROR, why)
+        plain = message.parse_offset_msg_id(send_v2(w, "TxWire", b"plain").ext["msgId"])[2]
+        r = readers[1].call(R.END_TRANSACTION, _end(plain, 0, 8))              # not a half message
+        assert (r.code, r.remark) == (RC.SYSTEM_ERROR, "Find prepared transaction message failed")
+        readers[1].oneway(R.END_TRANSACTION, _end(phys, qoff, 0))             # unknown: no answer, nothing stored
+
+        # the same commit on both readers at once, then again, then a rollback: stored once
+        opaques = [rd.send(R.END_TRANSACTION, _end(phys, qoff, 8)) for rd in readers]
+        assert all(op > 0 for op in opaques)
+        assert [rd.read_response().code for rd in readers] == [RC.SUCCESS, RC.SUCCESS]
+        assert readers[0].call(R.END_TRANSACTION, _end(phys, qoff, 8)).code == RC.SUCCESS
+        assert readers[1].call(R.END_TRANSACTION, _end(phys, qoff, 12)).code == RC.SUCCESS
+
+        phys_b, qoff_b = _half(readers[1], "TxWire", b"b")                    # rolled back, then a late commit
+        assert readers[0].call(R.END_TRANSACTION, _end(phys_b, qoff_b, 12)).code == RC.SUCCESS
+        assert readers[1].call(R.END_TRANSACTION, _end(phys_b, qoff_b, 8)).code == RC.SUCCESS
+
+        with frozen(app, "dispatcher"):                    # an END right behind its SEND_OK, on the other reader
+            phys_c, qoff_c = _half(readers[0], "TxWire", b"c", queue=0)
+            assert readers[1].call(R.END_TRANSACTION, _end(phys_c, qoff_c, 8)).code == RC.SUCCESS
+        asyncio.run(dispatched(app))
+        assert _bodies(w, "TxWire") == [b"a", b"c", b"plain"]
+        from tests.integration.test_readers import pull
+        committed = {r.body: r for q in range(2) for r in message.decode_records(pull(w, "TxWire", 0, queue=q).body)}
+        a = committed[b"a"]
+        assert (a.queue_id, a.tx_type, a.prepared_offset) == (1, message.TX_COMMIT, phys)
+        assert (a.properties["REAL_TOPIC"], a.properties["REAL_QID"], a.properties["TRAN_MSG"],
+                a.properties["PGROUP"]) == ("TxWire", "1", "true", "txg")                  # as 4.9.8 stores it
+        ops = message.decode_records(pull(w, "RMQ_SYS_TRANS_OP_HALF_TOPIC", 0).body)
+        assert sorted(r.body for r in ops) == sorted(b"%d" % q for q in (qoff, qoff_b, qoff_c))   # one op each
+        assert {r.properties["TAGS"] for r in ops} == {"d"}
+    finally:
+        for c in (*readers, w):
+            c.close()
+    # a restarted writer rebuilds which transactions are ended from the op queue
+    assert app.stop() == 0
+    app.start()
+    w = Wire("127.0.0.1", app.cfg.listenPort)
+    try:
+        assert w.call(R.END_TRANSACTION, _end(phys, qoff, 8)).code == RC.SUCCESS
+        phys_d, qoff_d = _half(w, "TxWire", b"d")
+        assert w.call(R.END_TRANSACTION, _end(phys_d, qoff_d, 8)).code == RC.SUCCESS
+        asyncio.run(dispatched(app))
+        assert _bodies(w, "TxWire") == [b"a", b"c", b"d", b"plain"]
+    finally:
+        w.close()
+
+
+def test_the_java_producer_commits_and_rolls_back_each_transaction_once(appliance_factory, java_classes, tmp_path):
+    app = appliance_factory(namesrv=True, rejectTransactionMessage="false").start()
+    create_topic(app, "TxJava", 4)
+    wait_route(app, "TxJava")
+    decisions = ["commit", "rollback", "commit", "commit", "rollback", "commit"]
+    out = javaclient.run(java_classes, "TxProducer", app.namesrv, "TxJava", ",".join(decisions),
+                         logs=str(tmp_path / "java-logs"))
+    lines = out.splitlines()
+    assert [ln.split(" msgId=")[0] for ln in lines[:-1]] == [
+        f"sent={i} status=SEND_OK local={'COMMIT' if d == 'commit' else 'ROLLBACK'}_MESSAGE" for i, d in enumerate(decisions)]
+    assert lines[-1] == f"executed={len(decisions)} checked=0", out
+    got = asyncio.run(read_topic(app, "TxJava"))
+    assert sorted(m.body for m in got) == sorted(b"tx-%d" % i for i, d in enumerate(decisions) if d == "commit")
+    ids = {ln.split(" msgId=")[1] for ln in lines[:-1]}
+    assert {m.properties["UNIQ_KEY"] for m in got} <= ids

@@ -1,8 +1,10 @@
 // The real RocketMQ 4.9.8 client's TransactionMQProducer, for tests/integration/test_javaclient.py:
 // sends one half message with sendMessageInTransaction and prints, one "key=value" a line, what
 // came back: the send status, or each exception of the cause chain with its response code, and
-// how many times the local transaction callback ran.
-//   rmq java TxProducer NAMESRV TOPIC
+// how many times the local transaction callback ran. With DECISIONS (e.g. "commit,rollback"), one
+// half message each, "tx-<i>" with key "tx-<i>", whose local transaction answers that decision,
+// and a line each: "sent=<i> status=<send status> local=<state> msgId=<id>".
+//   rmq java TxProducer NAMESRV TOPIC [DECISIONS]
 import java.util.concurrent.atomic.AtomicInteger;
 
 import org.apache.rocketmq.client.exception.MQBrokerException;
@@ -23,7 +25,7 @@ public class TxProducer {
         producer.setTransactionListener(new TransactionListener() {
             public LocalTransactionState executeLocalTransaction(Message msg, Object arg) {
                 executed.incrementAndGet();
-                return LocalTransactionState.COMMIT_MESSAGE;
+                return arg == null ? LocalTransactionState.COMMIT_MESSAGE : (LocalTransactionState) arg;
             }
 
             public LocalTransactionState checkLocalTransaction(MessageExt msg) {
@@ -32,6 +34,21 @@ public class TxProducer {
             }
         });
         producer.start();
+        if (args.length > 2) {
+            String[] decisions = args[2].split(",");
+            for (int i = 0; i < decisions.length; i++) {
+                LocalTransactionState state = decisions[i].equals("commit") ? LocalTransactionState.COMMIT_MESSAGE
+                    : decisions[i].equals("rollback") ? LocalTransactionState.ROLLBACK_MESSAGE : LocalTransactionState.UNKNOW;
+                Message msg = new Message(args[1], "TagA", "tx-" + i, ("tx-" + i).getBytes("UTF-8"));
+                TransactionSendResult r = producer.sendMessageInTransaction(msg, state);
+                System.out.println("sent=" + i + " status=" + r.getSendStatus() + " local=" + r.getLocalTransactionState()
+                    + " msgId=" + r.getMsgId());
+            }
+            Thread.sleep(500);        // END_TRANSACTION is oneway: give it time to leave before shutdown
+            System.out.println("executed=" + executed.get() + " checked=" + checked.get());
+            producer.shutdown();
+            return;
+        }
         try {
             TransactionSendResult r = producer.sendMessageInTransaction(
                 new Message(args[1], "TagA", "half".getBytes("UTF-8")), null);

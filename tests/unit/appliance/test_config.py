@@ -13,7 +13,7 @@ def test_defaults_are_rocketmqs(tmp_path):
     assert (c.maxHashSlotNum, c.maxIndexNum) == (5000000, 20000000)
     assert c.delay_levels_ms[:3] == (1000, 5000, 10000) and c.delay_levels_ms[-1] == 7200000
     assert c.shmPrefix == "/rbx-10911" and c.readerProcessNums == 2
-    assert c.rejectTransactionMessage is True          # RocketMQ's default is false: transactions are not served yet
+    assert c.rejectTransactionMessage is True          # RocketMQ's default is false: until undecided ones are checked back
 
 
 def test_properties_syntax_aliases_and_derived_paths(tmp_path):
@@ -36,8 +36,6 @@ def test_properties_syntax_aliases_and_derived_paths(tmp_path):
     ("messageDelayLevel=1s 5x", ["messageDelayLevel", "5x"]),
     ("mappedFileSizeCommitLog=100000", ["mappedFileSizeCommitLog", "largest record"]),
     ("deleteWhen=04;25", ["deleteWhen", "04;25"]),
-    ("rejectTransactionMessage=false", ["broker.conf:2", "rejectTransactionMessage", "'false'",
-                                        "transactions are not served yet"]),
     ("rejectTransactionMessage=maybe", ["rejectTransactionMessage", "true or false"]),
 ])
 def test_bad_values_name_file_line_key_value(tmp_path, line, words):

@@ -1,0 +1,114 @@
+"""END_TRANSACTION (37): a producer commits or rolls back its half message (FACTS §3.7, §9.3,
+FACTS-wave2 §4; broker:processor/EndTransactionProcessor.java).
+
+As 4.9.8: on a slave it is answered 11; ``commitOrRollback`` 0 (unknown) or any other value than
+8 (commit) and 12 (rollback) gets no answer; the half is read at ``commitLogOffset`` (none there:
+1 ``Find prepared transaction message failed``) and checked against the request (1 ``The producer
+group wrong``, ``The transaction state table offset wrong``, ``The commit log offset wrong``).
+A commit stores the message in its real topic and queue, then the op record that ends the half;
+a rollback the op record alone (``store/transaction.py``). The Java producer sends it oneway.
+
+Beyond 4.9.8, which stores a commit again for each END_TRANSACTION that repeats one: both go to
+the writer as one TX_END entry, which it appends only while the transaction is open
+(``writer/transactions.py``), so a transaction ends once whichever readers its END_TRANSACTIONs
+reach; a repeated one is answered as the first was (SUCCESS) and stores nothing. The half is read
+bounded by ``written``, which the writer moves before it answers the half's send, so an
+END_TRANSACTION right behind its SEND_OK finds it on any reader.
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+from rocketbox.remoting import headers
+from rocketbox.remoting.codes import RequestCode as R
+from rocketbox.remoting.codes import ResponseCode as RC
+from rocketbox.shm import protocol as P
+from rocketbox.shm.layout import C
+from rocketbox.shm.ringclient import RingClient
+from rocketbox.store import message, transaction
+
+log = logging.getLogger("rocketbox.reader")
+NOT_FOUND = "Find prepared transaction message failed"
+
+
+class TransactionProcessor:
+    def __init__(self, broker):
+        self.b, self.cfg, self.link, self.view = broker, broker.cfg, broker.link, broker.view
+        self.topics, self.ctl = broker.topics, broker.sh.control
+
+    def handlers(self) -> dict:
+        return {R.END_TRANSACTION: self.end}
+
+    async def end(self, cmd, conn):
+        h = headers.decode(cmd)
+        if self.cfg.brokerRole == "SLAVE":
+            return cmd.response(RC.SLAVE_NOT_AVAILABLE, None)
+        decision = h["commitOrRollback"]
+        if decision not in (transaction.COMMIT, transaction.ROLLBACK):
+            return None                               # unknown (0) and anything else: no answer, as 4.9.8
+        phys = h["commitLogOffset"]
+        half = self._half(phys)
+        if half is None:
+            return cmd.response(RC.SYSTEM_ERROR, NOT_FOUND)
+        head, body, props = half
+        why = self._mismatch(head, props, h)
+        if why is not None:
+            return cmd.response(RC.SYSTEM_ERROR, why)
+        ring = self.link.ring
+        op = transaction.op_record(head.queue_offset, ring.store_ip, ring.store_port, int(time.time() * 1000))
+        op_topic = self.topics.lookup(transaction.OP_TOPIC)
+        if op_topic is None:
+            return cmd.response(RC.SYSTEM_ERROR, f"{transaction.OP_TOPIC} is missing from the topic table")
+        rows, sizes, records = [], [], []
+        if decision == transaction.COMMIT:
+            committed = transaction.committed_record(head, body, props, phys)
+            real = message.property_value(props, transaction.REAL_TOPIC).decode("utf-8", "surrogateescape")
+            tidx = self.topics.lookup(real)
+            if tidx is None:
+                return cmd.response(RC.TOPIC_NOT_EXIST, f"topic[{real}] not exist, apply first please!")
+            qid = int(message.property_value(props, transaction.REAL_QID) or b"0")
+            sys_flag = (head.sys_flag & ~message.TX_MASK) | message.TX_COMMIT
+            rows.append(RingClient.row(tidx, qid, sys_flag, ("", 0), 1, False))
+            sizes.append(len(committed))
+            records.append(committed)
+        rows.append(RingClient.row(op_topic, 0, 0, ("", 0), 1, False))
+        sizes.append(len(op))
+        records.append(op)
+        got = await self.link.end_transaction(head.queue_offset, rows, sizes, b"".join(records))
+        if len(got) == 2 and isinstance(got[0], int):        # not stored: (code, remark)
+            code, remark = got
+            return cmd.response(code, remark)
+        results = got[0]
+        statuses = [r[P.RESULT_AT.status] for r in results]
+        if all(s == P.TX_ENDED for s in statuses):
+            log.info("END_TRANSACTION for the half at queue offset %d (%s) repeated: it was ended before",
+                     head.queue_offset, h["msgId"])
+            return cmd.response(RC.SUCCESS, None)
+        bad = [s for s in statuses if s != P.SUCCESS]
+        if bad:
+            return cmd.response(RC.SYSTEM_ERROR, f"the transaction's records were not stored (writer status {bad[0]})")
+        return cmd.response(RC.SUCCESS, None)
+
+    def _half(self, phys: int):
+        """(header, body, properties) of the half message stored at ``phys``, or None when none is."""
+        if not int(self.ctl[C.MIN_PHYS]) <= phys < int(self.ctl[C.WRITTEN]):
+            return None
+        try:
+            head, body, topic, props = next(message.record_fields(self.view.record(phys).tobytes(), "half message"))
+        except Exception:
+            return None
+        if head.phys_offset != phys or topic != transaction.HALF_TOPIC_BYTES:
+            return None
+        return head, body, props
+
+    @staticmethod
+    def _mismatch(head, props: bytes, h) -> str | None:
+        """4.9.8's checkPrepareMessage: what of the request does not match the half, or None."""
+        if (message.property_value(props, transaction.PGROUP) or b"").decode("utf-8", "replace") != h["producerGroup"]:
+            return "The producer group wrong"
+        if head.queue_offset != h["tranStateTableOffset"]:
+            return "The transaction state table offset wrong"
+        if head.phys_offset != h["commitLogOffset"]:
+            return "The commit log offset wrong"
+        return None
