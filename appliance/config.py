@@ -124,6 +124,10 @@ TABLE = (
     ("rejectTransactionMessage", _bool, "true",
      "refuse transactional half messages (TRAN_MSG=true) with NO_PERMISSION (false: transactions are served; "
      "true by default until the check-back of undecided ones is served too)"),
+    ("transactionTimeOut", _int_in(0, 86_400_000), "6000",
+     "ms a half message is left alone before it is checked back (a message's CHECK_IMMUNITY_TIME_IN_SECONDS wins)"),
+    ("transactionCheckMax", _int_in(1, 1000), "15", "check-backs of a half message before it is discarded"),
+    ("transactionCheckInterval", _int_in(100, 86_400_000), "60000", "ms between two check-back passes"),
     ("maxTransferCountOnMessageInMemory", _int_in(1, 65536), "32", "most messages one pull returns"),
     ("maxTransferBytesOnMessageInMemory", _int_in(1024, 2**30), "262144", "most bytes one pull returns"),
     ("maxTransferCountOnMessageInDisk", _int_in(1, 65536), "8", "most messages one pull returns from disk"),
@@ -201,6 +205,9 @@ class BrokerConfig:
     checkCRCOnRecover: bool
     verifyBodyCrcOnRead: str
     rejectTransactionMessage: bool
+    transactionTimeOut: int
+    transactionCheckMax: int
+    transactionCheckInterval: int
     maxTransferCountOnMessageInMemory: int
     maxTransferBytesOnMessageInMemory: int
     maxTransferCountOnMessageInDisk: int

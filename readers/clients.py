@@ -26,19 +26,18 @@ from rocketbox.readers import roster
 from rocketbox.readers.locks import QueueLocks, parse_lock_body
 from rocketbox.readers.members import Members, MembersFull, parse_heartbeat
 from rocketbox.readers.producers import Producers
-from rocketbox.readers.roster import Roster
 from rocketbox.remoting import headers
 from rocketbox.remoting.codec import RPC_ONEWAY, Command
 from rocketbox.remoting.codes import V3_1_8_SNAPSHOT
 from rocketbox.remoting.codes import RequestCode as R
 from rocketbox.remoting.codes import ResponseCode as RC
 from rocketbox.shm.layout import S
+from rocketbox.shm.roster import HOP, Roster
 from rocketbox.store.groupconfig import subscription_group
 from rocketbox.store.topicconfig import topic_config
 
 log = logging.getLogger("rocketbox.reader")
 CALL_CLIENT_S = 10.0          # how long a client has to answer the broker (Broker2Client.callClient)
-HOP = "rocketboxForwardedBy"  # extField of a request forwarded by another reader (its slot)
 NOT_ONLINE = "not online"     # tell_group's answer for a group with no member
 
 

@@ -5,67 +5,14 @@ QUERY_TOPIC_CONSUME_BY_WHO (300); and where to ask a consumer itself (GET_CONSUM
 the port of the reader its heartbeats come to.
 
 A client's details (its address, language and version; a consumer group's consume type, model
-and subscriptions) are known only to the reader its heartbeats come to, so each reader publishes
-its own: one JSON file per ring slot in a directory beside the shared segments
-(``SharedState.roster_dir``), written by that slot's reader alone, a temp file renamed over the
-last so that whoever reads it gets one whole version.  It is written at the end of a loop turn
-in which the details changed; a heartbeat that changes nothing writes nothing (each client sends
-one every 30 s).  A request reads the files of the other live readers (a file whose pid is not
-its slot's owner's, a dead or replaced reader's, is ignored) and this reader's details from
-memory.  Which consumers are a group's members stays the shared client rows' answer
-(``Members.group_members``), as for GET_CONSUMER_LIST_BY_GROUP: the files only describe them.
+and subscriptions; its producer groups) are known only to the reader its heartbeats come to, so
+each reader publishes its own (``shm/roster.py``), at the end of a loop turn in which they
+changed; a heartbeat that changes nothing writes nothing (each client sends one every 30 s). A
+request reads the files of the other live readers and this reader's details from memory. Which
+consumers are a group's members stays the shared client rows' answer (``Members.group_members``),
+as for GET_CONSUMER_LIST_BY_GROUP: the files only describe them.
 """
 from __future__ import annotations
-
-import contextlib
-import logging
-import os
-
-import orjson
-
-from rocketbox.store.configfile import loads_object
-
-log = logging.getLogger("rocketbox.reader")
-
-
-class Roster:
-    def __init__(self, directory: str, slot: int):
-        self.dir, self.slot = directory, slot
-        os.makedirs(directory, exist_ok=True)
-        self.path = self._path(slot)
-
-    def _path(self, slot: int) -> str:
-        return os.path.join(self.dir, f"slot{slot}.json")
-
-    def publish(self, doc: dict) -> None:
-        """This reader's details now: ``{"pid", "port", "consumers", "producers"}``."""
-        tmp = self.path + ".tmp"
-        try:
-            with open(tmp, "wb") as f:
-                f.write(orjson.dumps(doc))
-            os.replace(tmp, self.path)
-        except OSError as e:            # the others then read the last version: logged, not fatal
-            log.warning("publishing this reader's clients to %s failed: %s", self.path, e)
-
-    def others(self, owners: dict[int, int]) -> list[dict]:
-        """What the live readers ``owners`` (slot -> pid) other than this one published."""
-        out = []
-        for slot, pid in sorted(owners.items()):
-            if slot == self.slot:
-                continue
-            try:
-                with open(self._path(slot), "rb") as f:
-                    doc = loads_object(f.read())
-            except (OSError, ValueError):
-                continue
-            if doc.get("pid") == pid:
-                out.append(doc)
-        return out
-
-    def close(self) -> None:
-        for path in (self.path, self.path + ".tmp"):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
 
 
 def consumer_connection(group: str, docs: list[dict], members: list[str]) -> dict | None:

@@ -20,12 +20,15 @@ from __future__ import annotations
 import logging
 import time
 
+from rocketbox.net.pending import next_opaque
 from rocketbox.remoting import headers
+from rocketbox.remoting.codec import RPC_ONEWAY, Command
 from rocketbox.remoting.codes import RequestCode as R
 from rocketbox.remoting.codes import ResponseCode as RC
 from rocketbox.shm import protocol as P
 from rocketbox.shm.layout import C
 from rocketbox.shm.ringclient import RingClient
+from rocketbox.shm.roster import GROUP, HOP
 from rocketbox.store import message, transaction
 
 log = logging.getLogger("rocketbox.reader")
@@ -36,9 +39,28 @@ class TransactionProcessor:
     def __init__(self, broker):
         self.b, self.cfg, self.link, self.view = broker, broker.cfg, broker.link, broker.view
         self.topics, self.ctl = broker.topics, broker.sh.control
+        self.producers = broker.clients.producers
+        self.turn = 0                                 # which producer connection is asked next
 
     def handlers(self) -> dict:
-        return {R.END_TRANSACTION: self.end}
+        return {R.END_TRANSACTION: self.end, R.CHECK_TRANSACTION_STATE: self.relay_check}
+
+    def relay_check(self, cmd, _conn):
+        """CHECK_TRANSACTION_STATE from the scheduler (marked HOP, naming the producer group):
+        passed on, oneway, to one of this reader's connections of a producer of that group, in
+        turn (as 4.9.8's ProducerManager#getAvailableChannel) -> SUCCESS, or SYSTEM_ERROR when
+        this reader has none now. From anyone else, a code a broker does not serve."""
+        if HOP not in cmd.ext:
+            return cmd.response(RC.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
+        group = cmd.ext.get(GROUP, "")
+        conns = [c for c, _who, _ms in self.producers.groups.get(group, {}).values()]
+        if not conns:
+            return cmd.response(RC.SYSTEM_ERROR, f"no producer of group {group} is connected to this reader")
+        self.turn += 1
+        conn = conns[self.turn % len(conns)]
+        conn.send(Command(cmd.code, {k: v for k, v in cmd.ext.items() if k not in (HOP, GROUP)}, cmd.body,
+                          opaque=next_opaque(), flag=RPC_ONEWAY, language="JAVA"))
+        return cmd.response()
 
     async def end(self, cmd, conn):
         h = headers.decode(cmd)

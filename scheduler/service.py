@@ -28,6 +28,7 @@ import time
 import numpy as np
 
 from rocketbox.scheduler.timers import Timers
+from rocketbox.scheduler.transactions import TransactionChecker
 from rocketbox.shm import protocol as P
 from rocketbox.shm.layout import S
 from rocketbox.shm.ringclient import RingClient
@@ -69,6 +70,7 @@ class SchedulerService(LoopRole):
         self.persisted_at, self.dirty = time.monotonic(), False
         self.seen: tuple = ()                       # the delayed queues' ends the last pass saw
         self.roll_at = time.monotonic() + ROLL_CHECK_S
+        self.checks: TransactionChecker | None = None    # transaction check-back, when transactions are served
 
     # ------------------------------------------------------------ lifecycle
     def open(self) -> "SchedulerService":
@@ -85,6 +87,8 @@ class SchedulerService(LoopRole):
             self.offsets[level] = min(max(saved, lo), hi)          # correctDelayOffset
         self.dirty = True
         self.timers = Timers(self.cfg, self.view).open()
+        self.checks = None if self.cfg.rejectTransactionMessage else \
+            TransactionChecker(self.cfg, self.sh, self.view, self.ring, self.topics).open()
         self.persist()                                             # the files exist from the start
         return self
 
@@ -117,6 +121,8 @@ class SchedulerService(LoopRole):
             if self.stop_requested:
                 return due_in
         due_in = min(due_in, self._deliver_timers())
+        if self.checks is not None and not self.stop_requested:
+            due_in = min(due_in, self.checks.step())
         if time.monotonic() >= self.roll_at and not self.stop_requested:
             self.roll_at = time.monotonic() + ROLL_CHECK_S
             due_in = min(due_in, self._roll())
@@ -282,6 +288,8 @@ class SchedulerService(LoopRole):
         self.persisted_at = time.monotonic()
         try:
             self.timers.persist()
+            if self.checks is not None:
+                self.checks.persist()
             if self.dirty or not os.path.exists(self.path):
                 text = configfile.dumps({"offsetTable": {str(k): v for k, v in sorted(self.offsets.items())}})
                 configfile.write_bytes(self.path, _LEVEL_KEY.sub(rb"\n\t\t\1:", text))

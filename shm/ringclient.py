@@ -409,6 +409,24 @@ class RingClient:
     def put(self, reqs: list[PutRequest], timeout: float = 10.0) -> list[PutResult]:
         return self.collect(self.submit(reqs), timeout)
 
+    def end_transaction(self, half_offset: int, rows: list[tuple], sizes: list[int], records: bytes,
+                        timeout: float = 10.0) -> list[int]:
+        """``push_rows`` of a TX_END entry, blocking -> each request's status (P.TX_ENDED: the
+        transaction was ended before; -1 each: lost with a restarted writer). TimeoutError when
+        the writer does not answer within ``timeout``."""
+        got: list = []
+        self.push_rows(rows, sizes, records, lambda res, _phys, *_: got.append(res), half_offset=half_offset)
+        deadline = time.monotonic() + timeout
+        while not got:
+            self.poll()
+            self._check_writer()
+            left = deadline - time.monotonic()
+            if left <= 0 and not got:
+                raise TimeoutError(f"no reply from the writer within {timeout} s")
+            if not got:
+                self.waker.wait(min(max(left, 0.0), 0.5))
+        return [-1] * len(rows) if got[0] is None else [r[P.RESULT_AT.status] for r in got[0]]
+
     # ------------------------------------------------------------ flush / topics
     def wait_flushed(self, end_offset: int, timeout_s: float) -> bool:
         """Block until the CommitLog is flushed through ``end_offset``; False on time-out."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from rocketbox.store.delay import SCHEDULE_QUEUES, SCHEDULE_TOPIC
 from rocketbox.store.timer import TIMER_TOPIC
-from rocketbox.store.transaction import HALF_TOPIC, OP_TOPIC
+from rocketbox.store.transaction import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
 
 PERM_INHERIT, PERM_WRITE, PERM_READ = 1, 2, 4
 PERM_RW = PERM_READ | PERM_WRITE
@@ -62,5 +62,5 @@ def builtin_topics(cfg) -> list[dict]:
             topic_config(TIMER_TOPIC, 1, 1),                    # pending timers and their cancellations
             topic_config(f"{cfg.brokerClusterName}_REPLY_TOPIC", 1, 1)]
     if not cfg.rejectTransactionMessage:                # (4.9.8 makes them at the first half message)
-        out += [topic_config(HALF_TOPIC, 1, 1), topic_config(OP_TOPIC, 1, 1)]
+        out += [topic_config(HALF_TOPIC, 1, 1), topic_config(OP_TOPIC, 1, 1), topic_config(CHECK_MAX_TOPIC, 1, 1)]
     return out

@@ -58,6 +58,18 @@ def committed_record(head: message.Header, body: bytes, props: bytes, half_phys:
                                  reconsume_times=head.reconsume_times, prepared_offset=half_phys)
 
 
+def check_record(head: message.Header, body: bytes, props: bytes) -> bytes:
+    """CHECK_TRANSACTION_STATE's body: the half message as its producer sent it, in its real topic
+    and queue (what Java's client decodes with MessageDecoder.decode)."""
+    topic = message.property_value(props, REAL_TOPIC) or b""
+    qid = int(message.property_value(props, REAL_QID) or b"0")
+    return message.encode_record(topic=topic, queue_id=qid, body=body, properties=props, flag=head.flag,
+                                 sys_flag=head.sys_flag, born_ts=head.born_ts, born_ip=head.born_ip,
+                                 born_port=head.born_port, store_ip=head.store_ip, store_port=head.store_port,
+                                 reconsume_times=head.reconsume_times, queue_offset=head.queue_offset,
+                                 phys_offset=head.phys_offset, store_ts=head.store_ts)
+
+
 def op_half_offset(body: bytes) -> int | None:
     """The half offset an op record's body names, or None if it names none."""
     try:

@@ -31,11 +31,11 @@ from rocketbox.store.topicconfig import (  # noqa: F401  (the records live in st
     queue_nums,
     topic_config,
 )
-from rocketbox.store.transaction import HALF_TOPIC, OP_TOPIC
+from rocketbox.store.transaction import CHECK_MAX_TOPIC, HALF_TOPIC, OP_TOPIC
 from rocketbox.writer.filethread import FileThread
 
 log = logging.getLogger("rocketbox.writer")
-SYSTEM_QUEUES_TOPICS = (SCHEDULE_TOPIC, TIMER_TOPIC, HALF_TOPIC, OP_TOPIC)   # the roles' own topics, added to an
+SYSTEM_QUEUES_TOPICS = (SCHEDULE_TOPIC, TIMER_TOPIC, HALF_TOPIC, OP_TOPIC, CHECK_MAX_TOPIC)   # the roles' own topics, added to an
                                                                              # older store's table (when built in)
 REWRITE_AFTER_S = 1.0       # topics.json is rewritten whole this long after the last change (store/topicjournal.py)
 

@@ -6,6 +6,9 @@ on the wire and from the Java producer."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import time
 
 import pytest
 
@@ -166,3 +169,38 @@ def test_the_java_producer_commits_and_rolls_back_each_transaction_once(applianc
     assert sorted(m.body for m in got) == sorted(b"tx-%d" % i for i, d in enumerate(decisions) if d == "commit")
     ids = {ln.split(" msgId=")[1] for ln in lines[:-1]}
     assert {m.properties["UNIQ_KEY"] for m in got} <= ids
+
+
+def test_undecided_transactions_are_checked_back_then_committed_or_discarded(appliance_factory, java_classes,
+                                                                              tmp_path):
+    """UNKNOW from the local transaction: the scheduler checks it back (CHECK_TRANSACTION_STATE,
+    through the reader holding the producer's connection) once ``transactionTimeOut`` has passed;
+    the check listener's COMMIT delivers it once. One whose check keeps answering UNKNOW is
+    discarded after ``transactionCheckMax`` checks: copied to TRANS_CHECK_MAX_TIME_TOPIC with
+    TRANSACTION_CHECK_TIMES, never delivered."""
+    app = appliance_factory(namesrv=True, rejectTransactionMessage="false", transactionTimeOut="500",
+                            transactionCheckInterval="500", transactionCheckMax="2").start()
+    create_topic(app, "TxCheck", 2)
+    wait_route(app, "TxCheck")
+    decisions = ["unknown", "commit", "never", "unknown", "rollback"]
+    out = javaclient.run(java_classes, "TxProducer", app.namesrv, "TxCheck", ",".join(decisions), "4", "30",
+                         logs=str(tmp_path / "java-logs"), timeout=120)
+    lines = out.splitlines()
+    assert [ln.split(" local=")[1].split()[0] for ln in lines[:-1]] == [
+        "UNKNOW", "COMMIT_MESSAGE", "UNKNOW", "UNKNOW", "ROLLBACK_MESSAGE"], out
+    assert lines[-1] == "executed=5 checked=4", out           # 0 and 3 once, 2 twice (transactionCheckMax)
+    deadline = time.monotonic() + 15
+    while True:                                                 # the discard comes at the pass after the last check
+        w = Wire("127.0.0.1", app.cfg.listenPort)
+        from tests.integration.test_readers import pull
+        gone = message.decode_records(pull(w, "TRANS_CHECK_MAX_TIME_TOPIC", 0).body)
+        w.close()
+        if gone or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    assert [(r.body, r.properties["TRANSACTION_CHECK_TIMES"], r.properties["REAL_TOPIC"]) for r in gone] == [
+        (b"tx-2", "2", "TxCheck")]
+    got = asyncio.run(read_topic(app, "TxCheck"))
+    assert sorted(m.body for m in got) == [b"tx-0", b"tx-1", b"tx-3"]          # each once
+    state = json.loads(open(os.path.join(app.cfg.config_dir, "transactionCheck.json")).read())
+    assert state["halfOffset"] == 5 and state["checkTimes"] == {}, state        # every half ended

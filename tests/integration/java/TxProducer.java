@@ -2,9 +2,11 @@
 // sends one half message with sendMessageInTransaction and prints, one "key=value" a line, what
 // came back: the send status, or each exception of the cause chain with its response code, and
 // how many times the local transaction callback ran. With DECISIONS (e.g. "commit,rollback"), one
-// half message each, "tx-<i>" with key "tx-<i>", whose local transaction answers that decision,
-// and a line each: "sent=<i> status=<send status> local=<state> msgId=<id>".
-//   rmq java TxProducer NAMESRV TOPIC [DECISIONS]
+// half message each, "tx-<i>" with key "tx-<i>", whose local transaction answers that decision
+// ("unknown": UNKNOW, then COMMIT when checked back; "never": UNKNOW, and UNKNOW when checked),
+// and a line each: "sent=<i> status=<send status> local=<state> msgId=<id>"; then it waits (up to
+// WAIT_S seconds, default 0) until CHECKS check-backs came.
+//   rmq java TxProducer NAMESRV TOPIC [DECISIONS [CHECKS WAIT_S]]
 import java.util.concurrent.atomic.AtomicInteger;
 
 import org.apache.rocketmq.client.exception.MQBrokerException;
@@ -30,6 +32,11 @@ public class TxProducer {
 
             public LocalTransactionState checkLocalTransaction(MessageExt msg) {
                 checked.incrementAndGet();
+                String keys = msg.getKeys();
+                if (args.length > 2 && keys != null && keys.startsWith("tx-")
+                        && args[2].split(",")[Integer.parseInt(keys.substring(3))].equals("never")) {
+                    return LocalTransactionState.UNKNOW;
+                }
                 return LocalTransactionState.COMMIT_MESSAGE;
             }
         });
@@ -43,6 +50,11 @@ public class TxProducer {
                 TransactionSendResult r = producer.sendMessageInTransaction(msg, state);
                 System.out.println("sent=" + i + " status=" + r.getSendStatus() + " local=" + r.getLocalTransactionState()
                     + " msgId=" + r.getMsgId());
+            }
+            int checks = args.length > 3 ? Integer.parseInt(args[3]) : 0;
+            long until = System.currentTimeMillis() + 1000L * (args.length > 4 ? Integer.parseInt(args[4]) : 0);
+            while (checked.get() < checks && System.currentTimeMillis() < until) {
+                Thread.sleep(100);
             }
             Thread.sleep(500);        // END_TRANSACTION is oneway: give it time to leave before shutdown
             System.out.println("executed=" + executed.get() + " checked=" + checked.get());
