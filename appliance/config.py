@@ -121,9 +121,8 @@ TABLE = (
      "a pull checks records' bodies against their CRCs and leaves a damaged one out (logged and quarantined; its "
      "queue moves past it): cold = records written before this start or beyond the in-memory window, which may "
      "come from the disk; all = every record (~1 us more per 1 KiB message pulled)"),
-    ("rejectTransactionMessage", _bool, "true",
-     "refuse transactional half messages (TRAN_MSG=true) with NO_PERMISSION (false: transactions are served; "
-     "true by default until the check-back of undecided ones is served too)"),
+    ("rejectTransactionMessage", _bool, "false",
+     "refuse transactional half messages (TRAN_MSG=true) with NO_PERMISSION (false: transactions are served)"),
     ("transactionTimeOut", _int_in(0, 86_400_000), "6000",
      "ms a half message is left alone before it is checked back (a message's CHECK_IMMUNITY_TIME_IN_SECONDS wins)"),
     ("transactionCheckMax", _int_in(1, 1000), "15", "check-backs of a half message before it is discarded"),

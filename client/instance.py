@@ -1,8 +1,9 @@
 """What producers and consumers of one process share (Java's MQClientInstance): the client id,
 one connection per broker or name server address, topic routes from the name servers, heartbeats
 to every broker every 30 s, and the broker's requests: NOTIFY_CONSUMER_IDS_CHANGED (-> rebalance),
-GET_CONSUMER_RUNNING_INFO (answered with the consumer's ``running_info``; client/running.py) and
-CONSUME_MESSAGE_DIRECTLY (the consumer's ``consume_directly``).
+GET_CONSUMER_RUNNING_INFO (answered with the consumer's ``running_info``; client/running.py),
+CONSUME_MESSAGE_DIRECTLY (the consumer's ``consume_directly``) and CHECK_TRANSACTION_STATE (the
+transactional producer's check, client/transaction.py).
 """
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, NamedTuple, Protocol
 
 from rocketbox.client.errors import MQBrokerError, MQClientError
+from rocketbox.client.message import decode_messages
 from rocketbox.net import client as net
 from rocketbox.remoting import mqtable
 from rocketbox.remoting.codec import Command
@@ -132,6 +134,7 @@ class ClientInstance:
         self.routes: dict[str, TopicRoute] = {}
         self.consumers: dict[str, GroupMember] = {}  # group -> PushConsumer or PullConsumer
         self.producers: set[str] = set()
+        self.transaction_checks: dict[str, Callable[[Command, net.Connection], Awaitable[None]]] = {}   # group ->
         self.users = 0
         self.task: asyncio.Task[None] | None = None
 
@@ -217,6 +220,9 @@ class ClientInstance:
         if cmd.code == R.CONSUME_MESSAGE_DIRECTLY:
             asyncio.ensure_future(self._consume_directly(cmd, conn, consumer))
             return
+        if cmd.code == R.CHECK_TRANSACTION_STATE:
+            self._check_transaction(cmd, conn)
+            return
         if cmd.code != R.GET_CONSUMER_RUNNING_INFO:
             resp = cmd.response(RC.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
         elif consumer is None:
@@ -224,6 +230,18 @@ class ClientInstance:
         else:
             resp = cmd.response(body=consumer.running_info(cmd.ext.get("jstackEnable", "").lower() == "true"))
         self._answer(cmd, conn, resp)
+
+    def _check_transaction(self, cmd: Command, conn: net.Connection) -> None:
+        """CHECK_TRANSACTION_STATE (oneway): to the transactional producer of the message's group
+        (its PGROUP), if one runs here; else dropped, as Java drops it."""
+        try:
+            group = decode_messages(cmd.body)[0].properties.get("PGROUP", "")
+        except (ValueError, IndexError) as e:
+            log.warning("a transaction check-back does not decode: %s", e)
+            return
+        check = self.transaction_checks.get(group)
+        if check is not None:
+            asyncio.ensure_future(check(cmd, conn))
 
     @staticmethod
     def _answer(cmd: Command, conn: net.Connection, resp: Command) -> None:

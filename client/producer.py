@@ -129,8 +129,10 @@ class Producer:
         return _stored(await self._send(topic, {}, body, 0, True, queue, oneway=False, ids=ids))
 
     async def _send(self, topic: str, props: dict[str, str], body: bytes, flag: int, batch: bool,
-                    queue: MessageQueue | None, oneway: bool, ids: str | None = None) -> SendResult | None:
-        """``ids``: the SendResult's msgId (a batch's, comma-joined); default the UNIQ_KEY in ``props``."""
+                    queue: MessageQueue | None, oneway: bool, ids: str | None = None,
+                    sys_flag: int = 0) -> SendResult | None:
+        """``ids``: the SendResult's msgId (a batch's, comma-joined); default the UNIQ_KEY in ``props``.
+        ``sys_flag``: the header's (a half message's is TRANSACTION_PREPARED, as Java's)."""
         ids = props.get("UNIQ_KEY", "") if ids is None else ids
         route, via_default = await self._route(topic)
         avoid: str | None = None
@@ -142,7 +144,7 @@ class Producer:
             if addr is None:
                 raise MQClientError(f"no master address for broker {mq.broker_name}")
             ext = {"a": self.group, "b": topic, "c": DEFAULT_TOPIC, "d": str(self.default_queue_nums),
-                   "e": str(mq.queue_id), "f": "0", "g": str(int(time.time() * 1000)), "h": str(flag),
+                   "e": str(mq.queue_id), "f": str(sys_flag), "g": str(int(time.time() * 1000)), "h": str(flag),
                    "i": codec.encode_properties(props), "j": "0", "k": "false", "m": "true" if batch else "false"}
             if topic.startswith("%RETRY%"):      # a consumer's own retry: its counts ride in the header, as Java's
                 ext["j"] = props.get("RECONSUME_TIME", "0")

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from rocketbox.client.message import Message, MessageExt, SendResult
     from rocketbox.client.producer import Producer
     from rocketbox.client.sync import SyncLitePullConsumer, SyncProducer
+    from rocketbox.client.transaction import TransactionProducer, TransactionSendResult
 
 # public name -> the module that defines it
 _PUBLIC = {"Admin": "rocketbox.client.admin", "PullConsumer": "rocketbox.client.consumer",
@@ -35,10 +36,12 @@ _PUBLIC = {"Admin": "rocketbox.client.admin", "PullConsumer": "rocketbox.client.
            "Message": "rocketbox.client.message", "MessageExt": "rocketbox.client.message",
            "SendResult": "rocketbox.client.message", "Producer": "rocketbox.client.producer",
            "LitePullConsumer": "rocketbox.client.litepull", "SyncProducer": "rocketbox.client.sync",
-           "SyncLitePullConsumer": "rocketbox.client.sync"}
+           "SyncLitePullConsumer": "rocketbox.client.sync", "TransactionProducer": "rocketbox.client.transaction",
+           "TransactionSendResult": "rocketbox.client.transaction"}
 
 __all__ = ["Admin", "LitePullConsumer", "MQBrokerError", "MQClientError", "Message", "MessageExt", "MessageQueue",
-           "Producer", "PullConsumer", "PushConsumer", "SendResult", "SyncLitePullConsumer", "SyncProducer"]
+           "Producer", "PullConsumer", "PushConsumer", "SendResult", "SyncLitePullConsumer", "SyncProducer",
+           "TransactionProducer", "TransactionSendResult"]
 assert sorted(__all__) == sorted(_PUBLIC)
 
 

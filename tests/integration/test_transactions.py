@@ -35,7 +35,7 @@ def _max_offsets(app, topic: str, queues: int) -> list[int]:
 
 
 def test_half_messages_are_refused_with_no_permission_and_never_stored(appliance_factory, java_classes, tmp_path):
-    app = appliance_factory(namesrv=True).start()
+    app = appliance_factory(namesrv=True, rejectTransactionMessage="true").start()
     create_topic(app, "Tx", 4)
     wait_route(app, "Tx")
 
@@ -94,7 +94,7 @@ def _bodies(w: Wire, topic: str, queues: int = 2) -> list[bytes]:
 
 
 def test_end_transaction_commits_or_rolls_back_once_and_refuses_what_does_not_match(appliance_factory):
-    app = appliance_factory(rejectTransactionMessage="false").start()
+    app = appliance_factory().start()
     create_topic(app, "TxWire", 2)
     readers = [Wire("127.0.0.1", app.cfg.reader_port(i)) for i in range(2)]
     w = Wire("127.0.0.1", app.cfg.listenPort)
@@ -155,7 +155,7 @@ def test_end_transaction_commits_or_rolls_back_once_and_refuses_what_does_not_ma
 
 
 def test_the_java_producer_commits_and_rolls_back_each_transaction_once(appliance_factory, java_classes, tmp_path):
-    app = appliance_factory(namesrv=True, rejectTransactionMessage="false").start()
+    app = appliance_factory(namesrv=True).start()
     create_topic(app, "TxJava", 4)
     wait_route(app, "TxJava")
     decisions = ["commit", "rollback", "commit", "commit", "rollback", "commit"]
@@ -178,7 +178,7 @@ def test_undecided_transactions_are_checked_back_then_committed_or_discarded(app
     the check listener's COMMIT delivers it once. One whose check keeps answering UNKNOW is
     discarded after ``transactionCheckMax`` checks: copied to TRANS_CHECK_MAX_TIME_TOPIC with
     TRANSACTION_CHECK_TIMES, never delivered."""
-    app = appliance_factory(namesrv=True, rejectTransactionMessage="false", transactionTimeOut="500",
+    app = appliance_factory(namesrv=True, transactionTimeOut="500",
                             transactionCheckInterval="500", transactionCheckMax="2").start()
     create_topic(app, "TxCheck", 2)
     wait_route(app, "TxCheck")
@@ -204,3 +204,38 @@ def test_undecided_transactions_are_checked_back_then_committed_or_discarded(app
     assert sorted(m.body for m in got) == [b"tx-0", b"tx-1", b"tx-3"]          # each once
     state = json.loads(open(os.path.join(app.cfg.config_dir, "transactionCheck.json")).read())
     assert state["halfOffset"] == 5 and state["checkTimes"] == {}, state        # every half ended
+
+
+def test_the_python_transactional_producer_commits_rolls_back_and_answers_check_backs(appliance_factory):
+    from rocketbox import TransactionProducer
+    app = appliance_factory(namesrv=True, transactionTimeOut="300", transactionCheckInterval="300").start()
+    create_topic(app, "TxPy", 2)
+    wait_route(app, "TxPy")
+    checked: list[str] = []
+
+    def check(msg):                      # the broker's check-back: 'unknown' commits, 'failed' rolls back
+        checked.append(msg.body.decode())
+        assert msg.topic == "TxPy" and int(msg.properties["TRANSACTION_CHECK_TIMES"]) >= 1
+        return "COMMIT" if msg.body == b"unknown" else "ROLLBACK"
+
+    async def local(msg, arg):
+        if arg == "raise":
+            raise RuntimeError("the local transaction failed")
+        return arg
+
+    async def go():
+        async with TransactionProducer("tx-py-group", app.namesrv, check) as p:
+            states = [(await p.send_in_transaction(Message("TxPy", body.encode()), local, arg)).local_state
+                      for body, arg in (("commit", "COMMIT"), ("rollback", "ROLLBACK"), ("unknown", "UNKNOWN"),
+                                        ("failed", "raise"))]
+            deadline = time.monotonic() + 20
+            while len(checked) < 2 and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(1.0)                 # the check's END_TRANSACTION on its way
+            return states
+    states = asyncio.run(go())
+    assert states == ["COMMIT", "ROLLBACK", "UNKNOWN", "UNKNOWN"]
+    assert sorted(checked) == ["failed", "unknown"]
+    got = asyncio.run(read_topic(app, "TxPy"))
+    assert sorted(m.body for m in got) == [b"commit", b"unknown"]
+    assert all(m.properties["TRAN_MSG"] == "true" and m.properties["PGROUP"] == "tx-py-group" for m in got)

@@ -13,7 +13,7 @@ def test_defaults_are_rocketmqs(tmp_path):
     assert (c.maxHashSlotNum, c.maxIndexNum) == (5000000, 20000000)
     assert c.delay_levels_ms[:3] == (1000, 5000, 10000) and c.delay_levels_ms[-1] == 7200000
     assert c.shmPrefix == "/rbx-10911" and c.readerProcessNums == 2
-    assert c.rejectTransactionMessage is True          # RocketMQ's default is false: until undecided ones are checked back
+    assert c.rejectTransactionMessage is False         # RocketMQ's default: transactions are served
 
 
 def test_properties_syntax_aliases_and_derived_paths(tmp_path):
