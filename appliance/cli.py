@@ -87,6 +87,43 @@ def _status(cfg, tables: bool = False) -> int:
     return 0 if all_up else 1
 
 
+def _transactions(cfg) -> int:
+    """The open transactions, oldest first: each half message with its age and check-backs."""
+    import time
+
+    from rocketbox.scheduler.transactions import pending
+    from rocketbox.shm.state import SharedState
+    from rocketbox.store.view import StoreView
+    try:
+        sh = SharedState(cfg.geometry()).attach()
+    except Exception as e:
+        print(f"appliance transactions: the appliance of {cfg.root} is not running ({e})", file=sys.stderr)
+        return 1
+    view = StoreView(cfg, sh, name="appliance transactions").open()
+    try:
+        rows = pending(cfg, view)
+    finally:
+        view.close()
+        sh.close()
+    now = int(time.time() * 1000)
+    print(f"{'#halfOffset':<12} {'#age s':>9} {'#checks':>7}  {'#group':<24} {'#topic':<24} #msgId")
+    for p in rows:
+        print(f"{p.half_offset:<12} {(now - p.born_ms) / 1000:>9.1f} {p.checks:>7}  {p.group:<24} {p.topic:<24} {p.msg_id}")
+    print(f"{len(rows)} open transactions (checked back after transactionTimeOut {cfg.transactionTimeOut} ms, every "
+          f"{cfg.transactionCheckInterval} ms, discarded after {cfg.transactionCheckMax} checks)")
+    return 0
+
+
+def _check(cfg) -> int:
+    from rocketbox.appliance import check
+    return check.main(cfg)
+
+
+def _accept_gap(cfg) -> int:
+    from rocketbox.appliance import check
+    return check.accept_gap(cfg)
+
+
 def _quarantine(cfg) -> int:
     """What the store lost to damage (``store/quarantine.py``), one line a span."""
     from rocketbox.store import quarantine
@@ -143,6 +180,9 @@ def main(argv=None) -> int:
         return 1
 
 
+_REPORTS = {"quarantine": _quarantine, "transactions": _transactions, "check": _check, "accept-gap": _accept_gap}
+
+
 def _main(argv) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["units"]:                    # its own options (appliance units --help)
@@ -155,6 +195,8 @@ def _main(argv) -> int:
                                   "exit 0 only when all roles are up"),
                        ("check", "verify a stopped store: records, consume queues, index"),
                        ("quarantine", "list what the store lost to damage, and where the original bytes are"),
+                       ("transactions", "the open transactions (half messages neither committed nor rolled back): "
+                                        "age, check-backs, producer group, topic"),
                        ("accept-gap", "on a stopped store whose CommitLog misses a file (start-up refuses it): "
                                       "accept the loss, keep and serve everything after it")):
         p = sub.add_parser(name, help=text)
@@ -199,14 +241,8 @@ def _main(argv) -> int:
         return _status(cfg, args.tables)
     if args.cmd == "scrub":
         return _scrub(cfg, args.rate)
-    if args.cmd == "quarantine":
-        return _quarantine(cfg)
-    if args.cmd == "check":
-        from rocketbox.appliance import check
-        return check.main(cfg)
-    if args.cmd == "accept-gap":
-        from rocketbox.appliance import check
-        return check.accept_gap(cfg)
+    if args.cmd in ("quarantine", "transactions", "check", "accept-gap"):
+        return _REPORTS[args.cmd](cfg)
     if args.cmd == "host":
         from rocketbox.appliance import host
         return host.main(args, cfg)

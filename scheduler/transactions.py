@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import dataclass
 
 from rocketbox.net import blocking
 from rocketbox.remoting.codec import Command
@@ -46,6 +47,65 @@ from rocketbox.store.view import StoreView
 log = logging.getLogger("rocketbox.scheduler")
 CHECK_TIMES, IMMUNITY = b"TRANSACTION_CHECK_TIMES", b"CHECK_IMMUNITY_TIME_IN_SECONDS"
 BATCH = 256
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A half message neither committed nor rolled back (``appliance transactions``)."""
+    half_offset: int
+    born_ms: int
+    checks: int
+    group: str
+    topic: str
+    msg_id: str
+
+
+def pending(cfg, view: StoreView) -> list[Pending]:
+    """The open transactions of a running appliance, oldest first: the half queue from the
+    checker's ``halfOffset`` on, but those an op record ended, with their check counts."""
+    data = configfile.read(os.path.join(cfg.config_dir, "transactionCheck.json")) or {}
+    checks = {int(k): int(v) for k, v in (data.get("checkTimes") or {}).items()}
+    ended = set()
+    lo, hi = view.offsets(transaction.OP_TOPIC, 0) or (0, 0)
+    for entries in _chunks(view, transaction.OP_TOPIC, lo, hi):
+        for phys, size in zip(entries["phys"].tolist(), entries["size"].tolist()):
+            fields = _fields(view, phys, size)
+            if fields is not None and (half := transaction.op_half_offset(fields[1])) is not None:
+                ended.add(half)
+    out = []
+    lo, hi = view.offsets(transaction.HALF_TOPIC, 0) or (0, 0)
+    q = max(lo, int(data.get("halfOffset", 0)))
+    for entries in _chunks(view, transaction.HALF_TOPIC, q, hi):
+        for phys, size in zip(entries["phys"].tolist(), entries["size"].tolist()):
+            fields = None if q in ended else _fields(view, phys, size)
+            if fields is not None:
+                head, _body, props = fields
+                value = message.property_value
+                out.append(Pending(q, head.born_ts, checks.get(q, 0),
+                                   (value(props, transaction.PGROUP) or b"").decode("utf-8", "replace"),
+                                   (value(props, transaction.REAL_TOPIC) or b"").decode("utf-8", "replace"),
+                                   (value(props, b"UNIQ_KEY") or b"").decode("utf-8", "replace")))
+            q += 1
+    return out
+
+
+def _chunks(view: StoreView, topic: str, start: int, end: int):
+    """The queue's entries [start, end), a chunk at a time."""
+    while start < end:
+        entries = view.entries(topic, 0, start, min(BATCH, end - start))
+        if not len(entries):
+            return
+        yield entries
+        start += len(entries)
+
+
+def _fields(view: StoreView, phys: int, size: int):
+    """(header, body, properties) of the record at ``phys``, or None if it does not read."""
+    try:
+        head, body, _topic, props = next(message.record_fields(view.record(phys, size).tobytes(), "transaction"))
+    except Exception:
+        return None
+    return head, body, props
 
 
 class TransactionChecker:
@@ -87,12 +147,9 @@ class TransactionChecker:
 
     def _read_ops(self) -> None:
         end = (self.view.offsets(transaction.OP_TOPIC, 0) or (0, 0))[1]
-        while self.op_offset < end:
-            entries = self.view.entries(transaction.OP_TOPIC, 0, self.op_offset, BATCH)
-            if not len(entries):
-                break
+        for entries in _chunks(self.view, transaction.OP_TOPIC, self.op_offset, end):
             for phys, size in zip(entries["phys"].tolist(), entries["size"].tolist()):
-                fields = self._record(phys, size)
+                fields = _fields(self.view, phys, size)
                 half = None if fields is None else transaction.op_half_offset(fields[1])
                 if half is not None and half >= self.half_offset:
                     self.ended.add(half)
@@ -104,15 +161,15 @@ class TransactionChecker:
         if self.half_offset < lo:                      # retention took the oldest
             self.half_offset, self.dirty = lo, True
         q = self.half_offset
-        while q < hi:
-            entries = self.view.entries(transaction.HALF_TOPIC, 0, q, BATCH)
-            if not len(entries):
-                break
+        for entries in _chunks(self.view, transaction.HALF_TOPIC, q, hi):
+            young = False
             for phys, size in zip(entries["phys"].tolist(), entries["size"].tolist()):
                 if q not in self.ended and not self._look(q, phys, size, now_ms):
-                    hi = q                              # too young: the rest waits for the next pass
+                    young = True                        # too young: the rest waits for the next pass
                     break
                 q += 1
+            if young:
+                break
         while self.half_offset < q and self.half_offset in self.ended:   # past the ended ones in front
             self.ended.discard(self.half_offset)
             self.checks.pop(self.half_offset, None)
@@ -121,7 +178,7 @@ class TransactionChecker:
 
     def _look(self, q: int, phys: int, size: int, now_ms: int) -> bool:
         """Check, discard or leave the open half ``q`` -> False when it is too young to check."""
-        fields = self._record(phys, size)
+        fields = _fields(self.view, phys, size)
         if fields is None:
             log.error("transactions: the half message at queue offset %d (CommitLog %d) does not read: "
                       "left out of the checks", q, phys)
@@ -142,13 +199,6 @@ class TransactionChecker:
         elif self._ask(q, head, body, props, checks + 1):
             self.checks[q], self.dirty = checks + 1, True
         return True
-
-    def _record(self, phys: int, size: int):
-        try:
-            head, body, _topic, props = next(message.record_fields(self.view.record(phys, size).tobytes(), "half"))
-        except Exception:
-            return None
-        return head, body, props
 
     def _ask(self, q: int, head, body: bytes, props: bytes, times: int) -> bool:
         """CHECK_TRANSACTION_STATE to a producer of the half's group -> whether one was asked."""

@@ -101,6 +101,10 @@ def test_end_transaction_commits_or_rolls_back_once_and_refuses_what_does_not_ma
     try:
         phys, qoff = _half(readers[0], "TxWire", b"a")
         assert _max_offsets(app, "TxWire", 2) == [0, 0]                       # out of sight until committed
+        out = app.cmd("transactions")
+        rows = out.stdout.splitlines()
+        assert out.returncode == 0 and rows[-1].startswith("1 open transactions"), out
+        assert rows[1].split()[0] == str(qoff) and rows[1].split()[2:5] == ["0", "txg", "TxWire"], rows
         for bad, why in ((_end(phys, qoff, 8, group="other"), "The producer group wrong"),
                          (_end(phys, qoff + 1, 8), "The transaction state table offset wrong"),
                          (_end(phys + 1, qoff, 8), "Find prepared transaction message failed"),
