@@ -117,6 +117,7 @@ class TransactionChecker:
         self.ended: set[int] = set()                 # ended halves at or above half_offset
         self.next_at = time.monotonic() + cfg.transactionCheckInterval / 1000
         self.turn, self.dirty = 0, False
+        self.unasked: dict[str, int] = {}            # group -> halves a pass found no producer to ask about
 
     def open(self) -> "TransactionChecker":
         data = configfile.read(self.path) or {}
@@ -141,7 +142,10 @@ class TransactionChecker:
             return self.next_at - now
         self.next_at = now + self.cfg.transactionCheckInterval / 1000
         self._read_ops()
+        self.unasked = {}
         self._walk(int(time.time() * 1000))
+        for group, n in sorted(self.unasked.items()):
+            log.info("transactions: %d open transactions of group %s wait for a producer of the group to ask", n, group)
         self.persist()
         return self.cfg.transactionCheckInterval / 1000
 
@@ -205,8 +209,7 @@ class TransactionChecker:
         group = (message.property_value(props, transaction.PGROUP) or b"").decode("utf-8", "replace")
         ports = [doc["port"] for doc in self._readers() if (doc.get("producers") or {}).get(group)]
         if not ports:
-            log.info("transactions: no producer of group %s is connected to check the half at queue offset %d",
-                     group, q)
+            self.unasked[group] = self.unasked.get(group, 0) + 1
             return False
         uniq = (message.property_value(props, b"UNIQ_KEY") or b"").decode("utf-8", "replace")
         record = transaction.check_record(head, body, message.with_properties(props, {CHECK_TIMES: b"%d" % times}))
