@@ -123,6 +123,8 @@ TABLE = (
      "come from the disk; all = every record (~1 us more per 1 KiB message pulled)"),
     ("rejectTransactionMessage", _bool, "false",
      "refuse transactional half messages (TRAN_MSG=true) with NO_PERMISSION (false: transactions are served)"),
+    ("enablePropertyFilter", _bool, "false", "accept SQL92 subscriptions (MessageSelector.bySql) and filter pulls by them"),
+    ("filterSupportRetry", _bool, "false", "apply a group's SQL92 filter to its retry topic's messages too"),
     ("transactionTimeOut", _int_in(0, 86_400_000), "6000",
      "ms a half message is left alone before it is checked back (a message's CHECK_IMMUNITY_TIME_IN_SECONDS wins)"),
     ("transactionCheckMax", _int_in(1, 1000), "15", "check-backs of a half message before it is discarded"),
@@ -204,6 +206,8 @@ class BrokerConfig:
     checkCRCOnRecover: bool
     verifyBodyCrcOnRead: str
     rejectTransactionMessage: bool
+    enablePropertyFilter: bool
+    filterSupportRetry: bool
     transactionTimeOut: int
     transactionCheckMax: int
     transactionCheckInterval: int

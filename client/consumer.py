@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rocketbox.client import running
-from rocketbox.client.errors import MQClientError
+from rocketbox.client.errors import MQBrokerError, MQClientError
 from rocketbox.client.instance import JSON, ClientInstance, MessageQueue, stop_tasks
 from rocketbox.client.message import Message, MessageExt, decode_messages
 from rocketbox.client.offsets import LocalOffsets, RemoteOffsets
@@ -76,13 +76,14 @@ _STATUS: dict[int, str] = {RC.SUCCESS: "FOUND", RC.PULL_NOT_FOUND: "NO_NEW_MSG",
 
 
 async def pull_queue(instance: ClientInstance, addr: str, group: str, mq: MessageQueue, offset: int, max_nums: int,
-                     expr: str, tags: list[str], sub_version: int, suspend_ms: int, commit: int | None) -> PullResult:
-    """One PULL_MESSAGE; messages re-filtered by tag string."""
+                     expr: str, tags: list[str], sub_version: int, suspend_ms: int, commit: int | None,
+                     expression_type: str = "TAG") -> PullResult:
+    """One PULL_MESSAGE; messages re-filtered by tag string (an SQL92 one: by the broker alone)."""
     flag = SUBSCRIPTION | (SUSPEND if suspend_ms else 0) | (COMMIT_OFFSET if commit is not None else 0)
     ext = {"consumerGroup": group, "topic": mq.topic, "queueId": str(mq.queue_id), "queueOffset": str(offset),
            "maxMsgNums": str(max_nums), "sysFlag": str(flag), "commitOffset": str(commit or 0),
            "suspendTimeoutMillis": str(suspend_ms), "subscription": expr, "subVersion": str(sub_version),
-           "expressionType": "TAG"}
+           "expressionType": expression_type}
     # a broker answers a held pull when its hold service next looks (RocketMQ's: every 5 s), so a held
     # pull may take seconds past suspend_ms: give it Java's 30 s
     timeout_s = max(suspend_ms / 1000 + instance.timeout_s, SUSPENDED_PULL_TIMEOUT_S) if suspend_ms else instance.timeout_s
@@ -95,13 +96,15 @@ async def pull_queue(instance: ClientInstance, addr: str, group: str, mq: Messag
 
 
 def consumer_data(group: str, consume_type: str, model: str, consume_from: str,
-                  subs: list[tuple[str, str, list[str], int]]) -> JSON:
-    """A HeartbeatData's ConsumerData (FACTS §3.9); ``subs``: (topic, expression, tags, subVersion)."""
+                  subs: list[tuple[str, str, list[str], int]], sql: frozenset[str] = frozenset()) -> JSON:
+    """A HeartbeatData's ConsumerData (FACTS §3.9); ``subs``: (topic, expression, tags, subVersion);
+    ``sql``: the topics whose expression is SQL92."""
     return {"consumeFromWhere": consume_from, "consumeType": consume_type, "groupName": group,
             "messageModel": model, "unitMode": False,
             "subscriptionDataSet": [{"classFilterMode": False, "codeSet": [string_hash(t) for t in tags],
-                                     "expressionType": "TAG", "subString": expr, "subVersion": ver, "tagsSet": tags,
-                                     "topic": topic} for topic, expr, tags, ver in subs]}
+                                     "expressionType": "SQL92" if topic in sql else "TAG", "subString": expr,
+                                     "subVersion": ver, "tagsSet": tags, "topic": topic}
+                                    for topic, expr, tags, ver in subs]}
 
 
 async def _master(instance: ClientInstance, mq: MessageQueue) -> str:
@@ -139,6 +142,7 @@ class PushConsumer:
         self.inner_producer: Producer | None = None       # for a retry the broker could not be asked for
         self.instance = instance or ClientInstance(namesrv)
         self.subs: dict[str, tuple[str, list[str], int]] = {}      # topic -> (expression, tags, subVersion)
+        self.sql: set[str] = set()                                   # the topics whose expression is SQL92
         self.listener: Listener | None = None
         self.pullers: dict[MessageQueue, asyncio.Task[None]] = {}
         self.in_listener: set[asyncio.Task[Any]] = set()            # pull loops whose batch the listener has
@@ -154,10 +158,18 @@ class PushConsumer:
         self.stats = running.ConsumeStats()
         self.started_ms = 0
 
-    def subscribe(self, topic: str, expression: str = "*") -> PushConsumer:
-        """Consume ``topic``'s messages that match ``expression`` (tags: ``"*"``, ``"TagA || TagB"``)."""
+    def subscribe(self, topic: str, expression: str = "*", *, sql: bool = False) -> PushConsumer:
+        """Consume ``topic``'s messages that match ``expression``: tags (``"*"``, ``"TagA || TagB"``),
+        or with ``sql`` an SQL92 expression over their properties (``"a > 5 AND TAGS = 'x'"``,
+        Java's ``MessageSelector.bySql``; the broker needs ``enablePropertyFilter``, and ``start``
+        raises MQBrokerError when a broker refuses it)."""
+        if sql:
+            self.subs[topic] = (expression, [], int(time.time() * 1000))
+            self.sql.add(topic)
+            return self
         expr, tags = parse_expression(expression)
         self.subs[topic] = (expr, tags, int(time.time() * 1000))
+        self.sql.discard(topic)
         return self
 
     def register(self, listener: Listener) -> PushConsumer:
@@ -170,7 +182,7 @@ class PushConsumer:
     def consumer_data(self) -> JSON:
         """What the heartbeats say of this member (ConsumerData)."""
         return consumer_data(self.group, "CONSUME_PASSIVELY", self.model, self.consume_from,
-                             [(topic, *sub) for topic, sub in sorted(self.subs.items())])
+                             [(topic, *sub) for topic, sub in sorted(self.subs.items())], frozenset(self.sql))
 
     def running_info(self, jstack: bool) -> bytes:
         """ConsumerRunningInfo (client/running.py), for a broker that asks on an operator's behalf.
@@ -248,6 +260,7 @@ class PushConsumer:
             except MQClientError as e:        # not created yet: rebalance keeps asking
                 log.warning("no route for %s yet: %s", topic, e)
         await self.instance.heartbeat_all()
+        await self._check_sql()
         for topic in self.subs:                  # the broker makes the group's retry topic at the heartbeat
             if topic not in self.instance.routes:
                 try:
@@ -259,6 +272,22 @@ class PushConsumer:
         if self.locking:
             self.tasks.append(loop.create_task(self._lock_loop()))
         return self
+
+    async def _check_sql(self) -> None:
+        """Each SQL92 subscription put to its topic's brokers (CHECK_CLIENT_CONFIG, as Java's
+        ``checkClientInBroker``): MQBrokerError, and the member leaves, when one refuses it."""
+        for topic in sorted(self.sql):
+            route = self.instance.routes.get(topic)
+            for addr in sorted(route.masters.values()) if route is not None else ():
+                body = json.dumps({"clientId": self.instance.client_id, "group": self.group, "subscriptionData": {
+                    "topic": topic, "subString": self.subs[topic][0], "expressionType": "SQL92", "classFilterMode": False,
+                    "tagsSet": [], "codeSet": [], "subVersion": self.subs[topic][2]}}).encode()
+                try:
+                    await self.instance.call(addr, R.CHECK_CLIENT_CONFIG, {}, body)
+                except MQBrokerError:
+                    self.instance.consumers.pop(self.group, None)
+                    await self.instance.stop()
+                    raise
 
     async def shutdown(self) -> None:
         """Stop pulling, let a batch in the listener finish, commit the offsets, unlock the
@@ -499,7 +528,8 @@ class PushConsumer:
             began = time.monotonic()
             pq.pulling()
             res = await pull_queue(self.instance, addr, self.group, mq, offset, self.pull_batch, expr, tags, ver,
-                                   self.suspend_ms, committed if committed else None)
+                                   self.suspend_ms, committed if committed else None,
+                                   "SQL92" if mq.topic in self.sql else "TAG")
         except (MQClientError, KeyError) as e:
             log.warning("pull from %s failed: %s", mq, e)
             await self._back_off(mq)

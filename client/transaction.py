@@ -59,6 +59,7 @@ class TransactionProducer(Producer):
         return self
 
     async def shutdown(self) -> None:
+        """Stop answering check-backs, then shut down as a Producer."""
         self.instance.transaction_checks.pop(self.group, None)
         await super().shutdown()
 

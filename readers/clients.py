@@ -26,7 +26,7 @@ from rocketbox.readers import roster
 from rocketbox.readers.locks import QueueLocks, parse_lock_body
 from rocketbox.readers.members import Members, MembersFull, parse_heartbeat
 from rocketbox.readers.producers import Producers
-from rocketbox.remoting import headers
+from rocketbox.remoting import headers, sql92
 from rocketbox.remoting.codec import RPC_ONEWAY, Command
 from rocketbox.remoting.codes import V3_1_8_SNAPSHOT
 from rocketbox.remoting.codes import RequestCode as R
@@ -62,7 +62,27 @@ class ClientProcessor:
                 R.GET_PRODUCER_CONNECTION_LIST: self.producer_connection,
                 R.QUERY_TOPIC_CONSUME_BY_WHO: self.consumed_by,
                 R.GET_CONSUMER_RUNNING_INFO: self.running_info,
-                R.RESET_CONSUMER_CLIENT_OFFSET: self.relay_to_group}
+                R.RESET_CONSUMER_CLIENT_OFFSET: self.relay_to_group, R.CHECK_CLIENT_CONFIG: self.check_config}
+
+    def check_config(self, cmd, _conn):
+        """CHECK_CLIENT_CONFIG (46), which a Java push consumer sends for each subscription as it
+        starts (broker:processor/ClientManageProcessor#checkClientConfig): a TAG one is fine; an
+        SQL92 one is refused 1 without ``enablePropertyFilter``, and 23 with the parser's words
+        when it does not parse."""
+        try:
+            sub = orjson.loads(cmd.body or b"{}").get("subscriptionData") or {}
+        except (orjson.JSONDecodeError, AttributeError):
+            return cmd.response(RC.SYSTEM_ERROR, "the CheckClientRequestBody does not decode")
+        kind = sub.get("expressionType") or "TAG"
+        if kind == "TAG":
+            return cmd.response()
+        if kind != "SQL92" or not self.cfg.enablePropertyFilter:
+            return cmd.response(RC.SYSTEM_ERROR, f"The broker does not support consumer to filter message by {kind}")
+        try:
+            sql92.compile(str(sub.get("subString") or ""))
+        except sql92.SQLError as e:
+            return cmd.response(RC.SUBSCRIPTION_PARSE_FAILED, str(e))
+        return cmd.response()
 
     def close(self) -> None:
         self.members.close()

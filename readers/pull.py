@@ -7,10 +7,13 @@ until the queue grows by a message its tag filter takes or ``suspendTimeoutMilli
 run once more and answered with the request's opaque.
 
 Subscription: from the header when the SUBSCRIPTION flag is set, else from the group's heartbeat on
-this reader.  A pull whose heartbeat went to a reader that has since died (the client reconnected
-here and has not sent its next heartbeat yet) is served unfiltered rather than refused with
-SUBSCRIPTION_NOT_EXIST: clients re-check tags on strings, so the result is the same and the
-consumer does not stall for a heartbeat period.
+this reader. A TAG one filters on the consume queue's tag codes; an SQL92 one (with
+``enablePropertyFilter``; else refused 1, as 4.9.8) on each candidate record's properties, its
+expression compiled once (``sql_filter``; one that does not parse: 23). A retry topic's pulls are
+filtered by tag alone unless ``filterSupportRetry``, as 4.9.8. A pull whose heartbeat went to a
+reader that has since died (the client reconnected here and has not sent its next heartbeat yet)
+is served unfiltered rather than refused with SUBSCRIPTION_NOT_EXIST: clients re-check tags on
+strings, so the result is the same and the consumer does not stall for a heartbeat period.
 """
 from __future__ import annotations
 
@@ -19,12 +22,13 @@ import functools
 from rocketbox.net.server import DEFERRED
 from rocketbox.readers.holds import HeldPulls
 from rocketbox.readers.offsets import offset_key
-from rocketbox.remoting import codec, headers
+from rocketbox.remoting import codec, headers, sql92
 from rocketbox.remoting.codes import FAQ
 from rocketbox.remoting.codes import RequestCode as R
 from rocketbox.remoting.codes import ResponseCode as RC
 from rocketbox.remoting.subscription import parse_expression
 from rocketbox.shm.layout import S, T
+from rocketbox.store import message
 from rocketbox.store import view as SV
 from rocketbox.store.javahash import string_hash
 from rocketbox.store.topicconfig import PERM_READ
@@ -39,6 +43,22 @@ def tag_codes(expression: str | None) -> tuple[int, ...] | None:
     Kept per expression: a pull consumer sends its expression with every pull."""
     _expr, tags = parse_expression(expression)
     return tuple([string_hash(t) for t in tags]) or None
+
+
+@functools.lru_cache(maxsize=1024)
+def sql_filter(expression: str):
+    """An SQL92 subscription compiled once (``remoting/sql92.py``) -> keep(properties bytes) for
+    ``StoreView.pull``: only the properties it names are read out of each record's. SQLError
+    when it does not parse."""
+    predicate = sql92.compile(expression)
+    names = {n: n.encode() for n in predicate.names}
+
+    def keep(props: bytes) -> bool:
+        def get(name: str) -> str | None:
+            v = message.property_value(props, names.get(name) or name.encode())
+            return None if v is None else v.decode("utf-8", "replace")
+        return predicate(get)
+    return keep
 
 
 class PullProcessor:
@@ -75,44 +95,53 @@ class PullProcessor:
                                                  f"topicConfig.readQueueNums:[{read_nums}] consumer:[{conn.peer}]")
         if not self.b.group_exists(group):
             return cmd.response(RC.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{group}] does not exist")
-        if (h["expressionType"] or "TAG") != "TAG":
-            return cmd.response(RC.SUBSCRIPTION_PARSE_FAILED,
-                                f"The broker does not support consumer to filter message by {h['expressionType']}")
+        kind, keep = h["expressionType"] or "TAG", None
         if h["sysFlag"] & SUBSCRIPTION:
-            codes = tag_codes(h["subscription"])
+            codes = tag_codes(h["subscription"]) if kind == "TAG" else None
+            expression = h["subscription"]
         else:
             sub = self.b.members.subscription(group, topic)
             if sub is not None and sub.sub_version < h["subVersion"]:
                 return cmd.response(RC.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
-            codes = sub.tag_codes if sub is not None else None
+            codes = sub.tag_codes if sub is not None and sub.expression_type == "TAG" else None
+            if sub is not None and kind == "TAG":
+                kind = sub.expression_type
+            expression = sub.expression if sub is not None else None
+        if kind != "TAG" and (self.cfg.filterSupportRetry or not topic.startswith("%RETRY%")):
+            if kind != "SQL92" or not self.cfg.enablePropertyFilter:
+                return cmd.response(RC.SYSTEM_ERROR, f"The broker does not support consumer to filter message by {kind}")
+            try:
+                keep = sql_filter(expression or "")
+            except sql92.SQLError:
+                return cmd.response(RC.SUBSCRIPTION_PARSE_FAILED, "parse the consumer's subscription failed")
         key = offset_key(topic, group)
         if h["sysFlag"] & COMMIT_OFFSET and self.cfg.brokerRole != "SLAVE":
             self.link.commit_offset(key, qid, h["commitOffset"])
         counter = self.offsets.slot(key, qid)
-        code, pieces = self._run(cmd, topic, qid, h["queueOffset"], h["maxMsgNums"], codes, counter)
+        code, pieces = self._run(cmd, topic, qid, h["queueOffset"], h["maxMsgNums"], codes, counter, keep)
         if code == RC.PULL_NOT_FOUND and h["sysFlag"] & SUSPEND and h["suspendTimeoutMillis"] > 0:
             self.polls.hold(topic, qid, h["queueOffset"], codes, h["suspendTimeoutMillis"] / 1000, functools.partial(
-                self._held, cmd, conn, topic, qid, h["queueOffset"], h["maxMsgNums"], codes, key))
+                self._held, cmd, conn, topic, qid, h["queueOffset"], h["maxMsgNums"], codes, key, keep))
         else:
             conn.reply_pieces(cmd, pieces)
         return DEFERRED
 
-    def _held(self, cmd, conn, topic, qid, offset, max_nums, codes, key, _grew: bool) -> None:
+    def _held(self, cmd, conn, topic, qid, offset, max_nums, codes, key, keep, _grew: bool) -> None:
         """A held pull's end (the queue grew, or the time-out): run it once more and answer."""
         try:
-            _code, pieces = self._run(cmd, topic, qid, offset, max_nums, codes, self.offsets.slot(key, qid))
+            _code, pieces = self._run(cmd, topic, qid, offset, max_nums, codes, self.offsets.slot(key, qid), keep)
         except Exception as e:
             pieces = [codec.encode(conn.failure(cmd, e))]
         conn.reply_pieces(cmd, pieces)
 
     def _run(self, cmd, topic: str, qid: int, offset: int, max_nums: int, codes,
-             counter: int | None) -> tuple[int, list]:
+             counter: int | None, keep=None) -> tuple[int, list]:
         """The pull's answer now: (response code, the response in pieces: its head, then the
         records as views of the CommitLog); the messages found counted for the group's consumer
         offset slot ``counter`` too, if it has one on the queue."""
         count = max(1, min(max_nums, self.cfg.maxTransferCountOnMessageInMemory))
         p = self.view.pull(topic, qid, offset, count, codes, self.cfg.maxTransferBytesOnMessageInMemory,
-                           self.disk_limits)
+                           self.disk_limits, keep)
         row = self.counts                # (getTransferedTps, getFoundTps, getMissTps, consumeTps)
         if p.status == SV.FOUND:
             code, status = RC.SUCCESS, "FOUND"

@@ -510,6 +510,20 @@ def _fields(buf, pos: int, where: str):
             bytes(buf[props_at + 2:props_at + 2 + props_len]))
 
 
+def properties_at(buf, pos: int = 0) -> bytes:
+    """The properties of the whole record at ``pos`` of ``buf`` (a pull's filter reads nothing
+    else of it); ValueError when the record's lengths do not hold together."""
+    sys_flag = struct.unpack_from(">i", buf, pos + SYSFLAG_AT)[0]
+    hdr = header_for(sys_flag)
+    body_len = struct.unpack_from(">i", buf, pos + hdr.size - 4)[0]      # BODYLEN: the header's last field
+    topic_at = pos + hdr.size + body_len
+    props_at = topic_at + 1 + buf[topic_at]
+    n = struct.unpack_from(">h", buf, props_at)[0]
+    if body_len < 0 or n < 0 or props_at + 2 + n > len(buf):
+        raise ValueError(f"record at {pos}: its lengths do not fit its {len(buf) - pos} bytes")
+    return bytes(buf[props_at + 2:props_at + 2 + n])
+
+
 def decode_record(buf, pos: int = 0, where: str = "record") -> Record:
     """Text as Java's ``new String(bytes, UTF_8)`` reads it (MessageDecoder): bytes that are not
     UTF-8 become U+FFFD.  A batch's properties are stored as the client sent them, by RocketMQ's

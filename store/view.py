@@ -13,7 +13,7 @@ import itertools
 import logging
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +22,7 @@ from rocketbox.shm.layout import C, S
 from rocketbox.shm.tables import QueueIndex
 from rocketbox.store import message, quarantine, salvage
 from rocketbox.store.consumequeue import ENTRY, ENTRY_SIZE, ConsumeQueue, file_size_for
+from rocketbox.store.errors import StoreError
 from rocketbox.store.mappedfile import MappedFileQueue
 from rocketbox.store.salvage import TOMBSTONE_TAGS
 
@@ -134,11 +135,12 @@ class StoreView:
 
     def pull(self, topic: str, queue_id: int, queue_offset: int, max_count: int,
              tag_codes: Sequence[int] | None = None, max_bytes: int = 256 * 1024,
-             disk_limits: tuple[int, int] | None = None) -> Pulled:
+             disk_limits: tuple[int, int] | None = None, keep: Callable[[bytes], bool] | None = None) -> Pulled:
         """PULL_MESSAGE's store side: up to ``max_count`` records from ``queue_offset``,
         filtered by tag hash (``None`` = all) in one vector op, within ``max_bytes`` (the first
         always).  ``disk_limits`` = (count, bytes): the limits of records ``on_disk``, message by
-        message as RocketMQ's ``isTheBatchFull`` (``_disk_cut``)."""
+        message as RocketMQ's ``isTheBatchFull`` (``_disk_cut``). ``keep(properties)``: a filter
+        on each record's properties too (an SQL92 subscription), record by record."""
         if self.ctl[C.MIN_PHYS] > self.retired:
             self._let_go()
         off = self.offsets(topic, queue_id)
@@ -149,14 +151,16 @@ class StoreView:
             return Pulled(OFFSET_MOVED, lo if queue_offset < lo else hi, lo, hi, [])
         if queue_offset == hi:
             return Pulled(NO_NEW, queue_offset, lo, hi, [])
-        e = self._entries(topic, queue_id, queue_offset,
-                          min(max(FILTER_SCAN, max_count) if tag_codes else max_count, hi - queue_offset))
+        e = self._entries(topic, queue_id, queue_offset, min(max(FILTER_SCAN, max_count) if tag_codes or keep
+                                                             else max_count, hi - queue_offset))
         if tag_codes is None and (e["tags"] == TOMBSTONE_TAGS).any():     # records lost to damage: skipped
             idx = np.flatnonzero(e["tags"] != TOMBSTONE_TAGS)
         elif tag_codes is not None:                  # (no tag code is TOMBSTONE_TAGS)
             idx = np.flatnonzero(np.isin(e["tags"].astype(np.int64), np.asarray(tag_codes, np.int64)))
         else:
             idx = None
+        if keep is not None:
+            idx = self._kept(e, np.arange(len(e)) if idx is None else idx, keep, max_count)
         if idx is not None:
             take, picked = idx[:max_count].tolist(), e[idx[:max_count]]
             matched = len(idx)
@@ -192,6 +196,21 @@ class StoreView:
         else:
             scanned = len(e)
         return Pulled(FOUND, queue_offset + scanned, lo, hi, parts, n)
+
+    def _kept(self, e: np.ndarray, idx: np.ndarray, keep: Callable[[bytes], bool], max_count: int) -> np.ndarray:
+        """The entries of ``idx`` whose record's properties ``keep`` takes, up to ``max_count``
+        (a record that does not read is not taken)."""
+        out = []
+        for k, phys, size in zip(idx.tolist(), e["phys"][idx].tolist(), e["size"][idx].tolist()):
+            try:
+                taken = keep(message.properties_at(self.record(phys, size)))
+            except (ValueError, StoreError):
+                taken = False
+            if taken:
+                out.append(k)
+                if len(out) >= max_count:
+                    break
+        return np.asarray(out, dtype=np.int64)
 
     def _let_go(self) -> None:
         """Retention deleted the CommitLog below ``min_phys``: unmap those files, and the consume

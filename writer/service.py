@@ -99,7 +99,6 @@ class WriterService(LoopRole):
     def step(self) -> bool:
         sh = self.sh
         drained, taken = [], []          # (slot, end position); (slot, kind, payload) in ring order
-        ts = int(time.time() * 1000)
         self.ledger.begin()
         settled = self._topics_written()
         for i, ring in enumerate(sh.request_rings):
@@ -128,6 +127,7 @@ class WriterService(LoopRole):
                 drained.append((i, end))
         if not drained:
             return settled
+        ts = int(time.time() * 1000)     # after the rings were read: no record is stamped before it was asked
         self._commit(drained, taken, self._handle(taken, ts), ts)
         return True
 

@@ -61,6 +61,7 @@ def _check(got: dict[str, dict], real: bool) -> None:
     # a timer is 5.x's: rocketbox holds it; RocketMQ 4.9.8 delivers it at once
     assert (got["delay"]["timer"] < 2.5) if real else (2.9 <= got["delay"]["timer"] < 8), got["delay"]
     assert got["sync_script"] == {"sent": ["SEND_OK"] * 5, "received": [f"line {i}" for i in range(5)]}
+    assert got["transaction"] == {"states": ["COMMIT", "ROLLBACK", "COMMIT"], "received": ["order 1 paid", "order 3 paid"]}
 
 
 def test_every_example_runs_against_rocketbox(tmp_path):

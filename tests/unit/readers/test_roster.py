@@ -1,9 +1,9 @@
-"""What readers publish of their clients (readers/roster.py): a reader reads only what a live
+"""What readers publish of their clients (shm/roster.py, readers/roster.py): a reader reads only what a live
 reader of a slot published, whole, and merges a group's members from every reader."""
 import os
 
 from rocketbox.readers import roster
-from rocketbox.readers.roster import Roster
+from rocketbox.shm.roster import Roster
 
 JAVA = {"clientAddr": "10.0.0.1:5000", "clientId": "10.0.0.1@a", "language": "JAVA", "version": 399}
 CPP = {"clientAddr": "10.0.0.2:5001", "clientId": "10.0.0.2@b", "language": "CPP", "version": 5}
