@@ -123,6 +123,8 @@ TABLE = (
      "come from the disk; all = every record (~1 us more per 1 KiB message pulled)"),
     ("rejectTransactionMessage", _bool, "false",
      "refuse transactional half messages (TRAN_MSG=true) with NO_PERMISSION (false: transactions are served)"),
+    ("storeReplyMessageEnable", _bool, "true", "store a request's reply in <cluster>_REPLY_TOPIC as well as "
+                                                "pushing it to the requester"),
     ("enablePropertyFilter", _bool, "false", "accept SQL92 subscriptions (MessageSelector.bySql) and filter pulls by them"),
     ("filterSupportRetry", _bool, "false", "apply a group's SQL92 filter to its retry topic's messages too"),
     ("transactionTimeOut", _int_in(0, 86_400_000), "6000",
@@ -206,6 +208,7 @@ class BrokerConfig:
     checkCRCOnRecover: bool
     verifyBodyCrcOnRead: str
     rejectTransactionMessage: bool
+    storeReplyMessageEnable: bool
     enablePropertyFilter: bool
     filterSupportRetry: bool
     transactionTimeOut: int

@@ -456,9 +456,10 @@ class RocketMQServer:
     as to rocketbox's, with the same frames."""
     name = "rocketmq"
 
-    def __init__(self, mode: str, base: str, port: int, home: str):
+    def __init__(self, mode: str, base: str, port: int, home: str, extra: str = ""):
+        """``extra``: more broker.conf lines."""
         self.dir = tempfile.mkdtemp(prefix=f"rmq-e2e-{mode}-", dir=base)
-        self.port, self.mode, self.rmq = port, mode, os.path.join(home, "rmq")
+        self.port, self.mode, self.rmq, self.extra = port, mode, os.path.join(home, "rmq"), extra
         self.procs: list[subprocess.Popen] = []
 
     def start(self) -> "RocketMQServer":
@@ -468,7 +469,7 @@ class RocketMQServer:
             f.write(f"brokerClusterName=DefaultCluster\nbrokerName=bench\nbrokerId=0\nbrokerIP1=127.0.0.1\n"
                     f"listenPort={self.port}\nnamesrvAddr=127.0.0.1:{ns_port}\nflushDiskType={self.mode}\n"
                     f"storePathRootDir={self.dir}/store\nstorePathCommitLog={self.dir}/store/commitlog\n"
-                    f"autoCreateTopicEnable=true\nautoCreateSubscriptionGroup=true\n")
+                    f"autoCreateTopicEnable=true\nautoCreateSubscriptionGroup=true\n{self.extra}")
         log = open(os.path.join(self.dir, "java.log"), "wb")
         self.procs.append(subprocess.Popen([self.rmq, "namesrv", str(ns_port), os.path.join(self.dir, "ns")],
                                            stdout=log, stderr=subprocess.STDOUT))

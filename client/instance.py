@@ -13,17 +13,19 @@ import logging
 import os
 import socket
 import time
+import zlib
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, NamedTuple, Protocol
 
 from rocketbox.client.errors import MQBrokerError, MQClientError
-from rocketbox.client.message import decode_messages
+from rocketbox.client.message import MessageExt, decode_messages
 from rocketbox.net import client as net
 from rocketbox.remoting import mqtable
 from rocketbox.remoting.codec import Command
 from rocketbox.remoting.codes import RequestCode as R
 from rocketbox.remoting.codes import ResponseCode as RC
 from rocketbox.store.configfile import loads_tolerant
+from rocketbox.store.message import COMPRESSED, parse_properties
 
 log = logging.getLogger("rocketbox.client")
 PERM_WRITE, PERM_READ = 2, 4
@@ -135,6 +137,7 @@ class ClientInstance:
         self.consumers: dict[str, GroupMember] = {}  # group -> PushConsumer or PullConsumer
         self.producers: set[str] = set()
         self.transaction_checks: dict[str, Callable[[Command, net.Connection], Awaitable[None]]] = {}   # group ->
+        self.replies: dict[str, asyncio.Future[MessageExt]] = {}   # correlation id -> a request's reply to come
         self.users = 0
         self.task: asyncio.Task[None] | None = None
 
@@ -223,6 +226,9 @@ class ClientInstance:
         if cmd.code == R.CHECK_TRANSACTION_STATE:
             self._check_transaction(cmd, conn)
             return
+        if cmd.code == R.PUSH_REPLY_MESSAGE_TO_CLIENT:
+            self._answer(cmd, conn, self._reply_arrived(cmd))
+            return
         if cmd.code != R.GET_CONSUMER_RUNNING_INFO:
             resp = cmd.response(RC.REQUEST_CODE_NOT_SUPPORTED, f" request type {cmd.code} not supported")
         elif consumer is None:
@@ -230,6 +236,26 @@ class ClientInstance:
         else:
             resp = cmd.response(body=consumer.running_info(cmd.ext.get("jstackEnable", "").lower() == "true"))
         self._answer(cmd, conn, resp)
+
+    def _reply_arrived(self, cmd: Command) -> Command:
+        """PUSH_REPLY_MESSAGE_TO_CLIENT: the reply to one of this client's requests (its
+        CORRELATION_ID), as Java's ClientRemotingProcessor#receiveReplyMessage reads it."""
+        e = cmd.ext
+        try:
+            props = parse_properties(e.get("properties") or "")
+            props["ARRIVE_TIME"] = str(int(time.time() * 1000))
+            body = zlib.decompress(cmd.body) if int(e.get("sysFlag", 0)) & COMPRESSED else cmd.body
+            msg = MessageExt(e.get("topic", ""), body, props, int(e.get("queueId", 0)), -1, -1, "",
+                             int(e.get("bornTimestamp", 0)), int(e.get("storeTimestamp", 0)),
+                             int(e.get("reconsumeTimes") or 0), int(e.get("flag", 0)))
+        except (ValueError, zlib.error) as err:
+            return cmd.response(RC.SYSTEM_ERROR, f"the reply does not decode: {err}")
+        waiting = self.replies.pop(props.get("CORRELATION_ID", ""), None)
+        if waiting is None or waiting.done():
+            log.warning("a reply came for request %s, which no longer waits", props.get("CORRELATION_ID"))
+        else:
+            waiting.set_result(msg)
+        return cmd.response()
 
     def _check_transaction(self, cmd: Command, conn: net.Connection) -> None:
         """CHECK_TRANSACTION_STATE (oneway): to the transactional producer of the message's group

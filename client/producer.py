@@ -10,13 +10,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+import uuid
 from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
 from rocketbox.client.errors import MQBrokerError, MQClientError
 from rocketbox.client.instance import ClientInstance, MessageQueue, TopicRoute
-from rocketbox.client.message import Message, SendResult
+from rocketbox.client.message import Message, MessageExt, SendResult
 from rocketbox.remoting.codes import RequestCode as R
 from rocketbox.remoting.codes import ResponseCode as RC
 from rocketbox.store import message as codec
@@ -116,6 +117,24 @@ class Producer:
         """Send without waiting for an answer (none comes)."""
         await self._send(msg.topic, msg.wire_properties(), msg.body, msg.flag, False, queue, oneway=True)
 
+    async def request(self, msg: Message, timeout_s: float = 3.0) -> MessageExt:
+        """Send ``msg`` as a request and wait for its reply (Java's ``request``, RocketMQ 4.6+): a
+        responder consuming the topic answers with ``create_reply``; the broker pushes the reply
+        to this client. MQClientError when none comes within ``timeout_s``."""
+        props = msg.wire_properties()
+        correlation = uuid.uuid4().hex
+        props.update(CORRELATION_ID=correlation, REPLY_TO_CLIENT=self.instance.client_id,
+                     TTL=str(int(timeout_s * 1000)))
+        reply: asyncio.Future[MessageExt] = asyncio.get_running_loop().create_future()
+        self.instance.replies[correlation] = reply
+        try:
+            await self._send(msg.topic, props, msg.body, msg.flag, False, None, oneway=False)
+            return await asyncio.wait_for(reply, timeout_s)
+        except asyncio.TimeoutError:
+            raise MQClientError(f"no reply to request {correlation} on {msg.topic} within {timeout_s} s") from None
+        finally:
+            self.instance.replies.pop(correlation, None)
+
     async def send_batch(self, msgs: list[Message], *, queue: MessageQueue | None = None) -> SendResult:
         """One SEND_BATCH_MESSAGE: same topic, no delay (FACTS §4.2)."""
         if not msgs:
@@ -150,7 +169,8 @@ class Producer:
                 ext["j"] = props.get("RECONSUME_TIME", "0")
                 if "MAX_RECONSUME_TIMES" in props:
                     ext["l"] = props["MAX_RECONSUME_TIMES"]
-            code = R.SEND_BATCH_MESSAGE if batch else R.SEND_MESSAGE_V2
+            code = R.SEND_BATCH_MESSAGE if batch else R.SEND_REPLY_MESSAGE_V2 if props.get("MSG_TYPE") == "reply" \
+                else R.SEND_MESSAGE_V2
             try:
                 if oneway:
                     await self.instance.oneway(addr, code, ext, body)
@@ -171,6 +191,19 @@ class Producer:
             return SendResult(STATUS[resp.code], ids, resp.ext.get("msgId", ""), mq, int(resp.ext.get("queueOffset", -1)))
         assert last is not None            # every try failed
         raise last
+
+
+def create_reply(request: MessageExt, body: bytes) -> Message:
+    """The reply to ``request`` (a message a responder consumed), to send with ``Producer.send``
+    (Java's ``MessageUtil.createReplyMessage``): to the request's cluster's reply topic, with its
+    CORRELATION_ID, REPLY_TO_CLIENT and TTL, marked a reply."""
+    p = request.properties
+    cluster = p.get("CLUSTER")
+    if not cluster or "REPLY_TO_CLIENT" not in p or "CORRELATION_ID" not in p:
+        raise MQClientError(f"message {request.msg_id} is not a request (no CLUSTER, REPLY_TO_CLIENT or CORRELATION_ID)")
+    return Message(f"{cluster}_REPLY_TOPIC", body, properties={
+        "CORRELATION_ID": p["CORRELATION_ID"], "REPLY_TO_CLIENT": p["REPLY_TO_CLIENT"], "TTL": p.get("TTL", "3000"),
+        "MSG_TYPE": "reply"})
 
 
 def _stored(result: SendResult | None) -> SendResult:

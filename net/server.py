@@ -178,7 +178,8 @@ class Connection(asyncio.Protocol):
             resp = await pending
         except Exception as e:
             resp = self.failure(cmd, e)
-        self.send_reply(cmd, resp)
+        if resp is not DEFERRED:                # (a coroutine may hand the request on, answered later)
+            self.send_reply(cmd, resp)
 
     def failure(self, cmd: Command, e: Exception) -> Command:
         """The answer to a handler that raised ``e`` (logged unless a HeaderError)."""

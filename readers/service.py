@@ -26,6 +26,7 @@ from rocketbox.readers.offsets import OffsetProcessor
 from rocketbox.readers.pull import PullProcessor
 from rocketbox.readers.query import QueryProcessor
 from rocketbox.readers.registration import PERIOD_S, Registrar, addresses
+from rocketbox.readers.reply import ReplyProcessor
 from rocketbox.readers.send import SendProcessor
 from rocketbox.readers.sendback import SendBackProcessor
 from rocketbox.readers.timers import TimerProcessor
@@ -52,9 +53,10 @@ class ReaderService(ReaderContext, ServerRole):
         self.members = self.clients.members
         self.pulls = PullProcessor(self)
         handlers = {}
-        for proc in (SendProcessor(self), SendBackProcessor(self), self.pulls, self.clients, AdminProcessor(self),
+        sends = SendProcessor(self)
+        for proc in (sends, SendBackProcessor(self), self.pulls, self.clients, AdminProcessor(self),
                      OffsetProcessor(self), TimerProcessor(self), QueryProcessor(self),
-                     TransactionProcessor(self)):
+                     TransactionProcessor(self), ReplyProcessor(self, sends)):
             handlers.update(proc.handlers())
         server = RemotingServer(f"reader-{self.index}", handlers, on_close=self.clients.connection_closed)
         registrar = Registrar(self.cfg, self.sh.views) if addresses(self.cfg) else None

@@ -71,6 +71,7 @@ class RequestCode(IntEnum):
     QUERY_DATA_VERSION = 322
     SEND_REPLY_MESSAGE = 324
     SEND_REPLY_MESSAGE_V2 = 325
+    PUSH_REPLY_MESSAGE_TO_CLIENT = 326
     CANCEL_TIMER = 60001             # rocketbox's own (readers/timers.py): header msgId; no RocketMQ code uses it
 
 

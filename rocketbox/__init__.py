@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from rocketbox.client.instance import MessageQueue
     from rocketbox.client.litepull import LitePullConsumer
     from rocketbox.client.message import Message, MessageExt, SendResult
-    from rocketbox.client.producer import Producer
+    from rocketbox.client.producer import Producer, create_reply
     from rocketbox.client.sync import SyncLitePullConsumer, SyncProducer
     from rocketbox.client.transaction import TransactionProducer, TransactionSendResult
 
@@ -37,11 +37,11 @@ _PUBLIC = {"Admin": "rocketbox.client.admin", "PullConsumer": "rocketbox.client.
            "SendResult": "rocketbox.client.message", "Producer": "rocketbox.client.producer",
            "LitePullConsumer": "rocketbox.client.litepull", "SyncProducer": "rocketbox.client.sync",
            "SyncLitePullConsumer": "rocketbox.client.sync", "TransactionProducer": "rocketbox.client.transaction",
-           "TransactionSendResult": "rocketbox.client.transaction"}
+           "TransactionSendResult": "rocketbox.client.transaction", "create_reply": "rocketbox.client.producer"}
 
 __all__ = ["Admin", "LitePullConsumer", "MQBrokerError", "MQClientError", "Message", "MessageExt", "MessageQueue",
            "Producer", "PullConsumer", "PushConsumer", "SendResult", "SyncLitePullConsumer", "SyncProducer",
-           "TransactionProducer", "TransactionSendResult"]
+           "TransactionProducer", "TransactionSendResult", "create_reply"]
 assert sorted(__all__) == sorted(_PUBLIC)
 
 
