@@ -6,8 +6,8 @@ with the push's.
 
 The requester is named by the reply's ``REPLY_TO_CLIENT`` (its client id). Its connection may be
 held by another reader: the reader whose published roster (``shm/roster.py``) lists a producer
-with that client id gets the push, forwarded once and marked ``HOP``, the relay the transaction
-check-back uses too. A requester that is gone: SYSTEM_ERROR ``push reply message fail, channel of
+with that client id gets the push, forwarded once and marked ``HOP`` (the relay the transaction
+check-back uses too) over a connection kept to that reader. A requester that is gone: SYSTEM_ERROR ``push reply message fail, channel of
 <id> not found`` (stored all the same, as 4.9.8, when the reply is to be stored).
 """
 from __future__ import annotations
@@ -33,6 +33,7 @@ class ReplyProcessor:
     def __init__(self, broker, sends):
         self.b, self.cfg, self.sends = broker, broker.cfg, sends
         self.clients = broker.clients
+        self.peers: dict[int, net.Connection] = {}    # reader port -> the connection replies are relayed over
 
     def handlers(self) -> dict:
         return {R.SEND_REPLY_MESSAGE: self.reply, R.SEND_REPLY_MESSAGE_V2: self.reply,
@@ -69,15 +70,32 @@ class ReplyProcessor:
                                     for w in ws)), None)
                 if port is None:
                     return f"push reply message fail, channel of <{client_id}> not found."
-                peer = await net.connect(f"127.0.0.1:{port}")
-                try:
-                    push.ext.update({HOP: str(self.b.slot), CLIENT_ID: client_id})
-                    got = await peer.invoke(push, PUSH_TIMEOUT_S + 1.0)
-                finally:
-                    peer.close()
+                push.ext.update({HOP: str(self.b.slot), CLIENT_ID: client_id})
+                got = await self._relay(port, push)
         except (OSError, RemotingError) as e:
             return f"push reply message to <{client_id}> failed: {e}"
         return None if got.code == RC.SUCCESS else f"push reply message to <{client_id}> failed: {got.remark}"
+
+    async def _relay(self, port: int, push: Command) -> Command:
+        """``push`` through the reader at ``port``, over a connection kept for the next reply (one
+        that has closed meanwhile, a restarted reader's, is opened again once)."""
+        for attempt in (1, 2):
+            peer = self.peers.get(port)
+            if peer is None or not peer.is_open:
+                peer = self.peers[port] = await net.connect(f"127.0.0.1:{port}")
+            try:
+                return await peer.invoke(push, PUSH_TIMEOUT_S + 1.0)
+            except (OSError, RemotingError):
+                self.peers.pop(port, None)
+                if peer.is_open or attempt == 2:         # (asked and not answered: not asked again)
+                    peer.close()
+                    raise
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        for peer in self.peers.values():
+            peer.close()
+        self.peers.clear()
 
     def _connection(self, client_id: str):
         for clients in self.clients.producers.groups.values():

@@ -54,9 +54,10 @@ class ReaderService(ReaderContext, ServerRole):
         self.pulls = PullProcessor(self)
         handlers = {}
         sends = SendProcessor(self)
+        self.replies = ReplyProcessor(self, sends)
         for proc in (sends, SendBackProcessor(self), self.pulls, self.clients, AdminProcessor(self),
                      OffsetProcessor(self), TimerProcessor(self), QueryProcessor(self),
-                     TransactionProcessor(self), ReplyProcessor(self, sends)):
+                     TransactionProcessor(self), self.replies):
             handlers.update(proc.handlers())
         server = RemotingServer(f"reader-{self.index}", handlers, on_close=self.clients.connection_closed)
         registrar = Registrar(self.cfg, self.sh.views) if addresses(self.cfg) else None
@@ -74,6 +75,7 @@ class ReaderService(ReaderContext, ServerRole):
                     await registrar.unregister_all()
                 registrar.close()
             self.clients.close()
+            self.replies.close()
             self.close_context()
 
     async def _tick_until_stopped(self, registrar) -> None:
