@@ -341,28 +341,25 @@ def _truth(v):
     raise _Fail()                 # a value where a condition is wanted (``a AND 5``)
 
 
-def _and(a, b):
+def _connective(a, b, decides: bool):
+    """SQL's three-valued AND (``decides`` False: one FALSE makes it FALSE) and OR (True)."""
     def f(get):
         x = _truth(a(get))
-        if x is False:
-            return False
+        if x is decides:
+            return decides
         y = _truth(b(get))
-        if y is False:
-            return False
-        return None if x is None or y is None else True
+        if y is decides:
+            return decides
+        return None if x is None or y is None else not decides
     return f
+
+
+def _and(a, b):
+    return _connective(a, b, False)
 
 
 def _or(a, b):
-    def f(get):
-        x = _truth(a(get))
-        if x is True:
-            return True
-        y = _truth(b(get))
-        if y is True:
-            return True
-        return None if x is None or y is None else False
-    return f
+    return _connective(a, b, True)
 
 
 def _not(a):
