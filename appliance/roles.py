@@ -35,6 +35,7 @@ ROLES = {"nameserver": "rocketbox.nameserver.service:NameServer",
          "flusher": "rocketbox.flusher.service:FlusherService",
          "dispatcher": "rocketbox.dispatcher.service:DispatcherService",
          "writer": "rocketbox.writer.service:WriterService",
+         "replicator": "rocketbox.replicator.service:ReplicatorService",
          "cleaner": "rocketbox.cleaner.service:CleanerService",
          "scheduler": "rocketbox.scheduler.service:SchedulerService",
          "reader": "rocketbox.readers.service:ReaderService",
@@ -87,10 +88,12 @@ def nameserver_address(cfg) -> tuple[str, int]:
 def roles_for(cfg) -> list[str]:
     """What ``appliance start`` runs, in start order: a name server when the first address in
     ``namesrvAddr`` is on this host (unless ``startNameServer`` is false), the store roles, the
-    readers, HAProxy; the scheduler (delayed messages) on a master only, as RocketMQ's."""
+    readers, HAProxy; the replicator (HA) and the scheduler (delayed messages) on a master only,
+    as RocketMQ's."""
+    master = [] if cfg.brokerRole == "SLAVE" else ["replicator"]
     scheduler = [] if cfg.brokerRole == "SLAVE" else ["scheduler"]
-    out = ["flusher", "dispatcher", "writer", "cleaner", *scheduler, *(f"reader-{i}" for i in range(cfg.readerProcessNums)),
-           "haproxy"]
+    out = ["flusher", "dispatcher", "writer", *master, "cleaner", *scheduler,
+           *(f"reader-{i}" for i in range(cfg.readerProcessNums)), "haproxy"]
     from rocketbox.net.client import split_addrs
     if cfg.startNameServer and split_addrs(cfg.namesrvAddr):
         import psutil
@@ -115,6 +118,8 @@ def listeners(cfg, roles: list[str]) -> list[tuple[str, int, str]]:
                         f"{role}, readerPortBase (0: listenPort + 20) + {index}"))
         elif base == "nameserver":
             out.append((*nameserver_address(cfg), "the name server, namesrvAddr's first address"))
+        elif base == "replicator":
+            out.append(("0.0.0.0", cfg.listenPort + 1, "the HA service, listenPort + 1"))
     return out
 
 

@@ -33,14 +33,15 @@ from rocketbox.appliance.roles import roles_for
 PREFIX = "/opt/rocketbox"
 CONF = "/etc/rocketbox/broker.conf"
 STORE = "/var/lib/rocketbox"
-ORDER = ("nameserver", "flusher", "dispatcher", "writer", "cleaner", "scheduler", "reader", "haproxy")
+ORDER = ("nameserver", "flusher", "dispatcher", "writer", "replicator", "cleaner", "scheduler", "reader", "haproxy")
 WHAT = {
     "nameserver": "name server: topic routes",
     "flusher": "flusher: SYNC_FLUSH group commit, ASYNC_FLUSH periods, the checkpoint",
     "dispatcher": "dispatcher: consume queues and the IndexFile",
     "writer": "writer: the one process that appends to the CommitLog",
     "cleaner": "cleaner: retention, disk watch, scrub",
-    "scheduler": "scheduler: delay levels and timers",
+    "replicator": "replicator: master/slave replication (RocketMQ's HA protocol on listenPort + 1)",
+    "scheduler": "scheduler: delay levels, timers and transaction checks",
     "reader": "reader %i: sends, pulls and admin requests behind HAProxy",
     "haproxy": "HAProxy: the client-facing listeners",
 }

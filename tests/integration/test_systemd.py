@@ -30,8 +30,8 @@ why = nspawn.missing()
 pytestmark = [pytest.mark.skipif(why is not None, reason=why or ""), pytest.mark.timeout(900)]
 STORE = "/var/lib/rocketbox"
 UNITS = ["rocketbox-store", "rocketbox-nameserver", "rocketbox-flusher", "rocketbox-dispatcher", "rocketbox-writer",
-         "rocketbox-cleaner", "rocketbox-scheduler", "rocketbox-reader@0", "rocketbox-reader@1", "rocketbox-haproxy",
-         "rocketbox-stopping"]
+         "rocketbox-replicator", "rocketbox-cleaner", "rocketbox-scheduler", "rocketbox-reader@0", "rocketbox-reader@1",
+         "rocketbox-haproxy", "rocketbox-stopping"]
 ROLE_UNITS = [u for u in UNITS if u not in ("rocketbox-store", "rocketbox-stopping")]
 
 
