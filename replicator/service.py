@@ -58,7 +58,10 @@ class ReplicatorService(ServerRole):
         reports, first = HA.Reports(), asyncio.get_running_loop().create_future()
         reading = asyncio.ensure_future(self._read(reader, reports, key, first, peer))
         try:
-            start = await asyncio.wait_for(first, HA.HOUSEKEEPING_S)
+            await asyncio.wait({first, reading}, timeout=HA.HOUSEKEEPING_S, return_when=asyncio.FIRST_COMPLETED)
+            if not first.done():                 # closed, or silent, before its first report (a port probe)
+                return
+            start = first.result()
             end = int(self.ctl[C.WRITTEN])
             at = int(self.ctl[C.MIN_PHYS]) if start == 0 else start
             if start > end:
@@ -68,7 +71,11 @@ class ReplicatorService(ServerRole):
             await self._send(writer, at, reading)
         except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
             log.info("replicator: slave %s gone: %s", peer, e or type(e).__name__)
+        except asyncio.CancelledError:           # the role stops
+            pass
         finally:
+            if reading.done() and not reading.cancelled():
+                reading.exception()              # (read: how the slave left is said above, or not at all)
             reading.cancel()
             self.acked.pop(key, None)
             self._publish()
