@@ -19,9 +19,7 @@ import itertools
 from rocketbox.remoting import headers
 from rocketbox.remoting.codes import RequestCode as R
 from rocketbox.remoting.codes import ResponseCode as RC
-from rocketbox.shm.layout import C
 from rocketbox.store import indexfile, message
-from rocketbox.store.errors import StoreError
 
 MAX_NUM = 64              # maxMsgsNumBatch: the most records one query answers
 UNIQUE_MAX_NUM = 32       # defaultQueryMaxNum: a unique-key query's
@@ -72,23 +70,9 @@ class QueryProcessor:
             if phys in seen:                        # (a key named twice in one message's KEYS)
                 continue
             seen.add(phys)
-            rec = self._record(phys)
-            if rec is None:
-                continue
-            _head, _body, rec_topic, props = rec[1]
-            if rec_topic == want_topic and matches(props, want_key, unique):
-                out.append(rec[0])
+            rec = self.view.stored(phys)
+            if rec is not None and rec.topic == want_topic and matches(rec.props, want_key, unique):
+                out.append(rec.raw)
                 if len(out) >= limit:
                     break
         return out
-
-    def _record(self, phys: int):
-        """(the record's bytes, its fields) at ``phys``, or None when the store no longer holds one
-        there (retention) or it does not read as one."""
-        if not int(self.ctl[C.MIN_PHYS]) <= phys < int(self.ctl[C.WRITTEN]):
-            return None
-        try:
-            raw = self.view.record(phys).tobytes()
-            return raw, next(message.record_fields(raw, "query"))
-        except (ValueError, StoreError, StopIteration):
-            return None

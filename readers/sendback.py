@@ -21,7 +21,7 @@ from rocketbox.remoting import headers
 from rocketbox.remoting.codes import FAQ
 from rocketbox.remoting.codes import RequestCode as R
 from rocketbox.remoting.codes import ResponseCode as RC
-from rocketbox.shm.layout import C, T
+from rocketbox.shm.layout import T
 from rocketbox.store import delay, message
 from rocketbox.store.topicconfig import PERM_RW, PERM_WRITE, topic_config
 
@@ -101,15 +101,7 @@ class SendBackProcessor:
 
     def _stored(self, offset: int):
         """The consumed message at CommitLog ``offset`` -> (header fields, body, topic, properties),
-        None when no stored message starts there. Bounded by ``written``, which the writer moves
-        before it answers a send: what any reader acknowledged, every reader finds (not by
-        ``dispatched``, which follows)."""
-        if not int(self.ctl[C.MIN_PHYS]) <= offset < int(self.ctl[C.WRITTEN]):
-            return None
-        try:
-            h, body, topic, props = next(message.record_fields(bytes(self.view.record(offset)), "send-back"))
-        except Exception:
-            return None
-        if h.phys_offset != offset:                                  # not a record's start
-            return None
-        return h, body, topic, props
+        None when no stored message starts there (``StoreView.stored``: what any reader
+        acknowledged, every reader finds)."""
+        s = self.view.stored(offset)
+        return None if s is None else (s.head, s.body, s.topic, s.props)

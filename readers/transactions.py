@@ -26,7 +26,6 @@ from rocketbox.remoting.codec import RPC_ONEWAY, Command
 from rocketbox.remoting.codes import RequestCode as R
 from rocketbox.remoting.codes import ResponseCode as RC
 from rocketbox.shm import protocol as P
-from rocketbox.shm.layout import C
 from rocketbox.shm.ringclient import RingClient
 from rocketbox.shm.roster import GROUP, HOP
 from rocketbox.store import message, transaction
@@ -114,15 +113,10 @@ class TransactionProcessor:
 
     def _half(self, phys: int):
         """(header, body, properties) of the half message stored at ``phys``, or None when none is."""
-        if not int(self.ctl[C.MIN_PHYS]) <= phys < int(self.ctl[C.WRITTEN]):
+        s = self.view.stored(phys)
+        if s is None or s.topic != transaction.HALF_TOPIC_BYTES:
             return None
-        try:
-            head, body, topic, props = next(message.record_fields(self.view.record(phys).tobytes(), "half message"))
-        except Exception:
-            return None
-        if head.phys_offset != phys or topic != transaction.HALF_TOPIC_BYTES:
-            return None
-        return head, body, props
+        return s.head, s.body, s.props
 
     @staticmethod
     def _mismatch(head, props: bytes, h) -> str | None:

@@ -65,21 +65,15 @@ def pending(cfg, view: StoreView) -> list[Pending]:
     checker's ``halfOffset`` on, but those an op record ended, with their check counts."""
     data = configfile.read(os.path.join(cfg.config_dir, "transactionCheck.json")) or {}
     checks = {int(k): int(v) for k, v in (data.get("checkTimes") or {}).items()}
-    ended = set()
-    lo, hi = view.offsets(transaction.OP_TOPIC, 0) or (0, 0)
-    for entries in _chunks(view, transaction.OP_TOPIC, lo, hi):
-        for phys, size in zip(entries["phys"].tolist(), entries["size"].tolist()):
-            fields = _fields(view, phys, size)
-            if fields is not None and (half := transaction.op_half_offset(fields[1])) is not None:
-                ended.add(half)
+    ended = {half for _at, half in transaction.op_halves(view) if half is not None}
     out = []
     lo, hi = view.offsets(transaction.HALF_TOPIC, 0) or (0, 0)
     q = max(lo, int(data.get("halfOffset", 0)))
-    for entries in _chunks(view, transaction.HALF_TOPIC, q, hi):
+    for entries in view.queue_entries(transaction.HALF_TOPIC, 0, q, hi, BATCH):
         for phys, size in zip(entries["phys"].tolist(), entries["size"].tolist()):
-            fields = None if q in ended else _fields(view, phys, size)
-            if fields is not None:
-                head, _body, props = fields
+            s = None if q in ended else view.stored(phys, size)
+            if s is not None:
+                head, props = s.head, s.props
                 value = message.property_value
                 out.append(Pending(q, head.born_ts, checks.get(q, 0),
                                    (value(props, transaction.PGROUP) or b"").decode("utf-8", "replace"),
@@ -87,25 +81,6 @@ def pending(cfg, view: StoreView) -> list[Pending]:
                                    (value(props, b"UNIQ_KEY") or b"").decode("utf-8", "replace")))
             q += 1
     return out
-
-
-def _chunks(view: StoreView, topic: str, start: int, end: int):
-    """The queue's entries [start, end), a chunk at a time."""
-    while start < end:
-        entries = view.entries(topic, 0, start, min(BATCH, end - start))
-        if not len(entries):
-            return
-        yield entries
-        start += len(entries)
-
-
-def _fields(view: StoreView, phys: int, size: int):
-    """(header, body, properties) of the record at ``phys``, or None if it does not read."""
-    try:
-        head, body, _topic, props = next(message.record_fields(view.record(phys, size).tobytes(), "transaction"))
-    except Exception:
-        return None
-    return head, body, props
 
 
 class TransactionChecker:
@@ -150,22 +125,17 @@ class TransactionChecker:
         return self.cfg.transactionCheckInterval / 1000
 
     def _read_ops(self) -> None:
-        end = (self.view.offsets(transaction.OP_TOPIC, 0) or (0, 0))[1]
-        for entries in _chunks(self.view, transaction.OP_TOPIC, self.op_offset, end):
-            for phys, size in zip(entries["phys"].tolist(), entries["size"].tolist()):
-                fields = _fields(self.view, phys, size)
-                half = None if fields is None else transaction.op_half_offset(fields[1])
-                if half is not None and half >= self.half_offset:
-                    self.ended.add(half)
-            self.op_offset += len(entries)
-            self.dirty = True
+        for at, half in transaction.op_halves(self.view, self.op_offset):
+            if half is not None and half >= self.half_offset:
+                self.ended.add(half)
+            self.op_offset, self.dirty = at + 1, True
 
     def _walk(self, now_ms: int) -> None:
         lo, hi = self.view.offsets(transaction.HALF_TOPIC, 0) or (0, 0)
         if self.half_offset < lo:                      # retention took the oldest
             self.half_offset, self.dirty = lo, True
         q = self.half_offset
-        for entries in _chunks(self.view, transaction.HALF_TOPIC, q, hi):
+        for entries in self.view.queue_entries(transaction.HALF_TOPIC, 0, q, hi, BATCH):
             young = False
             for phys, size in zip(entries["phys"].tolist(), entries["size"].tolist()):
                 if q not in self.ended and not self._look(q, phys, size, now_ms):
@@ -182,13 +152,13 @@ class TransactionChecker:
 
     def _look(self, q: int, phys: int, size: int, now_ms: int) -> bool:
         """Check, discard or leave the open half ``q`` -> False when it is too young to check."""
-        fields = _fields(self.view, phys, size)
-        if fields is None:
+        s = self.view.stored(phys, size)
+        if s is None:
             log.error("transactions: the half message at queue offset %d (CommitLog %d) does not read: "
                       "left out of the checks", q, phys)
             self.ended.add(q)
             return True
-        head, body, props = fields
+        head, body, props = s.head, s.body, s.props
         immunity = message.property_value(props, IMMUNITY)
         try:
             young_ms = int(immunity) * 1000 if immunity is not None else self.cfg.transactionTimeOut

@@ -14,7 +14,13 @@ writer's ledger and recovery share.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
 from rocketbox.store import message
+
+if TYPE_CHECKING:
+    from rocketbox.store.view import StoreView
 
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 HALF_TOPIC_BYTES = HALF_TOPIC.encode()
@@ -76,3 +82,15 @@ def op_half_offset(body: bytes) -> int | None:
         return int(body)
     except ValueError:
         return None
+
+
+def op_halves(view: StoreView, start: int = 0) -> Iterator[tuple[int, int | None]]:
+    """(its queue offset, the half offset it ends) of each op record from ``start`` (at least the
+    op queue's first) to the queue's end; None for one that does not read as an op record."""
+    lo, hi = view.offsets(OP_TOPIC, 0) or (0, 0)
+    at = max(start, lo)
+    for entries in view.queue_entries(OP_TOPIC, 0, at, hi):
+        for phys, size in zip(entries["phys"].tolist(), entries["size"].tolist()):
+            s = view.stored(phys, size)
+            yield at, None if s is None else op_half_offset(s.body)
+            at += 1

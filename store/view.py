@@ -15,6 +15,7 @@ import struct
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -32,6 +33,15 @@ FOUND, NO_NEW, NO_MATCHED, OFFSET_MOVED, NO_QUEUE = "FOUND", "NO_NEW_MSG", "NO_M
 # max(16000, maxMsgNums * 20) bytes of its consume queue), then answers what it found, or
 # NO_MATCHED_MESSAGE with the offset past them
 FILTER_SCAN = 16000 // ENTRY_SIZE
+
+
+class Stored(NamedTuple):
+    """A stored record read whole: its bytes, then its fields (``message.record_fields``)."""
+    raw: bytes
+    head: message.Header
+    body: bytes
+    topic: bytes
+    props: bytes
 
 
 @dataclass
@@ -127,6 +137,31 @@ class StoreView:
             head = self.span(phys, phys + 4)
             size = struct.unpack_from(">i", head.data, 0)[0]
         return self.span(phys, phys + size)
+
+    def stored(self, phys: int, size: int | None = None) -> Stored | None:
+        """The record that starts at CommitLog offset ``phys``: its bytes and fields; None when no
+        record starts there, or the store no longer holds it (retention). Bounded by
+        ``written``, which the writer moves before it answers a send, so what one process was
+        told is stored, every process reads here (``dispatched`` follows later)."""
+        if not int(self.ctl[C.MIN_PHYS]) <= phys < int(self.ctl[C.WRITTEN]):
+            return None
+        try:
+            raw = self.record(phys, size).tobytes()
+            head, body, topic, props = next(message.record_fields(raw, "record"))
+        except (ValueError, StoreError, StopIteration):
+            return None
+        if head.phys_offset != phys:             # (not a record's start)
+            return None
+        return Stored(raw, head, body, topic, props)
+
+    def queue_entries(self, topic: str, queue_id: int, start: int, end: int, chunk: int = 1024):
+        """The consume queue's entries [start, end), a chunk at a time (up to what is published)."""
+        while start < end:
+            entries = self.entries(topic, queue_id, start, min(chunk, end - start))
+            if not len(entries):
+                return
+            yield entries
+            start += len(entries)
 
     def on_disk(self, phys: int) -> bool:
         """The record at ``phys`` is more than ``accessMessageInMemoryMaxRatio`` of RAM behind the

@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import logging
 
-from rocketbox.store import message
-from rocketbox.store.transaction import OP_TOPIC, op_half_offset
+from rocketbox.store.transaction import OP_TOPIC, op_halves
 from rocketbox.store.view import StoreView
 
 log = logging.getLogger("rocketbox.writer")
-_CHUNK = 1024
 
 
 class Bits:
@@ -53,20 +51,12 @@ class Ledger:
         view = StoreView(self.cfg, self.sh, name="writer").open()
         n = bad = 0
         try:
-            bounds = view.offsets(OP_TOPIC, 0)
-            at, end = bounds if bounds is not None else (0, 0)
-            while at < end:
-                entries = view.entries(OP_TOPIC, 0, at, _CHUNK)
-                if not len(entries):
-                    break
-                for phys, size in zip(entries["phys"].tolist(), entries["size"].tolist()):
-                    half = _read_op(view, phys, size)
-                    if half is None:
-                        bad += 1
-                    else:
-                        self.ended.add(half)
-                        n += 1
-                at += len(entries)
+            for _at, half in op_halves(view):
+                if half is None:
+                    bad += 1
+                else:
+                    self.ended.add(half)
+                    n += 1
         finally:
             view.close()
         if n or bad:
@@ -94,11 +84,3 @@ class Ledger:
             self.ended.add(half)
         self.pending.clear()
 
-
-def _read_op(view: StoreView, phys: int, size: int) -> int | None:
-    """The half offset the op record at ``phys`` names, or None if it does not read."""
-    try:
-        _h, body, _topic, _props = next(message.record_fields(view.record(phys, size).tobytes(), "op record"))
-    except Exception:
-        return None
-    return op_half_offset(body)
