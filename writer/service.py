@@ -162,7 +162,7 @@ class WriterService(LoopRole):
                     run.append(payload[P.TX_END_HEAD.itemsize:])
                     continue
             if run:
-                replies += self._put(run, ends, ts)
+                replies += self._put(run, ends, ts) if ends else self.appender.put(run, ts)
                 run, ends = [], []
             if kind == P.TX_END:
                 replies.append(self._tx_ended(payload))

@@ -65,7 +65,8 @@ class Ledger:
         return self
 
     def begin(self) -> None:
-        self.pending.clear()
+        if self.pending:
+            self.pending.clear()
 
     def take(self, half_offset: int) -> bool:
         """True, and the transaction counted as ended by this pass, if it is open."""
@@ -80,7 +81,8 @@ class Ledger:
 
     def commit(self) -> None:
         """The pass's batch is written: its takes are ended for good."""
-        for half in self.pending:
-            self.ended.add(half)
-        self.pending.clear()
+        if self.pending:
+            for half in self.pending:
+                self.ended.add(half)
+            self.pending.clear()
 
