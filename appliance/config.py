@@ -82,7 +82,15 @@ TABLE = (
     ("kvConfigPath", _str, "", "the name server's KV config file (default <storePathRootDir>/namesrv/kvConfig.json)"),
     ("storePathRootDir", _str, "data/store", "store root (relative paths are relative to the working directory)"),
     ("storePathCommitLog", _str, "", "CommitLog directory (default <storePathRootDir>/commitlog)"),
-    ("brokerRole", _choice("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"), "ASYNC_MASTER", ""),
+    ("brokerRole", _choice("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"), "ASYNC_MASTER",
+     "a master (brokerId 0) takes sends and serves slaves on listenPort + 1; SYNC_MASTER answers a send once "
+     "a slave has it; a SLAVE (brokerId > 0) copies its master and serves reads"),
+    ("haMasterAddress", _str, "", "a slave's master HA address, host:port (empty: the one the name servers give)"),
+    ("slaveReadEnable", _bool, "false", "a master tells consumers far behind to read from the slave"),
+    ("slaveTimeout", _int_in(1, 600_000), "3000", "SYNC_MASTER: a send's wait for a slave before FLUSH_SLAVE_TIMEOUT, ms"),
+    ("haSlaveFallbehindMax", _int_in(0, 2**62), "268435456",
+     "SYNC_MASTER: a slave further behind than this many bytes is not in sync (SLAVE_NOT_AVAILABLE)"),
+    ("haTransferBatchSize", _int_in(1024, 2**26), "32768", "most CommitLog bytes a master sends a slave in one chunk"),
     ("flushDiskType", _choice("ASYNC_FLUSH", "SYNC_FLUSH"), "ASYNC_FLUSH", ""),
     ("mappedFileSizeCommitLog", _int_in(64 * 1024, 2**40), "1073741824", "CommitLog file size"),
     ("mappedFileSizeConsumeQueue", _int_in(20, 2**31), "6000000", "ConsumeQueue file size (rounded up to 20)"),
@@ -175,6 +183,11 @@ class BrokerConfig:
     storePathRootDir: str
     storePathCommitLog: str
     brokerRole: str
+    haMasterAddress: str
+    slaveReadEnable: bool
+    slaveTimeout: int
+    haSlaveFallbehindMax: int
+    haTransferBatchSize: int
     flushDiskType: str
     mappedFileSizeCommitLog: int
     mappedFileSizeConsumeQueue: int
@@ -290,6 +303,15 @@ class BrokerConfig:
         return self.flushDiskType == "SYNC_FLUSH"
 
     @property
+    def slave(self) -> bool:
+        return self.brokerRole == "SLAVE"
+
+    @property
+    def ha_addr(self) -> str:
+        """Where this broker's HA service listens (a master's; 4.9.8 forces listenPort + 1)."""
+        return f"{self.brokerIP1}:{self.listenPort + 1}"
+
+    @property
     def delay_levels_ms(self) -> tuple[int, ...]:
         return parse_delay_levels(self.messageDelayLevel)
 
@@ -352,6 +374,8 @@ def load(path: str | None = None, overrides: dict[str, str] | None = None) -> Br
     for key, parser, default, _doc in TABLE:
         if key not in values:
             values[key] = parser(default() if callable(default) else default)
+    if values["brokerRole"] != "SLAVE":
+        values["brokerId"] = 0           # as 4.9.8's BrokerStartup: a master is broker 0
     if not values["shmPrefix"]:
         values["shmPrefix"] = f"/rbx-{values['listenPort']}"
     cfg = BrokerConfig(**values, source=path or "<defaults>")
@@ -366,6 +390,8 @@ def _check_relations(cfg: BrokerConfig, origin: dict[str, str]) -> None:
         cfg.delay_levels_ms
     except ValueError as e:
         fail("messageDelayLevel", str(e))
+    if cfg.brokerRole == "SLAVE" and cfg.brokerId <= 0:
+        fail("brokerId", "Slave's brokerId must be > 0")
     if cfg.max_record_size + 64 > cfg.mappedFileSizeCommitLog:
         fail("mappedFileSizeCommitLog", f"must hold the largest record (maxMessageSize {cfg.maxMessageSize} + 64 KiB)")
     if cfg.ringRequestBytes < 2 * (cfg.max_record_size + 4096):

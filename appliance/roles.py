@@ -88,11 +88,10 @@ def nameserver_address(cfg) -> tuple[str, int]:
 def roles_for(cfg) -> list[str]:
     """What ``appliance start`` runs, in start order: a name server when the first address in
     ``namesrvAddr`` is on this host (unless ``startNameServer`` is false), the store roles, the
-    readers, HAProxy; the replicator (HA) and the scheduler (delayed messages) on a master only,
-    as RocketMQ's."""
-    master = [] if cfg.brokerRole == "SLAVE" else ["replicator"]
-    scheduler = [] if cfg.brokerRole == "SLAVE" else ["scheduler"]
-    out = ["flusher", "dispatcher", "writer", *master, "cleaner", *scheduler,
+    readers, HAProxy; the replicator (a master's HA service, a slave's copy of its master); the
+    scheduler (delayed messages, transaction checks) on a master only, as RocketMQ's."""
+    scheduler = [] if cfg.slave else ["scheduler"]
+    out = ["flusher", "dispatcher", "writer", "replicator", "cleaner", *scheduler,
            *(f"reader-{i}" for i in range(cfg.readerProcessNums)), "haproxy"]
     from rocketbox.net.client import split_addrs
     if cfg.startNameServer and split_addrs(cfg.namesrvAddr):
@@ -118,7 +117,7 @@ def listeners(cfg, roles: list[str]) -> list[tuple[str, int, str]]:
                         f"{role}, readerPortBase (0: listenPort + 20) + {index}"))
         elif base == "nameserver":
             out.append((*nameserver_address(cfg), "the name server, namesrvAddr's first address"))
-        elif base == "replicator":
+        elif base == "replicator" and not cfg.slave:
             out.append(("0.0.0.0", cfg.listenPort + 1, "the HA service, listenPort + 1"))
     return out
 

@@ -1,8 +1,9 @@
 """The dispatcher: builds ConsumeQueue and IndexFile entries from the CommitLog ("reput").
 
-It follows ``written`` (published by the writer after the bytes are in place), parses each record
-once, and per pass: appends every queue's new entries as one numpy block, adds every index key of
-the pass to the IndexFile in one vector operation (a pass of at most ``FEW_RECORDS`` records does
+It follows ``written`` (published by the writer after the bytes are in place; on a slave it may
+end inside a record, which then waits for the rest), parses each record once, and per pass:
+appends every queue's new entries as one numpy block, adds every index key of the pass to the
+IndexFile in one vector operation (a pass of at most ``FEW_RECORDS`` records does
 the same record by record, without numpy), publishes each touched queue's max offset, then
 ``dispatched`` (that order: a reader that sees ``dispatched`` finds the entries), and posts the
 wakers of slots waiting for new messages (long polls).
@@ -24,7 +25,7 @@ import numpy as np
 from rocketbox.dispatcher.retention import Retention
 from rocketbox.shm.layout import C, S
 from rocketbox.shm.role import IDLE_S, LoopRole
-from rocketbox.shm.tables import QueueIndex
+from rocketbox.shm.tables import QueueIndex, append_queue
 from rocketbox.store import indexfile, message, propscan, salvage, timer
 from rocketbox.store.consumequeue import ConsumeQueue, file_size_for
 from rocketbox.store.delay import SCHEDULE_TOPIC_BYTES, deliver_ts, level_of
@@ -84,12 +85,18 @@ class DispatcherService(LoopRole):
 
     def __init__(self, cfg, shared, allocate_queue=None, tombstones: Sequence[tuple[int, int]] = ()):
         """``allocate_queue(topic, queue_id) -> slot`` is given only during boot recovery, when no
-        writer runs; in the role a record for an unknown queue is corruption.  ``tombstones``:
+        writer runs; in the role a record for an unknown queue is corruption, except on a slave,
+        whose records come whole from the master: there the dispatcher is the first to read
+        them, and takes their queues' slots itself (the slave's writer takes none).  ``tombstones``:
         (offset, length) of the damaged spans recovery replaced, sorted: a queue's records lost in
         one leave a gap in its offsets, filled with entries pointing at the tombstone."""
         super().__init__(log, "consume queues and index wait")
         self.cfg, self.sh, self.ctl = cfg, shared, shared.control
         self.waker = shared.dispatcher_waker
+        self.recovering = allocate_queue is not None
+        if allocate_queue is None and cfg.slave:
+            def allocate_queue(topic: str, queue_id: int) -> int:
+                return append_queue(shared.views, shared.control, topic.encode(), queue_id)
         self.allocate_queue = allocate_queue
         self.tombstones = list(tombstones)
         self.cqs: dict[tuple[str, int], ConsumeQueue] = {}
@@ -114,7 +121,7 @@ class DispatcherService(LoopRole):
             if files:
                 self.index = indexfile.IndexFile(files[-1], self.cfg.maxHashSlotNum, self.cfg.maxIndexNum, True).open()
         self.retention = Retention(self)
-        if self.allocate_queue is None:
+        if not self.recovering:
             self.ctl[C.PID_DISPATCHER] = os.getpid()
         return self
 
@@ -126,7 +133,7 @@ class DispatcherService(LoopRole):
             self.index.close()
             self.index = None
         self.commitlog.close()
-        if self.allocate_queue is None:
+        if not self.recovering:
             self.ctl[C.PID_DISPATCHER] = 0
 
     # ------------------------------------------------------------ one pass
@@ -135,6 +142,8 @@ class DispatcherService(LoopRole):
         if start >= written:
             return False
         mf, starts, sizes, end = self._parse(start, written)
+        if end == start:                     # (a slave: the record at ``start`` is not all here yet)
+            return False
         if starts:
             try:
                 self.ctl[C.DISPATCHED_TS] = self._dispatch(mf, starts, sizes)
@@ -231,16 +240,22 @@ class DispatcherService(LoopRole):
                 raise CorruptData("commitlog", pos, "no CommitLog file holds this committed offset")
         mm, base = mf.mm, mf.start
         assert mm is not None                    # (an open file's map)
-        at, limit = pos - base, min(written - base, fsize, pos - base + self.max_pass_bytes)
+        stop = written - base                    # a record must end by here: on a slave, ``written`` is where
+        at, limit = pos - base, min(stop, fsize, pos - base + self.max_pass_bytes)   # the master's bytes end
         starts, sizes = [], []
         unpack = message.HEAD.unpack_from
         while at < limit:                        # the only per-record loop: where records start
+            if at + message.HEAD.size > stop:
+                break
             total, magic = unpack(mm, at)
             if magic != message.MAGIC:
                 if magic == message.BLANK_MAGIC:
-                    at = fsize                   # the rest of this file is filler
+                    if fsize <= stop:
+                        at = fsize               # the rest of this file is filler
                     break
                 raise CorruptData(mf.path, at, f"bad record (magic {magic & 0xFFFFFFFF:#x}, size {total}) below the written offset")
+            if at + total > stop:
+                break
             starts.append(at)
             sizes.append(total)
             at += total

@@ -38,6 +38,7 @@ class FlusherService(LoopRole):
         self.cfg, self.sh, self.ctl = cfg, shared, shared.control
         self.waker = shared.flusher_waker
         self.fsize = cfg.mappedFileSizeCommitLog
+        self.slave = cfg.slave
         self.cq_file_size = file_size_for(cfg.mappedFileSizeConsumeQueue)
         self.checkpoint = Checkpoint(os.path.join(cfg.root, "checkpoint"))
         self.abort_path = os.path.join(cfg.root, "abort")
@@ -57,7 +58,10 @@ class FlusherService(LoopRole):
         """Final flush of everything; ``abort`` goes only when dispatch has caught up."""
         self.flush_commitlog(force=True)
         self.flush_logics(force=True)
-        if self.ctl[C.DISPATCHED] >= self.ctl[C.WRITTEN] and self.ctl[C.FLUSHED] >= self.ctl[C.WRITTEN]:
+        # (a slave's CommitLog may end inside a record, which a clean stop leaves undispatched and
+        # the next start cuts: the dispatcher having stopped cleanly is enough there)
+        dispatched = self.ctl[C.DISPATCHED] >= self.ctl[C.WRITTEN] or self.slave and not self.ctl[C.PID_DISPATCHER]
+        if dispatched and self.ctl[C.FLUSHED] >= self.ctl[C.WRITTEN]:
             if os.path.exists(self.abort_path):
                 os.unlink(self.abort_path)
         self.ctl[C.PID_FLUSHER] = 0
@@ -67,7 +71,9 @@ class FlusherService(LoopRole):
         return self.sh.slots[:, S.FLUSH_WAIT]
 
     def flush_commitlog(self, force: bool) -> bool:
-        ts = int(self.ctl[C.WRITTEN_TS])          # read before 'written': never newer than the data
+        # read before 'written': never newer than the data (a slave's writer does not stamp; the
+        # store time of what its dispatcher has read is the checkpoint's, as 4.9.8's slave)
+        ts = int(self.ctl[C.DISPATCHED_TS if self.slave else C.WRITTEN_TS])
         written, flushed = int(self.ctl[C.WRITTEN]), int(self.ctl[C.FLUSHED])
         if written <= flushed:
             return False

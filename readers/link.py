@@ -69,7 +69,7 @@ class WriterLink:
     def on_wake(self) -> None:
         """Read every reply and settle what is done (on a post, and on the reader's tick)."""
         self.ring.poll()                    # calls each answered slab's _Slab.answered
-        self.ring._check_writer()
+        self.ring.check_writer()
         if self.slab is not None and not self.slab.scheduled:
             self._submit()                  # a held slab: the writer may be done with the last one
         for rid, fut in list(self.topic_waits.items()):

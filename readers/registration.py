@@ -15,6 +15,7 @@ one (it failed) gets the whole table when it is tried again.
 A name server that failed is tried again after 1 s, then 2, 4, ... up to 30 s (all of them: the
 request is one), and its failure is logged once until it succeeds again.
 Reader 0 does it for the whole appliance; the address it registers is HAProxy's (``listenPort``).
+On a slave, the answer names its master: written down for the replicator (``shm/registered.py``).
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from rocketbox.net import client as net
 from rocketbox.remoting.codec import Command
 from rocketbox.remoting.codes import RequestCode as R
 from rocketbox.remoting.codes import ResponseCode as RC
+from rocketbox.shm import registered
 from rocketbox.shm.layout import C, T
 from rocketbox.shm.tables import TopicChanges
 from rocketbox.store import topicjournal
@@ -53,6 +55,7 @@ class Registrar:
         self.lock = asyncio.Lock()          # one registration at a time: each carries what the last did not
         self.conns: dict[str, net.Connection] = {}
         self.failing: set[str] = set()
+        self.master: tuple | None = None    # a slave's master's (HA address, address), last written down
         self.retry_in, self.retry_at = RETRY_FIRST_S, 0.0     # while some name server fails (monotonic s)
         self.waiting: asyncio.Future | None = None      # changes not yet covered by a registration begun
         self.worker: asyncio.Task | None = None         # the registrations that cover changes
@@ -107,7 +110,7 @@ class Registrar:
                 await self._register_body(body)
 
     async def _register_body(self, body: bytes) -> None:
-        ext = {**self._fields(), "haServerAddr": f"{self.cfg.brokerIP1}:{self.cfg.listenPort + 1}",
+        ext = {**self._fields(), "haServerAddr": self.cfg.ha_addr,
                "compressed": "false", "bodyCrc32": str(body_crc(body))}
         await asyncio.gather(*(self._register(a, Command(R.REGISTER_BROKER, dict(ext), body))
                                for a in addresses(self.cfg)))
@@ -147,6 +150,10 @@ class Registrar:
             resp = await self._invoke(addr, cmd)
             if resp.code != RC.SUCCESS:
                 raise net.RemotingError(f"code {resp.code}: {resp.remark}")
+            ha, master = (resp.ext or {}).get("haServerAddr"), (resp.ext or {}).get("masterAddr")
+            if self.cfg.slave and master and (ha, master) != self.master:
+                self.master = (ha, master)          # a slave's master, as the name server knows it
+                registered.write(self.cfg.run_dir, ha or "", master)
             if addr in self.failing:
                 log.info("registered with name server %s again", addr)
                 self.failing.discard(addr)

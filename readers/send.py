@@ -70,6 +70,8 @@ class SendProcessor:
     def send(self, cmd, conn):
         """Checks that need no writer, then the request joins this loop turn's sends (``_turn``),
         which are encoded and appended together."""
+        if self.cfg.slave:                        # a slave's store takes the master's bytes only
+            return cmd.response(RC.SERVICE_NOT_AVAILABLE, disk_remark(self.ctl), ext=dict(self.region))
         h = headers.decode(cmd)
         topic = h["topic"]
         if topic.startswith(RETRY_PREFIX):

@@ -53,6 +53,8 @@ class SendBackProcessor:
             return cmd.response(RC.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group} {FAQ}")
         if int(sg.get("retryQueueNums", 1)) <= 0:
             return cmd.response(RC.SUCCESS, None)                     # retries are off for it: dropped, as 4.9.8
+        if self.cfg.slave:                                            # 4.9.8's put refused, by name
+            return cmd.response(RC.SYSTEM_ERROR, "SERVICE_NOT_AVAILABLE")
         retry = RETRY_PREFIX + group
         tidx = await self._topic(retry, PERM_RW)
         if tidx is None or not self.topics.row(tidx)[T.PERM] & PERM_WRITE:

@@ -22,6 +22,7 @@ from rocketbox.net.server import RemotingServer
 from rocketbox.readers.admin import AdminProcessor
 from rocketbox.readers.clients import ClientProcessor
 from rocketbox.readers.context import ReaderContext
+from rocketbox.readers.metadata import MetadataProcessor
 from rocketbox.readers.offsets import OffsetProcessor
 from rocketbox.readers.pull import PullProcessor
 from rocketbox.readers.query import QueryProcessor
@@ -57,7 +58,7 @@ class ReaderService(ReaderContext, ServerRole):
         self.replies = ReplyProcessor(self, sends)
         for proc in (sends, SendBackProcessor(self), self.pulls, self.clients, AdminProcessor(self),
                      OffsetProcessor(self), TimerProcessor(self), QueryProcessor(self),
-                     TransactionProcessor(self), self.replies):
+                     TransactionProcessor(self), MetadataProcessor(self), self.replies):
             handlers.update(proc.handlers())
         server = RemotingServer(f"reader-{self.index}", handlers, on_close=self.clients.connection_closed)
         registrar = Registrar(self.cfg, self.sh.views) if addresses(self.cfg) else None

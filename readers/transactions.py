@@ -63,7 +63,7 @@ class TransactionProcessor:
 
     async def end(self, cmd, conn):
         h = headers.decode(cmd)
-        if self.cfg.brokerRole == "SLAVE":
+        if self.cfg.slave:
             return cmd.response(RC.SLAVE_NOT_AVAILABLE, None)
         decision = h["commitOrRollback"]
         if decision not in (transaction.COMMIT, transaction.ROLLBACK):

@@ -5,15 +5,17 @@ sans-IO: raw TCP on ``listenPort + 1``, no remoting frames.
     master -> slave   [i64 start offset][i32 size] + size bytes of raw CommitLog; size 0: heartbeat
 
 A master reads whole multiples of 8 and takes the last complete value; it sends at most
-``TRANSFER_BATCH`` bytes a chunk, never across a CommitLog file's end.
+``haTransferBatchSize`` bytes a chunk, never across a CommitLog file's end.  A slave checks that
+each chunk starts where its CommitLog ends, and that what arrives are records (``Records``).
 """
 from __future__ import annotations
 
 import struct
 
+from rocketbox.store import message
+
 REPORT = struct.Struct(">q")
 HEADER = struct.Struct(">qi")
-TRANSFER_BATCH = 32 * 1024          # haTransferBatchSize
 HEARTBEAT_S = 5.0                   # haSendHeartbeatInterval
 HOUSEKEEPING_S = 20.0               # haHousekeepingInterval: a peer silent this long is closed
 
@@ -38,3 +40,38 @@ class Reports:
 def chunk(start: int, data) -> list:
     """A master's frame: the header, then the CommitLog bytes from ``start`` (a bytes-like)."""
     return [HEADER.pack(start, len(data)), data]
+
+
+class BadStream(ValueError):
+    """What a master sent is not a CommitLog: the connection is dropped, nothing of it written."""
+
+
+class Records:
+    """Where the records of a CommitLog stream start, fed in order as it arrives: each must be a
+    record (MAGIC, a size between the smallest record and the end of its file) or a file's BLANK
+    filler, so a peer sending garbage is caught before a byte of it is written.  ``next``: the
+    offset the next record starts at; ``carry``: the first bytes of a header not all here yet."""
+
+    def __init__(self, start: int, file_size: int):
+        self.next, self.file_size, self.carry = start, file_size, b""
+
+    def feed(self, start: int, data) -> None:
+        """``data``, the stream's bytes from ``start`` (where the last ended). BadStream if they are
+        not records."""
+        end = start + len(data)
+        if self.next >= end:
+            return
+        # the carry is the stream's bytes from ``next`` to ``start``
+        buf = self.carry + bytes(data) if self.carry else memoryview(data)[self.next - start:]
+        base, at, fsize, head = self.next, 0, self.file_size, message.HEAD
+        while base + at + head.size <= end:
+            total, magic = head.unpack_from(buf, at)
+            pos = base + at
+            if magic == message.BLANK_MAGIC and total == fsize - pos % fsize:
+                at += total
+            elif magic == message.MAGIC and message.MIN_RECORD_SIZE <= total <= fsize - pos % fsize:
+                at += total
+            else:
+                raise BadStream(f"no record at offset {pos} (size {total}, magic {magic & 0xFFFFFFFF:#x})")
+        self.next = base + at
+        self.carry = bytes(buf[at:]) if self.next < end else b""

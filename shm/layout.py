@@ -9,7 +9,8 @@ Segment ``/<prefix>.state`` (in this order):
     queue max    queue_slots x int64      (dispatcher) entries in the consume queue (max offset)
     queue min    queue_slots x int64      (dispatcher) first queue offset still stored
     queue names  queue_slots x 128 bytes  (writer)    topic of each queue slot, NUL-padded
-    queue ids    queue_slots x int32      (writer)    queueId of each queue slot
+    queue ids    queue_slots x int32      (writer)    queueId of each queue slot (both, and queue_count:
+                                                      the dispatcher on a slave, the writer on a master)
     topic names  topic_slots x 128 bytes  (writer)
     topic meta   topic_slots x TOPIC_FIELDS x int32 (writer)
     offset vals  offset_slots x int64      (writer)   committed consumer offset
@@ -39,13 +40,14 @@ CONTROL_FIELDS = (
     ("magic", "supervisor", "LAYOUT_MAGIC once the segment is initialised"),
     ("stopping", "supervisor", "1 when a graceful stop has begun"),
     ("recovered", "supervisor", "1 once recovery finished and the offsets below are valid"),
-    ("written", "writer", "CommitLog end offset of committed appends (the commit point)"),
+    ("written", "writer", "CommitLog end offset of committed appends (the commit point; on a slave the end "
+                          "of the master's bytes received, which may be inside a record)"),
     ("written_ts", "writer", "store timestamp of the last committed batch"),
     ("min_phys", "cleaner", "CommitLog min offset (first byte still stored; recovery sets it at boot)"),
     ("writer_epoch", "writer", "incremented each time a writer process starts"),
     ("journal_written", "writer", "'written' value the slots' journal_read_pos belong to"),
     ("topic_count", "writer", "topic table entries in use"),
-    ("queue_count", "writer", "queue slots in use"),
+    ("queue_count", "writer", "queue slots in use (on a slave: the dispatcher)"),
     ("topic_version", "writer", "bumped on every topic table change"),
     ("topics_data_version", "writer", "topics.json's dataVersion counter (what a registration carries)"),
     ("topics_data_version_ts", "writer", "topics.json's dataVersion timestamp"),
@@ -53,7 +55,7 @@ CONTROL_FIELDS = (
     ("dispatched", "dispatcher", "CommitLog offset up to which CQ and index are built"),
     ("dispatched_ts", "dispatcher", "store timestamp of the last dispatched record"),
     ("flushed", "flusher", "CommitLog offset up to which data is on disk"),
-    ("slave_acked", "replicator", "CommitLog offset the slave has confirmed"),
+    ("slave_acked", "replicator", "CommitLog offset the slave has confirmed (the highest of any slave)"),
     ("pid_writer", "writer", "pid of the running writer (0 = none)"),
     ("pid_dispatcher", "dispatcher", "pid of the running dispatcher"),
     ("pid_flusher", "flusher", "pid of the running flusher"),

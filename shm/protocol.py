@@ -19,6 +19,10 @@ TX_END (request ring): TX_END_HEAD, then a PUT slab: the records that end one tr
 committed message and the op record, or the op record alone). The writer appends them only if
 that transaction was not ended before (``writer/transactions.py``), else it answers every request
 of the slab TX_ENDED and appends nothing. Answered with a PUT_RESULT, as a PUT.
+
+REPLICA (request ring, a slave's replicator): REPLICA_HEAD, then raw CommitLog bytes from the
+master, to be written at ``offset`` as they are.  Answered with REPLICA_RESULT: SUCCESS when
+``offset`` was the CommitLog's end, else MISPLACED (nothing written); ``written``: the end after it.
 """
 from __future__ import annotations
 
@@ -32,7 +36,7 @@ from rocketbox.remoting.codes import ResponseCode
 from rocketbox.shm.layout import OFFSET_KEY_BYTES
 from rocketbox.shm.ring import align8
 
-PUT, PUT_RESULT, TOPIC, TOPIC_RESULT, OFFSET, GROUP, TX_END = 1, 2, 3, 4, 5, 6, 7
+PUT, PUT_RESULT, TOPIC, TOPIC_RESULT, OFFSET, GROUP, TX_END, REPLICA, REPLICA_RESULT = 1, 2, 3, 4, 5, 6, 7, 8, 9
 
 SLAB_HEAD = np.dtype([("n_requests", "<u4"), ("n_records", "<u4"), ("records_bytes", "<u8")])
 REQUEST = np.dtype([
@@ -58,6 +62,8 @@ RESULT = np.dtype([
     ("pad", "<i4"),
 ])
 TX_END_HEAD = np.dtype([("half_queue_offset", "<i8")])   # the half message's offset in RMQ_SYS_TRANS_HALF_TOPIC
+REPLICA_HEAD = np.dtype([("req_id", "<u8"), ("offset", "<i8")])
+REPLICA_RES = np.dtype([("req_id", "<u8"), ("status", "<i4"), ("pad", "<i4"), ("written", "<i8")])
 TOPIC_REQ = np.dtype([("req_id", "<u8")])
 TOPIC_RES = np.dtype([("req_id", "<u8"), ("status", "<i4"), ("topic_idx", "<i4")])
 OFFSET_UPDATE = np.dtype([("key", f"S{OFFSET_KEY_BYTES}"), ("queue_id", "<i4"), ("pad", "<i4"), ("offset", "<i8")])
@@ -68,6 +74,7 @@ SUCCESS, SYSTEM_ERROR, MESSAGE_ILLEGAL, SERVICE_NOT_AVAILABLE, TOPIC_NOT_EXIST =
 QUEUES_FULL = 1001      # rocketbox's own: a first write to a queue with no queue slot left (answered SYSTEM_ERROR)
 TOPICS_FULL = 1002      # rocketbox's own: a new topic with no topic slot left (answered SYSTEM_ERROR)
 TX_ENDED = 1003         # rocketbox's own: a TX_END for a transaction already committed or rolled back
+MISPLACED = 1004        # rocketbox's own: REPLICA bytes that do not start at the CommitLog's end
 
 _CODES = {"<u8": "Q", "<i8": "q", "<u4": "I", "<i4": "i"}
 

@@ -122,6 +122,7 @@ class RingClient:
         # first req_id of a slab -> its callback(RESULT rows, phys list), (None, None) when lost
         self.in_flight: dict[int, Callable[[list | None, list | None], None]] = {}
         self.topic_replies: dict[int, PutResult | None] = {}
+        self.replicas: list[tuple[int, int, int]] = []   # REPLICA_RESULTs read: (req_id, status, written)
         self.awaiting: dict[int, int] = {}          # slab's first req_id or topic rid -> ring position past it
         self.store_ip, self.store_port, _v6 = message.pack_host((cfg.brokerIP1, cfg.listenPort))
         self.templates: dict[tuple, message.RecordTemplate] = {}     # see _template
@@ -343,9 +344,9 @@ class RingClient:
         self.sh.writer_waker.post()
         self.poll()
         self.waker.wait(0.05)
-        self._check_writer()
+        self.check_writer()
 
-    def _check_writer(self) -> None:
+    def check_writer(self) -> None:
         """A new writer epoch.  An entry an earlier writer took from the ring without answering has
         an unknown outcome (it may be stored); one still in the ring when the new writer started is
         the new writer's to answer, as usual, and so is one it took since (a topic is answered only
@@ -379,6 +380,11 @@ class RingClient:
                 if answered is not None:
                     answered(rows, mv[end:end + nr * 8].cast("q").tolist())     # native = "<i8" (ring.py)
                     got += 1
+            elif kind == P.REPLICA_RESULT:
+                r = payload[:P.REPLICA_RES.itemsize].view(P.REPLICA_RES)[0]
+                self.awaiting.pop(int(r["req_id"]), None)
+                self.replicas.append((int(r["req_id"]), int(r["status"]), int(r["written"])))
+                got += 1
             elif kind == P.TOPIC_RESULT:
                 r = payload[:P.TOPIC_RES.itemsize].view(P.TOPIC_RES)[0]
                 rid = int(r["req_id"])
@@ -394,7 +400,7 @@ class RingClient:
         deadline = time.monotonic() + timeout
         while True:
             self.poll()
-            self._check_writer()
+            self.check_writer()
             if ticket.done:
                 return ticket
             left = deadline - time.monotonic()
@@ -419,7 +425,7 @@ class RingClient:
         deadline = time.monotonic() + timeout
         while not got:
             self.poll()
-            self._check_writer()
+            self.check_writer()
             left = deadline - time.monotonic()
             if left <= 0 and not got:
                 raise TimeoutError(f"no reply from the writer within {timeout} s")
@@ -461,7 +467,7 @@ class RingClient:
         deadline = time.monotonic() + timeout
         while self.topic_replies[rid] is None:
             self.poll()
-            self._check_writer()
+            self.check_writer()
             left = deadline - time.monotonic()
             if self.topic_replies[rid] is None:
                 if left <= 0:
@@ -471,6 +477,20 @@ class RingClient:
         reply = self.topic_replies.pop(rid)
         assert reply is not None
         return reply.status
+
+    # ------------------------------------------------------------ a slave's replica
+    def try_push_replica(self, offset: int, data) -> int | None:
+        """A REPLICA entry: the master's CommitLog bytes ``data`` for ``offset`` (a slave's replicator),
+        without waiting; -> its request id (its result lands in ``replicas``), None when the ring
+        has no room now."""
+        rid = self._reserve_ids(1)
+        head = np.zeros(1, P.REPLICA_HEAD)
+        head[0] = (rid, offset)
+        end = self._try_push(P.REPLICA, [head, data])
+        if end is None:
+            return None
+        self.awaiting[rid] = end
+        return rid
 
     # ------------------------------------------------------------ consumer groups (never answered)
     def push_offsets(self, rows: np.ndarray) -> int:

@@ -175,6 +175,14 @@ class OffsetIndex:
             s = self.by_key.get((key, queue_id))
         return s
 
+    def table(self) -> dict:
+        """Every committed offset: {"topic@group": {queue id (str): offset}}."""
+        n = int(self.control[C.OFFSET_COUNT])
+        out: dict[str, dict] = {}
+        for key, qid, offset in zip(self.keys[:n].tolist(), self.qids[:n].tolist(), self.values[:n].tolist()):
+            out.setdefault(key.decode(), {})[str(qid)] = offset
+        return out
+
     def _catch_up(self) -> None:
         """Index the slots the writer took since the last look (slots are never given back)."""
         n = int(self.control[C.OFFSET_COUNT])

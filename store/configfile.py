@@ -143,3 +143,20 @@ def write_bytes(path: str, text: bytes) -> None:
     if os.path.exists(path):
         shutil.copyfile(path, path + ".bak")
     os.replace(tmp, path)
+
+
+_QUEUE_ID_KEY = re.compile(rb'\n\t\t\t"(-?\d+)":')
+
+
+def unquote_queue_ids(text: bytes) -> bytes:
+    """consumerOffset.json as fastjson writes it (FACTS §5.6): the queue ids, Integer map keys,
+    unquoted (``{0:6,1:3}``; ``loads_tolerant`` reads them back).  In ``dumps``' layout they are
+    the only keys three tabs deep and the only keys followed by a number, so two passes of plain
+    replaces find them (~5 ms over 65,536 offsets, a regex ~60 ms) -- unless a group's name holds
+    a quote (escaped ``\\"``) that a plain replace could take for a key's end: then the regex."""
+    if b'\\"' in text:
+        return _QUEUE_ID_KEY.sub(rb"\n\t\t\t\1:", text)
+    text = text.replace(b'\n\t\t\t"', b"\n\t\t\t")
+    for c in b"-0123456789":
+        text = text.replace(b'": %c' % c, b": %c" % c)
+    return text

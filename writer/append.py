@@ -81,6 +81,7 @@ class Appender:
         self.slot_keys, self.slot_of_key = keys[order], order.astype(np.int64)   # sorted, for the vector path
         self.slot_of = dict(zip(self.slot_keys.tolist(), self.slot_of_key.tolist()))   # the same, scalar path
         self.new_keys: list[int] = []     # queues in ``slot_of`` not yet in the sorted arrays (``_merge_new``)
+        self.slave = cfg.slave  # its CommitLog is the master's: ``replicate``, never ``put``
 
     # ------------------------------------------------------------ a pass
     def put(self, payloads: list, ts: int) -> list:
@@ -95,7 +96,7 @@ class Appender:
                 log.error("PUT slab refused whole: %s", e)
                 if e.requests is not None:
                     replies[j] = refused(e.requests, P.SYSTEM_ERROR)
-        if self.ctl[C.STOPPING]:
+        if self.ctl[C.STOPPING] or self.slave:
             for j, requests, _sizes, _recs in slabs:
                 replies[j] = refused(requests, P.SERVICE_NOT_AVAILABLE)
         elif slabs:
@@ -103,6 +104,24 @@ class Appender:
             for j, reply in (self._put_few if few else self._put_many)(slabs, ts):
                 replies[j] = reply
         return replies
+
+    def replicate(self, offset: int, data: np.ndarray) -> int:
+        """A slave's append: ``data``, its master's CommitLog bytes from ``offset``, written as they
+        are (split at file ends; the master's chunks keep within a file, a run of them may not).
+        ``offset`` must be the CommitLog's end (else P.MISPLACED, nothing written); it may be
+        within a record: the dispatcher waits for the rest (``written`` is not a record boundary
+        on a slave).  P.SERVICE_NOT_AVAILABLE when the disk cannot hold the bytes."""
+        if offset != self.write_pos:
+            return P.MISPLACED
+        if not self._ensure_files(len(data)):
+            return P.SERVICE_NOT_AVAILABLE
+        at, end, fsize = offset, offset + len(data), self.file_size
+        while at < end:
+            n = min(end, (at // fsize + 1) * fsize) - at
+            self.commitlog.write(at, data[at - offset:at - offset + n])
+            at += n
+        self.write_pos = end
+        return P.SUCCESS
 
     # ------------------------------------------------------------ steps both paths share
     def _queue_status(self, tidx: int, qid: int, topics: dict) -> int:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import time
 
 import numpy as np
@@ -24,23 +23,6 @@ from rocketbox.writer.filethread import FileThread
 
 log = logging.getLogger("rocketbox.writer")
 PERSIST_INTERVAL_S = 5.0          # flushConsumerOffsetInterval
-
-
-_QUEUE_ID_KEY = re.compile(rb'\n\t\t\t"(-?\d+)":')
-
-
-def unquote_queue_ids(text: bytes) -> bytes:
-    """consumerOffset.json as fastjson writes it (FACTS §5.6): the queue ids, Integer map keys,
-    unquoted (``{0:6,1:3}``; ``loads_tolerant`` reads them back).  In ``dumps``' layout they are
-    the only keys three tabs deep and the only keys followed by a number, so two passes of plain
-    replaces find them (~5 ms over 65,536 offsets, a regex ~60 ms) -- unless a group's name holds
-    a quote (escaped ``\\"``) that a plain replace could take for a key's end: then the regex."""
-    if b'\\"' in text:
-        return _QUEUE_ID_KEY.sub(rb"\n\t\t\t\1:", text)
-    text = text.replace(b'\n\t\t\t"', b"\n\t\t\t")
-    for c in b"-0123456789":
-        text = text.replace(b'": %c' % c, b": %c" % c)
-    return text
 
 
 class ConsumerOffsets:
@@ -142,7 +124,7 @@ class ConsumerOffsets:
                           self.path, error, PERSIST_INTERVAL_S)
 
     def _store(self, _text: None, _jobs: list) -> None:     # the file thread's: the table read outside the lock
-        configfile.write_bytes(self.path, unquote_queue_ids(configfile.dumps(self.table())))
+        configfile.write_bytes(self.path, configfile.unquote_queue_ids(configfile.dumps(self.table())))
 
 
 class SubscriptionGroups:

@@ -16,6 +16,10 @@ request is appended twice.  Responses lost that way surface to producers as a wr
 A TOPIC entry is answered later than its pass: the pass hands the change to topics.json's thread,
 and the pass after that thread has made it durable (``store/topicjournal.py``) publishes the topic
 and answers it.
+
+On a slave the writer is still the CommitLog's only writer: what it appends are REPLICA entries,
+the master's bytes as the slave's replicator received them (``Appender.replicate``), committed as
+above; a PUT is refused (SERVICE_NOT_AVAILABLE).
 """
 from __future__ import annotations
 
@@ -140,6 +144,8 @@ class WriterService(LoopRole):
             n = P.RESULT_HEAD.itemsize + n_requests * P.RESULT.itemsize + n_records * 8
         elif kind in (P.OFFSET, P.GROUP):
             return 0
+        elif kind == P.REPLICA:
+            n = P.REPLICA_RES.itemsize
         else:
             n = P.TOPIC_RES.itemsize
         return 2 * ((n + 8 + 7) & ~7)    # entry header and padding, twice for a possible wrap
@@ -168,6 +174,8 @@ class WriterService(LoopRole):
                 replies.append(self._tx_ended(payload))
             elif kind == P.TOPIC:
                 replies.append(self._topic(i, payload))
+            elif kind == P.REPLICA:
+                replies.append(self._replica(payload))
             elif kind in (P.OFFSET, P.GROUP):
                 self._group_state(kind, payload)
                 replies.append(None)                     # (never answered)
@@ -217,6 +225,15 @@ class WriterService(LoopRole):
             sh.request_rings[i].release(end)
             sh.slot_wakers[i].post()
         sh.dispatcher_waker.post()                       # last: no reply waits for it
+
+    def _replica(self, payload: np.ndarray):
+        """A REPLICA entry (a slave's replicator): the master's bytes appended as they are."""
+        assert self.appender is not None
+        head = payload[:P.REPLICA_HEAD.itemsize].view(P.REPLICA_HEAD)[0]
+        status = self.appender.replicate(int(head["offset"]), payload[P.REPLICA_HEAD.itemsize:])
+        res = np.zeros(1, P.REPLICA_RES)
+        res[0] = (int(head["req_id"]), status, 0, self.appender.write_pos)
+        return P.REPLICA_RESULT, [res]
 
     # ------------------------------------------------------------ topics
     def _topic(self, ring: int, payload: np.ndarray):

@@ -183,7 +183,7 @@ def test_a_writer_restart_answers_what_the_old_writer_had_not_taken(rig):
     ticket = c.submit([PutRequest("TBW102", 0, [b"a"], [{}]), PutRequest("TBW102", 1, [b"b", b"c"], [{}, {}])])
     w.close()                                              # never took the slab
     w2 = WriterService(cfg, sh).open()                     # a new writer epoch
-    c._check_writer()
+    c.check_writer()
     assert not ticket.done
     while w2.step():
         pass
@@ -205,7 +205,7 @@ def test_a_topic_the_new_writer_took_and_has_not_answered_yet_is_not_reported_lo
     rid = c.push_topic(topic_config("Early", 1, 1))
     w2 = WriterService(cfg, sh).open()                     # a new writer epoch
     assert w2.step()                                       # taken and released, its write under way
-    c._check_writer()
+    c.check_writer()
     assert c.topic_replies[rid] is None
     w2.topics.file.wait_idle()
     assert w2.step()

@@ -1,0 +1,128 @@
+"""A master's replicator: RocketMQ 4.9.8's HA service (``replicator/protocol.py``) on
+``listenPort + 1``. It owns the replication state: each slave connection, and ``slave_acked`` in
+the control block, the highest offset any connected slave has reported (what SYNC_MASTER sends
+wait for).
+
+Per slave, as 4.9.8's HAConnection: its first report says where it is. 0 (an empty slave) starts
+at the oldest CommitLog byte the master still holds (4.9.8: the start of its last file, so an
+empty 4.x slave never gets the older files); another value starts there. Then chunks of at most
+32 KiB, never across a file's end, of what is written (``written``; not necessarily flushed, as
+4.9.8), as soon as it is written (the writer's passes are followed every few ms); a heartbeat
+when nothing was sent for 5 s; the connection is closed after 20 s without a report, or at a
+report past the master's end (a slave ahead of its master).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from rocketbox.net.role import ServerRole
+from rocketbox.replicator import protocol as HA
+from rocketbox.shm.layout import C
+from rocketbox.store.view import StoreView
+
+log = logging.getLogger("rocketbox.replicator")
+FOLLOW_S = 0.002                    # how often a caught-up connection looks at ``written`` again
+
+
+class MasterService(ServerRole):
+    def __init__(self, cfg, shared):
+        super().__init__()
+        self.cfg, self.sh, self.ctl = cfg, shared, shared.control
+        self.acked: dict[int, int] = {}             # connection id -> its slave's last report
+        self.view: StoreView | None = None
+
+    def open(self) -> "MasterService":
+        self.view = StoreView(self.cfg, self.sh, name="replicator").open()
+        self.ctl[C.SLAVE_ACKED] = 0
+        return self
+
+    def close(self) -> None:
+        if self.view is not None:
+            self.view.close()
+            self.view = None
+
+    async def serve(self) -> None:
+        port = self.cfg.listenPort + 1
+        server = await asyncio.start_server(self._slave, "0.0.0.0", port, reuse_address=True)
+        log.info("replicator: HA service listening on port %d", port)
+        try:
+            while not self.stop_requested:
+                await self.sleep(1.0)
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    async def _slave(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer, key = writer.get_extra_info("peername"), id(writer)
+        reports, first = HA.Reports(), asyncio.get_running_loop().create_future()
+        reading = asyncio.ensure_future(self._read(reader, reports, key, first, peer))
+        try:
+            await asyncio.wait({first, reading}, timeout=HA.HOUSEKEEPING_S, return_when=asyncio.FIRST_COMPLETED)
+            if not first.done():                 # closed, or silent, before its first report (a port probe)
+                return
+            start = first.result()
+            end = int(self.ctl[C.WRITTEN])
+            at = int(self.ctl[C.MIN_PHYS]) if start == 0 else start
+            if start > end:
+                log.warning("replicator: slave %s is ahead of this master (%d > %d): closed", peer, start, end)
+                return
+            log.info("replicator: slave %s connected at offset %d; sending from %d", peer, start, at)
+            await self._send(writer, at, reading)
+        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
+            log.info("replicator: slave %s gone: %s", peer, e or type(e).__name__)
+        except asyncio.CancelledError:           # the role stops
+            pass
+        finally:
+            if reading.done() and not reading.cancelled():
+                reading.exception()              # (read: how the slave left is said above, or not at all)
+            reading.cancel()
+            self.acked.pop(key, None)
+            self._publish()
+            writer.close()
+
+    async def _read(self, reader, reports: HA.Reports, key: int, first: asyncio.Future, peer) -> None:
+        """The slave's reports: the first says where to start, each later one is its ack."""
+        while True:
+            data = await asyncio.wait_for(reader.read(1 << 20), HA.HOUSEKEEPING_S)
+            if not data:
+                raise ConnectionResetError("closed by the slave")
+            value = reports.feed(data)
+            if value is None:
+                continue
+            if not first.done():
+                first.set_result(value)
+            elif value > int(self.ctl[C.WRITTEN]):
+                raise ConnectionResetError(f"slave {peer} acked {value}, past this master's end")
+            self.acked[key] = value
+            self._publish()
+
+    def _publish(self) -> None:
+        self.ctl[C.SLAVE_ACKED] = max(self.acked.values(), default=0)
+
+    async def _send(self, writer: asyncio.StreamWriter, at: int, reading: asyncio.Future) -> None:
+        loop = asyncio.get_running_loop()
+        last_sent = loop.time()
+        assert self.view is not None
+        while not self.stop_requested and not reading.done():
+            end = int(self.ctl[C.WRITTEN])
+            if at < end:
+                mf = self.view.commitlog.file_for(at)
+                if mf is None:
+                    self.view.commitlog.refresh()
+                    mf = self.view.commitlog.file_for(at)
+                    if mf is None:
+                        raise ConnectionResetError(f"no CommitLog file holds offset {at} any more (retention)")
+                n = min(end, mf.end, at + self.cfg.haTransferBatchSize) - at
+                writer.writelines(HA.chunk(at, self.view.span(at, at + n).tobytes()))
+                await writer.drain()
+                at += n
+                last_sent = loop.time()
+                continue
+            if loop.time() - last_sent >= HA.HEARTBEAT_S:
+                writer.writelines(HA.chunk(at, b""))
+                await writer.drain()
+                last_sent = loop.time()
+            await asyncio.sleep(FOLLOW_S)
+        if reading.done() and reading.exception() is not None:
+            raise reading.exception()   # type: ignore[misc]

@@ -1,0 +1,196 @@
+"""A slave's replicator: RocketMQ 4.9.8's HA client (``replicator/protocol.py``), and the copy of
+the master's metadata (``replicator/synchronize.py``).
+
+The slave's writer stays the CommitLog's only writer (docs/decisions: the slave's writer appends
+the master's bytes): this process connects to the master's HA service, checks what arrives
+(each chunk starts where the slave's CommitLog ends, and holds records: ``HA.Records``) and hands
+each chunk to the writer as a REPLICA ring entry, pipelined; once the writer has it, the new end
+is reported to the master.  The slave's dispatcher builds the consume queues and the index from
+the CommitLog as the master's does.
+
+Where the master is: ``haMasterAddress`` when set, else what the name servers answered reader
+0's registration (``shm/registered.py``).  Beyond 4.9.8's client: the first report goes
+at once (4.9.8 waits 5 s), and a lost connection is tried again after 1 s (4.9.8: 5 s).  The
+connection is dropped, and tried again, when the master sends a chunk for another offset, sends
+what is not records, is silent for 20 s, or when the slave's writer restarts (entries it took
+may be unanswered: the next connection starts from what it committed).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from rocketbox.net.client import split_addr
+from rocketbox.net.role import ServerRole
+from rocketbox.replicator import protocol as HA
+from rocketbox.replicator.synchronize import FIRST_S, PERIOD_S, Synchronizer
+from rocketbox.shm import protocol as P
+from rocketbox.shm import registered
+from rocketbox.shm.layout import C
+from rocketbox.shm.ringclient import RingClient
+from rocketbox.store.view import StoreView
+
+log = logging.getLogger("rocketbox.replicator")
+RECONNECT_S = 1.0
+CONNECT_TIMEOUT_S = 3.0
+RING_FULL_S = 0.002          # a full request ring is tried again this often
+
+
+class Dropped(Exception):
+    """The connection to the master ends (said in the log once), and is tried again."""
+
+
+class SlaveService(ServerRole):
+    def __init__(self, cfg, shared):
+        super().__init__()
+        self.cfg, self.sh, self.ctl = cfg, shared, shared.control
+        self.ring: RingClient | None = None
+        self.view: StoreView | None = None
+        self.said: str | None = None           # the last reason logged for not replicating (said once)
+        self.reported = 0                      # the last offset reported to the master
+        self.written = 0                       # the CommitLog end the writer last answered
+        self.failed: str | None = None         # why the writer refused a chunk (ends the connection)
+        self.conn: asyncio.StreamWriter | None = None   # to the master, while connected
+
+    def open(self) -> "SlaveService":
+        self.ring = RingClient(self.cfg, self.sh).open()
+        self.view = StoreView(self.cfg, self.sh, name="replicator").open()
+        self.ctl[C.SLAVE_ACKED] = 0
+        return self
+
+    def close(self) -> None:
+        if self.ring is not None:
+            self.ring.close()
+            self.ring = None
+        if self.view is not None:
+            self.view.close()
+            self.view = None
+
+    async def serve(self) -> None:
+        assert self.ring is not None
+        self.loop.add_reader(self.ring.waker.fileno(), self._on_wake)
+        sync = asyncio.ensure_future(self._synchronize())
+        try:
+            while not self.stop_requested:
+                addr = self.master_ha()
+                if addr is None:
+                    self._say("no master HA address yet (haMasterAddress is empty and no name server has "
+                              "answered this slave's registration with one)")
+                else:
+                    try:
+                        await self._session(addr)
+                    except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, Dropped, HA.BadStream) as e:
+                        self._say(f"replication from master {addr} stopped: {type(e).__name__}: {e}")
+                await self.sleep(RECONNECT_S)
+        finally:
+            sync.cancel()
+            self.loop.remove_reader(self.ring.waker.fileno())
+
+    async def _synchronize(self) -> None:
+        assert self.ring is not None
+        sync = Synchronizer(self.cfg, self.sh, self.ring)
+        try:
+            await self.sleep(FIRST_S)
+            while not self.stop_requested:
+                await sync.once()
+                await self.sleep(PERIOD_S)
+        finally:
+            sync.close()
+
+    def master_ha(self) -> str | None:
+        if len(self.cfg.haMasterAddress) >= 6:          # 4.9.8: a configured address pins it
+            return self.cfg.haMasterAddress
+        return registered.read(self.cfg.run_dir).get("haServerAddr") or None
+
+    def _say(self, why: str) -> None:
+        if why != self.said:
+            log.warning("replicator: %s", why)
+            self.said = why
+
+    # ------------------------------------------------------------ one connection
+    async def _session(self, addr: str) -> None:
+        await self._settled()
+        host, port = split_addr(addr)
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), CONNECT_TIMEOUT_S)
+        try:
+            epoch = int(self.ctl[C.WRITER_EPOCH])
+            self.written = end = int(self.ctl[C.WRITTEN])
+            records = self._records_to(end)
+            self.failed, self.conn = None, writer
+            self._report(end, force=True)                       # at once: where to start
+            log.info("replicator: connected to master %s; its CommitLog from offset %d", addr, end)
+            self.said = None
+            last_report = time.monotonic()
+            while not self.stop_requested:
+                head = await asyncio.wait_for(reader.readexactly(HA.HEADER.size), HA.HOUSEKEEPING_S)
+                offset, size = HA.HEADER.unpack(head)
+                if size < 0 or size > self.cfg.mappedFileSizeCommitLog:
+                    raise HA.BadStream(f"chunk header of {size} bytes at offset {offset}")
+                if offset != end:
+                    raise Dropped(f"master pushed offset {offset}, not this slave's end {end}")
+                data = await asyncio.wait_for(reader.readexactly(size), HA.HOUSEKEEPING_S) if size else b""
+                if int(self.ctl[C.WRITER_EPOCH]) != epoch:
+                    raise Dropped("the slave's writer restarted")
+                if self.failed:
+                    raise Dropped(self.failed)
+                if data:
+                    records.feed(offset, data)
+                    await self._push(offset, data)
+                    end += size
+                if time.monotonic() - last_report >= HA.HEARTBEAT_S:
+                    self._report(self.written, force=True)
+                    last_report = time.monotonic()
+        finally:
+            self.conn = None
+            writer.close()
+
+    async def _settled(self) -> None:
+        """Until the writer has answered every chunk of the last connection (or a new writer
+        started): a connection starts from the CommitLog's end, which they would move."""
+        assert self.ring is not None
+        while self.ring.awaiting and not self.stop_requested:
+            self._on_wake()
+            self.ring.check_writer()
+            await asyncio.sleep(RING_FULL_S)
+
+    def _records_to(self, end: int) -> HA.Records:
+        """Where records start from the CommitLog's end on: what lies between the last record
+        dispatched and the end (a record not all here yet, or ones not dispatched yet) is read."""
+        assert self.view is not None
+        start = min(int(self.ctl[C.DISPATCHED]), end)
+        records = HA.Records(start, self.cfg.mappedFileSizeCommitLog)
+        at = start
+        while at < end:
+            n = min(end - at, 1 << 20, self.cfg.mappedFileSizeCommitLog - at % self.cfg.mappedFileSizeCommitLog)
+            records.feed(at, self.view.span(at, at + n).tobytes())
+            at += n
+        return records
+
+    async def _push(self, offset: int, data: bytes) -> None:
+        """A chunk to the writer, as soon as its ring has room."""
+        assert self.ring is not None
+        while self.ring.try_push_replica(offset, data) is None:
+            self._on_wake()
+            await asyncio.sleep(RING_FULL_S)
+
+    def _on_wake(self) -> None:
+        """The writer's answers: report the new end to the master."""
+        assert self.ring is not None
+        self.ring.waker.drain()
+        self.ring.poll()
+        for _rid, status, written in self.ring.replicas:
+            if status == P.SUCCESS:
+                self.written = max(self.written, written)
+            elif self.failed is None:
+                self.failed = (f"the writer refused a chunk (status {status}; the CommitLog ends at {written})"
+                               if status != P.SERVICE_NOT_AVAILABLE else "no room on disk for the master's bytes")
+        self.ring.replicas.clear()
+        for rid in [rid for rid, reply in self.ring.topic_replies.items() if reply is not None]:
+            del self.ring.topic_replies[rid]       # (the metadata copy's topics: it does not wait for them)
+        self._report(self.written)
+
+    def _report(self, offset: int, force: bool = False) -> None:
+        if self.conn is not None and (force or offset > self.reported):
+            self.conn.write(HA.REPORT.pack(offset))
+            self.reported = offset

@@ -1,0 +1,108 @@
+"""A rocketbox slave of a rocketbox master (issue #52): two appliances on one host, one name
+server.  The slave learns its master from the name server's answer to its registration, copies
+the CommitLog byte for byte through its writer (its dispatcher building the consume queues), and
+copies the topics, consumer offsets, delay offsets and groups every 10 s; it refuses sends as
+4.9.8's slave does and serves pulls of what it copied."""
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+from rocketbox.remoting.codes import RequestCode as R
+from rocketbox.remoting.codes import ResponseCode as RC
+from rocketbox.replicator import protocol as HA
+from rocketbox.shm.layout import C
+from tests.integration.test_readers import bodies, pull, send_v2
+from tests.integration.test_replication import FILE, _same_prefix
+from tests.integration.wire import Wire
+
+SLAVE_REMARK = ("service not available now. It may be caused by one of the following reasons: the broker's disk is "
+                "full [CL:")
+
+
+def pair(appliance_factory, **master):
+    m = appliance_factory(namesrv=True, mappedFileSizeCommitLog=str(FILE), **master).start()
+    s = appliance_factory(brokerRole="SLAVE", brokerId="1", namesrvAddr=m.namesrv, startNameServer="false",
+                          mappedFileSizeCommitLog=str(FILE)).start()
+    return m, s
+
+
+def caught_up(m, s, timeout: float = 30.0) -> int:
+    """Until the slave's CommitLog is the master's, dispatched, and acked to the master; -> its end."""
+    msh, ssh = m.shared(), s.shared()
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            end = int(msh.control[C.WRITTEN])
+            if (int(ssh.control[C.DISPATCHED]) == end and int(msh.control[C.SLAVE_ACKED]) == end
+                    and _same_prefix(m.cfg.commitlog_dir, s.cfg.commitlog_dir, end)):
+                return end
+            assert time.monotonic() < deadline, (end, int(ssh.control[C.WRITTEN]), int(ssh.control[C.DISPATCHED]),
+                                                 int(msh.control[C.SLAVE_ACKED]))
+            time.sleep(0.1)
+    finally:
+        msh.close()
+        ssh.close()
+
+
+def test_a_rocketbox_slave_copies_its_master_and_serves_reads_not_sends(appliance_factory):
+    m, s = pair(appliance_factory)
+    w, ws = Wire("127.0.0.1", m.cfg.listenPort), Wire("127.0.0.1", s.cfg.listenPort)
+    try:
+        sent = [os.urandom(5000 + i) for i in range(400)]         # two files and a bit: file ends and BLANKs
+        for i, body in enumerate(sent):
+            assert send_v2(w, "Copied", body, f"KEYS\x01k{i}", queue=i % 2).code == RC.SUCCESS
+        end = caught_up(m, s)
+        assert end > 2 * FILE
+        # the master's topics come with the metadata copy (every 10 s, the first 3 s after the start)
+        deadline = time.monotonic() + 20
+        while pull(ws, "Copied", 0).code != RC.SUCCESS:
+            assert time.monotonic() < deadline, s.log_text()[-2000:]
+            time.sleep(0.5)
+        got = []
+        for q in (0, 1):
+            at = 0
+            while batch := bodies(pull(ws, "Copied", at, queue=q)):
+                got += batch
+                at += len(batch)
+        assert sorted(got) == sorted(sent)
+        refused = send_v2(ws, "Copied", b"to the slave")
+        assert (refused.code, refused.remark[:len(SLAVE_REMARK)]) == (RC.SERVICE_NOT_AVAILABLE, SLAVE_REMARK)
+        # a committed offset on the master reaches the slave with the next copy
+        assert w.call(R.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "g1", "topic": "Copied", "queueId": "1",
+                                                 "commitOffset": "123"}).code == RC.SUCCESS
+        deadline = time.monotonic() + 25
+        while (r := ws.call(R.QUERY_CONSUMER_OFFSET, {"consumerGroup": "g1", "topic": "Copied", "queueId": "1"})
+               ).code != RC.SUCCESS or r.ext.get("offset") != "123":
+            assert time.monotonic() < deadline, (r.code, r.ext)
+            time.sleep(0.5)
+    finally:
+        w.close()
+        ws.close()
+    assert "replicator: connected to master" in s.log_text()
+
+
+def test_a_slave_drops_a_master_that_sends_what_is_not_records_and_writes_none_of_it(appliance_factory, tmp_path):
+    """An HA peer sending garbage: a fake master on a port of its own sends a chunk of junk at
+    the slave's offset; the slave drops the connection, writes nothing, and connects again."""
+    srv = socket.create_server(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+    s = appliance_factory(brokerRole="SLAVE", brokerId="1", haMasterAddress=f"127.0.0.1:{port}").start()
+    try:
+        srv.settimeout(10)
+        for _attempt in range(2):                                   # it comes back after being dropped
+            conn, _ = srv.accept()
+            conn.settimeout(10)
+            report = conn.recv(8)
+            assert HA.REPORT.unpack(report)[0] == 0                 # at once, not after 5 s
+            junk = os.urandom(4096)
+            conn.sendall(b"".join(HA.chunk(0, junk)))
+            time.sleep(0.3)
+            conn.close()
+        sh = s.shared()
+        assert int(sh.control[C.WRITTEN]) == 0
+        sh.close()
+    finally:
+        srv.close()
+    assert "no record at offset 0" in s.log_text()
