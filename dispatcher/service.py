@@ -237,6 +237,9 @@ class DispatcherService(LoopRole):
             self.commitlog.refresh()
             mf = self.commitlog.file_for(pos)
             if mf is None:
+                first = self.commitlog.files[0].start if self.commitlog.files else written
+                if pos < first:              # (a slave whose CommitLog starts where its master's last file did)
+                    return None, [], [], first
                 raise CorruptData("commitlog", pos, "no CommitLog file holds this committed offset")
         mm, base = mf.mm, mf.start
         assert mm is not None                    # (an open file's map)

@@ -85,7 +85,12 @@ class FlusherService(LoopRole):
                 return False
         start = flushed - flushed % self.fsize
         for file_start in range(start, written, self.fsize):
-            fdatasync(os.path.join(self.cfg.commitlog_dir, offset_to_name(file_start)))
+            try:
+                fdatasync(os.path.join(self.cfg.commitlog_dir, offset_to_name(file_start)))
+            except FileNotFoundError:
+                if self.slave and file_start < self._first_file():
+                    continue                 # (a slave whose CommitLog starts where its master's last file did)
+                raise
         self.ctl[C.FLUSHED] = written
         self.checkpoint.physic_ts, self.checkpoint.physic_offset = ts, written
         self.last_thorough = time.monotonic()
@@ -94,6 +99,10 @@ class FlusherService(LoopRole):
         for i in np.flatnonzero((waits > 0) & (waits <= written)).tolist():
             self.sh.slot_wakers[i].post()
         return True
+
+    def _first_file(self) -> int:
+        names = [int(n) for n in os.listdir(self.cfg.commitlog_dir) if n.isdigit()]
+        return min(names, default=0)
 
     # ------------------------------------------------------------ ConsumeQueue, index, checkpoint
     def _sync_queues(self, dirty: np.ndarray, qmax: np.ndarray) -> None:

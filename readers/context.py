@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 import os
 
-from rocketbox.readers.flushwaits import FlushWaits
 from rocketbox.readers.link import WriterLink
+from rocketbox.readers.waits import OffsetWaits
+from rocketbox.shm.layout import C, S
 from rocketbox.shm.tables import OffsetIndex, TopicIndex
 from rocketbox.store import configfile
 from rocketbox.store.groupconfig import subscription_group
@@ -30,13 +31,14 @@ class ReaderContext:
         self.link = WriterLink(self.cfg, self.sh, self.topics, self.offsets)
         self.slot = self.link.slot                                     # its ring slot, and row of the slot table
         self.view = StoreView(self.cfg, self.sh, self.slot, f"reader-slot{self.slot}").open()
-        self.flushes = FlushWaits(self.sh, self.slot, self.loop)
+        self.flushes = OffsetWaits(self.sh, self.slot, self.loop, C.FLUSHED, S.FLUSH_WAIT, self.sh.flusher_waker)
+        self.replicas = OffsetWaits(self.sh, self.slot, self.loop, C.SLAVE_ACKED, S.REPLICA_WAIT)
         self.loop.add_reader(self.link.waker.fileno(), self._posted)
         return self
 
     def _posted(self) -> None:
         """The slot's waker was posted: by the writer (replies), the flusher (a waited-for offset
-        is on disk), the dispatcher (queues grew while pulls are held) or another reader."""
+        is on disk), the replicator (a slave has it), the dispatcher (queues grew while pulls are held) or another reader."""
         self.link.waker.drain()
         self.settle()
 
@@ -45,11 +47,12 @@ class ReaderContext:
         tick: nothing hangs on a lost post)."""
         self.link.on_wake()
         self.flushes.settle()
+        self.replicas.settle()
 
     @property
     def busy(self) -> bool:
-        """Sends not answered yet: appends the writer has not answered, or waiting for a flush."""
-        return self.link.busy or bool(self.flushes)
+        """Sends not answered yet: appends the writer has not answered, or waiting for a flush or a slave."""
+        return self.link.busy or bool(self.flushes) or bool(self.replicas)
 
     def close_context(self) -> None:
         self.loop.remove_reader(self.link.waker.fileno())

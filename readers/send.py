@@ -50,6 +50,7 @@ class SendProcessor:
     def __init__(self, broker):
         self.b, self.cfg, self.link = broker, broker.cfg, broker.link
         self.topics, self.ctl, self.loop, self.flushes = broker.topics, broker.sh.control, broker.loop, broker.flushes
+        self.replicas = broker.replicas
         self.ring = self.link.ring
         self.cluster_prop = f"{_SEP}CLUSTER{message.NAME_VALUE_SEP}{self.cfg.brokerClusterName}"
         self.region = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
@@ -57,6 +58,7 @@ class SendProcessor:
         self.stored_reply = codec.ResponseTemplate(("msgId", "queueId", "queueOffset"), self.region)
         self.msg_id = message.MsgIds(self.ring.store_ip, self.ring.store_port)
         self.sync_flush, self.flush_timeout_s = self.cfg.sync_flush, self.cfg.syncFlushTimeout / 1000
+        self.sync_master, self.slave_timeout_s = self.cfg.brokerRole == "SYNC_MASTER", self.cfg.slaveTimeout / 1000
         self.max_level = len(self.cfg.delay_levels_ms)   # a DELAY past it is the last level
         self.max_timer_ms = self.cfg.timerMaxDelaySec * 1000
         self.topic_bytes: dict[str, bytes] = {}      # names that passed the checks, encoded
@@ -202,25 +204,45 @@ class SendProcessor:
                 flush_waits.append((cmd, conn, qid, qoff, phys[j:j + count]))
                 last_end = r[at.end_offset]
             elif not cmd.is_oneway:
-                conn.write(self._reply(cmd, qid, qoff, phys[j] if count == 1 else phys[j:j + count], True))
+                conn.write(self._reply(cmd, qid, qoff, phys[j] if count == 1 else phys[j:j + count]))
             j += count
-        if flush_waits:
-            self.flushes.after_flush(last_end, self.flush_timeout_s, functools.partial(self._flushed, flush_waits))
+        if not flush_waits:
+            return
+        if self.sync_flush:
+            self.flushes.after(last_end, self.flush_timeout_s, functools.partial(self._flushed, flush_waits, last_end))
+        else:
+            self._flushed(flush_waits, last_end, True)
 
-    def _flushed(self, waits: list[tuple], flushed: bool) -> None:
-        """SYNC_FLUSH: the CommitLog is on disk through the last of ``waits`` (or the time is up)."""
+    def _flushed(self, waits: list[tuple], end: int, flushed: bool) -> None:
+        """SYNC_FLUSH: the CommitLog is on disk through ``end``, the last of ``waits`` (or the time
+        is up); then SYNC_MASTER's wait for a slave to have it, as 4.9.8: none connected, or the
+        one furthest on more than ``haSlaveFallbehindMax`` behind, is SLAVE_NOT_AVAILABLE at once."""
+        code = _SUCCESS if flushed else int(RC.FLUSH_DISK_TIMEOUT)
+        if self.sync_master:
+            if not self.ctl[C.SLAVE_COUNT] or end - int(self.ctl[C.SLAVE_ACKED]) >= self.cfg.haSlaveFallbehindMax:
+                code = int(RC.SLAVE_NOT_AVAILABLE)
+            else:
+                self.replicas.after(end, self.slave_timeout_s, functools.partial(self._replicated, waits, code))
+                return
+        self._answer(waits, code)
+
+    def _replicated(self, waits: list[tuple], code: int, replicated: bool) -> None:
+        """SYNC_MASTER: a slave has the last of ``waits`` (or the time is up: its status overrides the flush's)."""
+        self._answer(waits, code if replicated else int(RC.FLUSH_SLAVE_TIMEOUT))
+
+    def _answer(self, waits: list[tuple], code: int) -> None:
         for cmd, conn, qid, qoff, phys in waits:
             if not cmd.is_oneway:
-                conn.write(self._reply(cmd, qid, qoff, phys[0] if len(phys) == 1 else phys, flushed))
+                conn.write(self._reply(cmd, qid, qoff, phys[0] if len(phys) == 1 else phys, code))
 
-    def _reply(self, cmd, qid: int, qoff: int, phys, flushed: bool) -> bytes:
+    def _reply(self, cmd, qid: int, qoff: int, phys, code: int = _SUCCESS) -> bytes:
         """The frame of a stored send: ``phys`` is the record's offset, or a batch's list of them.
-        Its values (hex, commas, digits) are formatted straight to bytes unless a remark goes too."""
+        Its values (hex, commas, digits) are formatted straight to bytes unless a remark goes too
+        (a stored send not SEND_OK: the status's name)."""
         ids = self.msg_id.ascii_of(phys) if type(phys) is int else self.msg_id.join(phys).encode()
-        if flushed:
+        if code == _SUCCESS:
             return self.stored_reply.encode_ascii(cmd, _SUCCESS, (ids, b"%d" % qid, b"%d" % qoff))
-        return self.stored_reply.encode(cmd, RC.FLUSH_DISK_TIMEOUT, "FLUSH_DISK_TIMEOUT",
-                                        (ids.decode(), str(qid), str(qoff)))
+        return self.stored_reply.encode(cmd, code, RC(code).name, (ids.decode(), str(qid), str(qoff)))
 
     def _request(self, cmd, conn, h, tidx: int, meta: list[int]) -> tuple[tuple, message.Records, bool, int]:
         """-> (the P.REQUEST row, the stored records, whether the producer waits for the flush,
@@ -240,7 +262,7 @@ class SendProcessor:
         pbytes = (props + self.cluster_prop if props else self.cluster_prop[1:]).encode()
         # the producer waits for the flush (SYNC_FLUSH) unless its WAIT is not "true" (Java's
         # Message.isWaitStoreMsgOK: absent is true, else Boolean.parseBoolean)
-        wait = self.sync_flush and (message.property_value(pbytes, b"WAIT") or b"true").lower() == b"true"
+        wait = (self.sync_flush or self.sync_master) and (message.property_value(pbytes, b"WAIT") or b"true").lower() == b"true"
         batch = h["batch"] or cmd.code == _BATCH
         half = transaction.is_half(pbytes)
         if self.cfg.rejectTransactionMessage and (half or batch and b"TRAN_MSG\x01" in cmd.body and any(

@@ -16,9 +16,11 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import numpy as np
+
 from rocketbox.net.role import ServerRole
 from rocketbox.replicator import protocol as HA
-from rocketbox.shm.layout import C
+from rocketbox.shm.layout import C, S
 from rocketbox.store.view import StoreView
 
 log = logging.getLogger("rocketbox.replicator")
@@ -34,7 +36,7 @@ class MasterService(ServerRole):
 
     def open(self) -> "MasterService":
         self.view = StoreView(self.cfg, self.sh, name="replicator").open()
-        self.ctl[C.SLAVE_ACKED] = 0
+        self.ctl[C.SLAVE_ACKED] = self.ctl[C.SLAVE_COUNT] = 0
         return self
 
     def close(self) -> None:
@@ -98,7 +100,14 @@ class MasterService(ServerRole):
             self._publish()
 
     def _publish(self) -> None:
-        self.ctl[C.SLAVE_ACKED] = max(self.acked.values(), default=0)
+        """The highest offset a slave has and how many report, then the readers whose SYNC_MASTER
+        sends wait for no more than that are posted."""
+        acked = max(self.acked.values(), default=0)
+        self.ctl[C.SLAVE_ACKED] = acked
+        self.ctl[C.SLAVE_COUNT] = len(self.acked)
+        waits = self.sh.slots[:, S.REPLICA_WAIT]
+        for i in np.flatnonzero((waits > 0) & (waits <= acked)).tolist():
+            self.sh.slot_wakers[i].post()
 
     async def _send(self, writer: asyncio.StreamWriter, at: int, reading: asyncio.Future) -> None:
         loop = asyncio.get_running_loop()

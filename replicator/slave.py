@@ -47,7 +47,8 @@ class SlaveService(ServerRole):
         self.cfg, self.sh, self.ctl = cfg, shared, shared.control
         self.ring: RingClient | None = None
         self.view: StoreView | None = None
-        self.said: str | None = None           # the last reason logged for not replicating (said once)
+        self.said: str | bool | None = None    # the last reason logged for not replicating (said once);
+                                               # False while replicating
         self.reported = 0                      # the last offset reported to the master
         self.written = 0                       # the CommitLog end the writer last answered
         self.failed: str | None = None         # why the writer refused a chunk (ends the connection)
@@ -56,7 +57,7 @@ class SlaveService(ServerRole):
     def open(self) -> "SlaveService":
         self.ring = RingClient(self.cfg, self.sh).open()
         self.view = StoreView(self.cfg, self.sh, name="replicator").open()
-        self.ctl[C.SLAVE_ACKED] = 0
+        self.ctl[C.SLAVE_ACKED] = self.ctl[C.SLAVE_COUNT] = 0
         return self
 
     def close(self) -> None:
@@ -119,8 +120,6 @@ class SlaveService(ServerRole):
             records = self._records_to(end)
             self.failed, self.conn = None, writer
             self._report(end, force=True)                       # at once: where to start
-            log.info("replicator: connected to master %s; its CommitLog from offset %d", addr, end)
-            self.said = None
             last_report = time.monotonic()
             while not self.stop_requested:
                 head = await asyncio.wait_for(reader.readexactly(HA.HEADER.size), HA.HOUSEKEEPING_S)
@@ -128,7 +127,10 @@ class SlaveService(ServerRole):
                 if size < 0 or size > self.cfg.mappedFileSizeCommitLog:
                     raise HA.BadStream(f"chunk header of {size} bytes at offset {offset}")
                 if offset != end:
-                    raise Dropped(f"master pushed offset {offset}, not this slave's end {end}")
+                    if end or offset % self.cfg.mappedFileSizeCommitLog or int(self.ctl[C.MIN_PHYS]):
+                        raise Dropped(f"master pushed offset {offset}, not this slave's end {end}")
+                    end = offset                                # an empty slave, given the master's last file
+                    records = HA.Records(offset, self.cfg.mappedFileSizeCommitLog)   # only (4.9.8's master)
                 data = await asyncio.wait_for(reader.readexactly(size), HA.HOUSEKEEPING_S) if size else b""
                 if int(self.ctl[C.WRITER_EPOCH]) != epoch:
                     raise Dropped("the slave's writer restarted")
@@ -137,6 +139,9 @@ class SlaveService(ServerRole):
                 if data:
                     records.feed(offset, data)
                     await self._push(offset, data)
+                    if self.said is not False:                  # the first bytes of this connection
+                        log.info("replicator: replicating from master %s, from offset %d", addr, offset)
+                        self.said = False                       # (the next failure is said again)
                     end += size
                 if time.monotonic() - last_report >= HA.HEARTBEAT_S:
                     self._report(self.written, force=True)

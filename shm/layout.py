@@ -56,6 +56,7 @@ CONTROL_FIELDS = (
     ("dispatched_ts", "dispatcher", "store timestamp of the last dispatched record"),
     ("flushed", "flusher", "CommitLog offset up to which data is on disk"),
     ("slave_acked", "replicator", "CommitLog offset the slave has confirmed (the highest of any slave)"),
+    ("slave_count", "replicator", "slaves connected that have reported their offset"),
     ("pid_writer", "writer", "pid of the running writer (0 = none)"),
     ("pid_dispatcher", "dispatcher", "pid of the running dispatcher"),
     ("pid_flusher", "flusher", "pid of the running flusher"),
@@ -84,10 +85,10 @@ CONTROL_FIELDS = (
 C: Any = type("C", (), {name.upper(): i for i, (name, _w, _m) in enumerate(CONTROL_FIELDS)})
 CONTROL_LEN = 64      # int64 words reserved; room to grow without moving what follows
 assert len(CONTROL_FIELDS) <= CONTROL_LEN
-LAYOUT_MAGIC = 0x52424F5809       # "RBOX" v9 (v3: group names of 255 bytes, client ids of 248; v4: epoch_read_pos;
+LAYOUT_MAGIC = 0x52424F580A       # "RBOX" v10 (v3: group names of 255 bytes, client ids of 248; v4: epoch_read_pos;
                                   # v5: offset pulls; v6: slots of 16 words, pulls found and missed; v7: boot_written,
                                   # disk ratios; v8: registered_ms; v9: dispatch_unindexed, dispatch_unqueued,
-                                  # retention_unconsumed)
+                                  # retention_unconsumed; v10: slave_count, replica_wait)
 
 SLOT_FIELDS = (
     ("owner_pid", "slot owner", "pid holding the slot (flock'ed), 0 = free"),
@@ -102,6 +103,7 @@ SLOT_FIELDS = (
     ("pulled_msgs", "slot owner", "messages its pulls transferred, kept across owners (shm/stats.py)"),
     ("pulls_found", "slot owner", "its pulls (each try of a held one) that found messages, kept across owners"),
     ("pulls_missed", "slot owner", "its pulls (each try of a held one) that found none, kept across owners"),
+    ("replica_wait", "slot owner", "CommitLog offset this owner waits for a slave to have (SYNC_MASTER), 0 = none"),
 )
 S: Any = type("S", (), {name.upper(): i for i, (name, _w, _m) in enumerate(SLOT_FIELDS)})
 SLOT_LEN = 16

@@ -202,7 +202,7 @@ class ConsumeQueue:
         e = mf.typed(ENTRY)
         front = e[:queue_offset - start]
         front["phys"], front["size"], front["tags"] = BLANK_ENTRY
-        self.max_offset = queue_offset
+        self.max_offset = self.low = queue_offset      # (the blanks are no message: the queue starts here)
 
     def first_at_or_past(self, phys_offset: int) -> int:
         """The first queue offset whose entry points at or past ``phys_offset`` (``max_offset``

@@ -110,9 +110,12 @@ class Appender:
         are (split at file ends; the master's chunks keep within a file, a run of them may not).
         ``offset`` must be the CommitLog's end (else P.MISPLACED, nothing written); it may be
         within a record: the dispatcher waits for the rest (``written`` is not a record boundary
-        on a slave).  P.SERVICE_NOT_AVAILABLE when the disk cannot hold the bytes."""
+        on a slave).  An empty CommitLog may start at a file start past 0 (a 4.9.8 master sends an
+        empty slave its last file only).  P.SERVICE_NOT_AVAILABLE when the disk cannot hold the bytes."""
         if offset != self.write_pos:
-            return P.MISPLACED
+            if self.write_pos or self.commitlog.files or offset % self.file_size:
+                return P.MISPLACED
+            self.write_pos = offset
         if not self._ensure_files(len(data)):
             return P.SERVICE_NOT_AVAILABLE
         at, end, fsize = offset, offset + len(data), self.file_size

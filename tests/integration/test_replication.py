@@ -19,9 +19,9 @@ pytestmark = pytest.mark.skipif(realrocketmq.missing() is not None, reason=realr
 FILE = 1 << 20
 
 
-def _same_prefix(master_dir: str, slave_dir: str, end: int) -> bool:
-    """The slave's CommitLog holds the master's bytes [0, end)."""
-    at = 0
+def _same_prefix(master_dir: str, slave_dir: str, end: int, start: int = 0) -> bool:
+    """The slave's CommitLog holds the master's bytes [start, end)."""
+    at = start
     while at < end:
         name = offset_to_name(at - at % FILE)
         n = min(end, at - at % FILE + FILE) - at
@@ -66,3 +66,65 @@ def test_the_real_rocketmq_slave_replicates_a_rocketbox_master_byte_for_byte(app
     finally:
         w.close()
     assert "replicator: slave" in app.log_text()
+
+
+def test_a_rocketbox_slave_replicates_the_real_rocketmq_master_byte_for_byte(appliance_factory, tmp_path):
+    """The other way round: the real 4.9.8 master (with its name server); our slave learns the
+    master's HA address from the name server's answer to its registration.  Started empty once
+    the master has two files and a bit, it gets the master's last file only (4.9.8's master
+    sends an empty slave no more), copies on across file ends, and copies the topics (the real
+    master's GET_ALL_TOPIC_CONFIG) so that it serves pulls of what it holds."""
+    from tests.integration.test_readers import bodies, pull
+    real = realrocketmq.RealRocketMQ(tmp_path, namesrv=True, brokerName="b1", mappedFileSizeCommitLog=FILE)
+    try:
+        real.create_topics(["FromReal"], 2).registered()
+        w = Wire("127.0.0.1", real.port)
+        sent = [os.urandom(6000 + i) for i in range(600)]
+        for i, body in enumerate(sent[:400]):                           # 2.4 MB: files 0, 1 and 2
+            assert send_v2(w, "FromReal", body, f"KEYS\x01r{i}", queue=i % 2).code == RC.SUCCESS
+        s = appliance_factory(brokerRole="SLAVE", brokerId="1", namesrvAddr=real.namesrv, startNameServer="false",
+                              mappedFileSizeCommitLog=str(FILE)).start()
+        ws = Wire("127.0.0.1", s.cfg.listenPort)
+        sh = s.shared()
+        try:
+            master_dir = os.path.join(real.dir, "store", "commitlog")
+            deadline = time.monotonic() + 60
+            while int(sh.control[C.WRITTEN]) == 0:
+                assert time.monotonic() < deadline, (s.log_text()[-2000:], real.log_tail())
+                time.sleep(0.2)
+            for i, body in enumerate(sent[400:], 400):                  # and what comes while it is connected
+                assert send_v2(w, "FromReal", body, f"KEYS\x01r{i}", queue=i % 2).code == RC.SUCCESS
+            first = min(int(n) for n in os.listdir(s.cfg.commitlog_dir))
+            assert first == 2 * FILE
+            while True:
+                end = int(sh.control[C.WRITTEN])
+                if end > 3 * FILE and _same_prefix(master_dir, s.cfg.commitlog_dir, end, first) \
+                        and int(sh.control[C.DISPATCHED]) == end:
+                    break
+                assert time.monotonic() < deadline, (end, s.log_text()[-2000:], real.log_tail())
+                time.sleep(0.5)
+            got: list[bytes] = []
+            deadline = time.monotonic() + 30
+            while len(got) < 200:                                       # the topic comes with the metadata copy
+                got = []
+                for q in (0, 1):
+                    at = 0
+                    while True:
+                        resp = pull(ws, "FromReal", at, queue=q)
+                        batch = bodies(resp) if resp.code == RC.SUCCESS else []
+                        if not batch and int(resp.ext.get("nextBeginOffset", at)) > at:
+                            at = int(resp.ext["nextBeginOffset"])     # (the queue starts where the copy did)
+                            continue
+                        if not batch:
+                            break
+                        got += batch
+                        at += len(batch)
+                assert time.monotonic() < deadline, (len(got), s.log_text()[-2000:])
+                time.sleep(0.5)
+            assert sorted(got) == sorted(sent[len(sent) - len(got):])     # every message the slave's files hold
+        finally:
+            sh.close()
+            w.close()
+            ws.close()
+    finally:
+        real.stop()
