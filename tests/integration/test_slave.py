@@ -13,7 +13,8 @@ from rocketbox.remoting.codes import RequestCode as R
 from rocketbox.remoting.codes import ResponseCode as RC
 from rocketbox.replicator import protocol as HA
 from rocketbox.shm.layout import C
-from tests.integration.test_readers import bodies, pull, send_v2
+from rocketbox.store import message
+from tests.integration.test_readers import bodies, frozen, pull, pull_n, send_v2
 from tests.integration.test_replication import FILE, _same_prefix
 from tests.integration.wire import Wire
 
@@ -106,3 +107,49 @@ def test_a_slave_drops_a_master_that_sends_what_is_not_records_and_writes_none_o
     finally:
         srv.close()
     assert "no record at offset 0" in s.log_text()
+
+
+def _end_of(resp) -> int:
+    """The CommitLog offset just past the message a send response names (its offsetMsgId)."""
+    _ip, _port, phys = message.parse_offset_msg_id(resp.ext["msgId"])
+    return phys
+
+
+def test_sync_master_answers_once_a_slave_has_the_message(appliance_factory):
+    m = appliance_factory(namesrv=True, mappedFileSizeCommitLog=str(FILE), brokerRole="SYNC_MASTER", slaveTimeout="700").start()
+    w = Wire("127.0.0.1", m.cfg.listenPort)
+    msh = m.shared()
+    try:
+        # no slave: SLAVE_NOT_AVAILABLE at once, the message stored all the same
+        t0 = time.monotonic()
+        alone = send_v2(w, "Sync", b"before any slave")
+        assert alone.code == RC.SLAVE_NOT_AVAILABLE and time.monotonic() - t0 < 0.5, (alone.code, alone.remark)
+        assert alone.ext["queueOffset"] == "0" and alone.ext["msgId"]
+        assert pull_n(w, "Sync", 1) == [b"before any slave"]
+        s = appliance_factory(brokerRole="SLAVE", brokerId="1", namesrvAddr=m.namesrv, startNameServer="false",
+                              mappedFileSizeCommitLog=str(FILE)).start()
+        ssh = s.shared()
+        try:
+            deadline = time.monotonic() + 20
+            while int(msh.control[C.SLAVE_COUNT]) == 0:
+                assert time.monotonic() < deadline, s.log_text()[-2000:]
+                time.sleep(0.1)
+            for i in range(200):                      # each acknowledged send is on the slave when its ack comes
+                r = send_v2(w, "Sync", os.urandom(2000), f"KEYS\x01s{i}")
+                assert r.code == RC.SUCCESS, (r.code, r.remark)
+                phys = _end_of(r)
+                assert int(ssh.control[C.WRITTEN]) > phys and int(msh.control[C.SLAVE_ACKED]) > phys
+            # a slave that stops reading: FLUSH_SLAVE_TIMEOUT after slaveTimeout; stored on the master
+            with frozen(s, "replicator"):
+                t0 = time.monotonic()
+                late = send_v2(w, "Sync", b"slave asleep")
+                took = time.monotonic() - t0
+            assert late.code == RC.FLUSH_SLAVE_TIMEOUT and 0.6 < took < 3, (late.code, took)
+            assert bodies(pull(w, "Sync", 201)) == [b"slave asleep"]
+            # awake again, it catches up, and sends are acknowledged as before
+            assert send_v2(w, "Sync", b"awake").code == RC.SUCCESS
+        finally:
+            ssh.close()
+    finally:
+        msh.close()
+        w.close()
