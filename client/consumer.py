@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("rocketbox.client")
 RETRY_PREFIX = "%RETRY%"
 REBALANCE_S, COMMIT_S, PULL_ERROR_DELAY_S, RETRY_DELAY_S = 20.0, 5.0, 3.0, 1.0
+MASTER_CHECK_S = 3.0        # a queue read from a slave because its master was not routed: the route asked again this often
 SUSPENDED_PULL_TIMEOUT_S = 30.0    # a held pull's time-out (Java's consumerTimeoutMillisWhenSuspend)
 BACKOFF_MAX_S = 30.0          # a queue's pauses after failures double from PULL_ERROR_DELAY_S up to this
 LOCK_S, LOCK_LIVE_S, LOCK_RETRY_S = 20.0, 30.0, 1.0    # Java's REBALANCE_LOCK_INTERVAL, REBALANCE_LOCK_MAX_LIVE_TIME
@@ -69,6 +70,7 @@ class PullResult:
     min_offset: int
     max_offset: int
     messages: list[MessageExt]
+    suggest: int = 0          # the broker id the broker says to pull this queue from next (0: the master)
 
 
 _STATUS: dict[int, str] = {RC.SUCCESS: "FOUND", RC.PULL_NOT_FOUND: "NO_NEW_MSG", RC.PULL_RETRY_IMMEDIATELY: "NO_MATCHED_MSG",
@@ -92,7 +94,7 @@ async def pull_queue(instance: ClientInstance, addr: str, group: str, mq: Messag
     if tags:
         msgs = [m for m in msgs if m.tags in tags]
     return PullResult(_STATUS[resp.code], int(resp.ext["nextBeginOffset"]), int(resp.ext["minOffset"]),
-                      int(resp.ext["maxOffset"]), msgs)
+                      int(resp.ext["maxOffset"]), msgs, int(resp.ext.get("suggestWhichBrokerId") or 0))
 
 
 def consumer_data(group: str, consume_type: str, model: str, consume_from: str,
@@ -110,6 +112,11 @@ def consumer_data(group: str, consume_type: str, model: str, consume_from: str,
 async def _master(instance: ClientInstance, mq: MessageQueue) -> str:
     """The address of ``mq``'s broker's master (KeyError when its route has none)."""
     return (await instance.route(mq.topic)).masters[mq.broker_name]
+
+
+async def _admin(instance: ClientInstance, mq: MessageQueue) -> str:
+    """Where ``mq``'s offsets are read and committed: its master, else its slave (KeyError: neither)."""
+    return (await instance.route(mq.topic)).admin(mq.broker_name)
 
 
 def _by_broker(mqs: list[MessageQueue]) -> dict[str, list[MessageQueue]]:
@@ -149,6 +156,8 @@ class PushConsumer:
         self.draining: dict[MessageQueue, asyncio.Task[None]] = {}   # given up, an orderly batch still in the listener
         self.locks: dict[MessageQueue, float] = {}             # queue -> when the broker last said it is ours
         self.backoff: dict[MessageQueue, float] = {}           # queue -> its last pause after a failure (_back_off)
+        self.suggested: dict[MessageQueue, int] = {}           # queue -> the broker id its last pull said to read from
+        self.master_checked: dict[str, float] = {}             # topic -> when its route was last asked for a master
         self.tasks: list[asyncio.Task[None]] = []
         self.wake = asyncio.Event()
         self.rebalancing = asyncio.Lock()          # one rebalance at a time (Java's is synchronized too)
@@ -342,12 +351,19 @@ class PushConsumer:
         of them among the group's members (AllocateMessageQueueAveragely)."""
         mine: set[MessageQueue] = set()
         for topic in self.subs:
-            route = await self.instance.route(topic, refresh=True)
+            try:
+                route = await self.instance.route(topic, refresh=True)
+            except MQBrokerError as e:
+                if e.code != RC.TOPIC_NOT_EXIST:
+                    raise
+                continue             # no route (the group's retry topic while its only master is down): no queues
             queues = sorted(route.read_queues, key=MessageQueue.sort_key)
             if self.model == "BROADCASTING":
                 mine.update(queues)
                 continue
-            addr = next(iter(sorted(route.masters.values())), None)
+            # the group's members as a master knows them, else (every master down) a slave
+            addr = min(route.masters.values(), default=None) or min(
+                (a for addrs in route.brokers.values() for a in addrs.values()), default=None)
             if addr is None:
                 continue
             resp = await self.instance.call(addr, R.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": self.group},
@@ -497,7 +513,7 @@ class PushConsumer:
         """Where a loop starts on ``mq``: the group's stored offset, or where ``consume_from``
         says; None (logged, after a pause) when it cannot be asked now."""
         try:
-            addr = await _master(self.instance, mq)
+            addr = await _admin(self.instance, mq)
             offset = await self._start_offset(mq, addr)
         except (MQClientError, KeyError) as e:
             log.warning("reading the offset of %s failed: %s", mq, e)
@@ -506,6 +522,14 @@ class PushConsumer:
         self.backoff.pop(mq, None)
         self.offsets.update(mq, offset)
         return offset
+
+    async def _refresh(self, mq: MessageQueue) -> None:
+        """After a pull failed: the route again, at once (Java waits for its 30 s refresh), so a
+        dead master's queues are read from its slave as soon as the name servers dropped it."""
+        try:
+            await self.instance.route(mq.topic, refresh=True)
+        except MQClientError as e:
+            log.debug("route refresh for %s failed: %s", mq.topic, e)
 
     async def _back_off(self, mq: MessageQueue) -> None:
         """After a failure on ``mq`` (its broker down or restarting, a reply that does not decode):
@@ -523,8 +547,14 @@ class PushConsumer:
         loop, which would leave its queue unconsumed and nothing said."""
         expr, tags, ver = self.subs[mq.topic]
         try:
-            addr = await _master(self.instance, mq)
-            committed = self.offsets.table.get(mq) if self.model == "CLUSTERING" else None
+            route, wanted = await self.instance.route(mq.topic), self.suggested.get(mq, 0)
+            addr, slave = route.reader(mq.broker_name, wanted)
+            if slave and not wanted and time.monotonic() - self.master_checked.get(mq.topic, 0.0) >= MASTER_CHECK_S:
+                self.master_checked[mq.topic] = time.monotonic()     # read from a slave for want of its master:
+                route = await self.instance.route(mq.topic, refresh=True)    # back to it once it is routed again
+                addr, slave = route.reader(mq.broker_name, wanted)
+            # a slave does not store the committed offset riding along (4.9.8's client clears the flag)
+            committed = self.offsets.table.get(mq) if self.model == "CLUSTERING" and not slave else None
             began = time.monotonic()
             pq.pulling()
             res = await pull_queue(self.instance, addr, self.group, mq, offset, self.pull_batch, expr, tags, ver,
@@ -532,6 +562,7 @@ class PushConsumer:
                                    "SQL92" if mq.topic in self.sql else "TAG")
         except (MQClientError, KeyError) as e:
             log.warning("pull from %s failed: %s", mq, e)
+            await self._refresh(mq)
             await self._back_off(mq)
             return None
         except Exception:
@@ -539,6 +570,7 @@ class PushConsumer:
             await self._back_off(mq)
             return None
         self.backoff.pop(mq, None)
+        self.suggested[mq] = res.suggest
         self.stats.pulled(mq.topic, len(res.messages), (time.monotonic() - began) * 1000)
         pq.hold(res.messages)
         return res
@@ -639,8 +671,8 @@ class PushConsumer:
     async def _commit(self, mq: MessageQueue) -> None:
         try:
             route = await self.instance.route(mq.topic)
-            await self.offsets.commit(mq, route.masters.get(mq.broker_name, ""))
-        except MQClientError as e:
+            await self.offsets.commit(mq, route.admin(mq.broker_name))
+        except (MQClientError, KeyError) as e:
             log.warning("commit of %s failed: %s", mq, e)
 
     async def _commit_all(self) -> None:
@@ -665,6 +697,7 @@ class PullConsumer:
         self.group = group
         self.instance = instance or ClientInstance(namesrv)
         self.positions: dict[MessageQueue, int] = {}
+        self.suggested: dict[MessageQueue, int] = {}           # queue -> the broker id its last pull said to read from
         self.topics: set[str] = set()
 
     def consumer_data(self) -> JSON:
@@ -712,7 +745,7 @@ class PullConsumer:
         """Own these queues, starting from the group's committed offsets (0 where there are none)."""
         offsets = RemoteOffsets(self.instance, self.group)
         for mq in mqs:
-            self.positions[mq] = await offsets.read(mq, await _master(self.instance, mq)) or 0
+            self.positions[mq] = await offsets.read(mq, await _admin(self.instance, mq)) or 0
 
     def seek(self, mq: MessageQueue, offset: int) -> None:
         """Pull ``mq`` from ``offset`` next."""
@@ -721,10 +754,11 @@ class PullConsumer:
     async def pull(self, mq: MessageQueue, max_nums: int = 32, expression: str = "*", block_ms: int = 0) -> PullResult:
         """The next batch of an assigned queue; ``block_ms`` > 0 waits for messages (long polling)."""
         expr, tags = parse_expression(expression)
-        addr = await _master(self.instance, mq)
+        addr, _slave = (await self.instance.route(mq.topic)).reader(mq.broker_name, self.suggested.get(mq, 0))
         res = await pull_queue(self.instance, addr, self.group, mq, self.positions[mq], max_nums, expr, tags, 0,
                                block_ms, None)
         self.positions[mq] = res.next_offset
+        self.suggested[mq] = res.suggest
         return res
 
     async def commit(self, mq: MessageQueue | None = None) -> None:
@@ -732,11 +766,11 @@ class PullConsumer:
         offsets = RemoteOffsets(self.instance, self.group)
         for q in [mq] if mq is not None else list(self.positions):
             offsets.update(q, self.positions[q])
-            await offsets.commit(q, await _master(self.instance, q))
+            await offsets.commit(q, await _admin(self.instance, q))
 
     async def offset_bounds(self, mq: MessageQueue) -> tuple[int, int]:
         """The queue's (min, max) offsets on its broker."""
-        addr, ext = await _master(self.instance, mq), {"topic": mq.topic, "queueId": str(mq.queue_id)}
+        addr, ext = await _admin(self.instance, mq), {"topic": mq.topic, "queueId": str(mq.queue_id)}
         lo = await self.instance.call(addr, R.GET_MIN_OFFSET, ext)
         hi = await self.instance.call(addr, R.GET_MAX_OFFSET, ext)
         return int(lo.ext["offset"]), int(hi.ext["offset"])

@@ -47,25 +47,42 @@ class MessageQueue(NamedTuple):
 
 
 class TopicRoute:
-    """GET_ROUTEINFO_BY_TOPIC's TopicRouteData, as queues and master addresses."""
+    """GET_ROUTEINFO_BY_TOPIC's TopicRouteData, as queues and broker addresses: a broker's queues
+    are written through its master, and read from any of its brokers (its slave while the master
+    is down, as Java's ``topicRouteData2TopicSubscribeInfo``)."""
 
     def __init__(self, topic: str, data: JSON):
         self.topic = topic
-        self.masters: dict[str, str] = {}
+        self.brokers: dict[str, dict[int, str]] = {}      # broker name -> {broker id: address}
         for bd in data.get("brokerDatas") or []:
             addrs = {int(k): v for k, v in (bd.get("brokerAddrs") or {}).items()}
-            if 0 in addrs:
-                self.masters[bd["brokerName"]] = addrs[0]
+            if addrs:
+                self.brokers[bd["brokerName"]] = dict(sorted(addrs.items()))
+        self.masters: dict[str, str] = {name: addrs[0] for name, addrs in self.brokers.items() if 0 in addrs}
         self.write_queues: list[MessageQueue] = []
         self.read_queues: list[MessageQueue] = []
         for qd in sorted(data.get("queueDatas") or [], key=lambda q: q["brokerName"]):
             name = qd["brokerName"]
-            if name not in self.masters:
-                continue
-            if qd.get("perm", 6) & PERM_WRITE:
+            if qd.get("perm", 6) & PERM_WRITE and name in self.masters:
                 self.write_queues += [MessageQueue(topic, name, i) for i in range(qd["writeQueueNums"])]
-            if qd.get("perm", 6) & PERM_READ:
+            if qd.get("perm", 6) & PERM_READ and name in self.brokers:
                 self.read_queues += [MessageQueue(topic, name, i) for i in range(qd["readQueueNums"])]
+
+    def reader(self, name: str, broker_id: int) -> tuple[str, bool]:
+        """Where to pull a queue of broker ``name`` that was told to read from ``broker_id``, as
+        Java's ``findBrokerAddressInSubscribe``: that broker, else (a slave asked) the next id,
+        else any of its brokers -> (address, whether it is a slave).  KeyError when none is known."""
+        addrs = self.brokers[name]
+        for bid in (broker_id, broker_id + 1) if broker_id else (broker_id,):
+            if bid in addrs:
+                return addrs[bid], bid != 0
+        bid, addr = next(iter(addrs.items()))
+        return addr, bid != 0
+
+    def admin(self, name: str) -> str:
+        """Where offsets of broker ``name``'s queues go: its master, else any of its brokers (Java's
+        ``findBrokerAddressInAdmin``).  KeyError when none is known."""
+        return self.masters.get(name) or next(iter(self.brokers[name].values()))
 
 
 class GroupMember(Protocol):
@@ -311,7 +328,7 @@ class ClientInstance:
         resp = await self.call_namesrv(R.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}, what=f"topic {topic}")
         known = self.broker_addrs()
         route = self.routes[topic] = TopicRoute(topic, loads_tolerant(resp.body.decode()))
-        if set(route.masters.values()) - known and (self.consumers or self.producers):
+        if {a for addrs in route.brokers.values() for a in addrs.values()} - known and (self.consumers or self.producers):
             await self.heartbeat_all()         # a broker we had not met: tell it who we are
         return route
 
@@ -331,6 +348,10 @@ class ClientInstance:
         raise MQClientError(f"no name server answered for {what}: {last}")
 
     def broker_addrs(self) -> set[str]:
+        """The brokers this client talks to: every master, and with consumers the slaves too (they
+        may be read from)."""
+        if self.consumers:
+            return {a for r in self.routes.values() for addrs in r.brokers.values() for a in addrs.values()}
         return {a for r in self.routes.values() for a in r.masters.values()}
 
     async def unregister(self, **group: str) -> None:

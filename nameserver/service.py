@@ -7,7 +7,8 @@ standard JSON), DELETE_TOPIC_IN_NAMESRV, GET_BROKER_CLUSTER_INFO, GET_ALL_TOPIC_
 (namesrv:kvconfig/KVConfigManager.java: kept in ``kvConfigPath`` as ``{"configTable": {namespace:
 {key: value}}}``, written after every request that changes it, read at start).  Any other code is
 answered REQUEST_CODE_NOT_SUPPORTED — a Java name server stays silent, which only makes clients
-wait for their time-out.  Brokers that stop registering expire after 120 s (scanned every 10 s).
+wait for their time-out.  Brokers that stop registering expire after 120 s (scanned every 10 s); a
+broker whose registering connection closes is dropped at once, as 4.9.8's.
 Several name servers run independently: each broker registers with all of them.
 """
 from __future__ import annotations
@@ -117,6 +118,8 @@ class NameServer(ServerRole):
         super().__init__()
         self.host, self.port, self.kv_path = host, port, kv_path
         self.routes = RouteTable()
+        self.channels: dict[object, set] = {}      # connection -> (name, addr, id) registered through it
+        self.channel_of: dict[str, object] = {}    # broker addr -> the connection it last registered through
         self.handlers = {
             R.REGISTER_BROKER: self.register_broker, R.UNREGISTER_BROKER: self.unregister_broker,
             R.GET_ROUTEINFO_BY_TOPIC: self.route, R.GET_BROKER_CLUSTER_INFO: self.cluster_info,
@@ -126,7 +129,7 @@ class NameServer(ServerRole):
         }
 
     # ------------------------------------------------------------ handlers
-    def register_broker(self, cmd, _conn):
+    def register_broker(self, cmd, conn):
         h = headers.decode(cmd)
         if h["bodyCrc32"] and h["bodyCrc32"] != body_crc(cmd.body):      # UtilAll.crc32, as the body CRC
             return cmd.response(RC.SYSTEM_ERROR, "crc32 not match")
@@ -136,7 +139,19 @@ class NameServer(ServerRole):
             return cmd.response(RC.SYSTEM_ERROR, f"register body does not parse: {e}")
         master, master_ha = self.routes.register(h["clusterName"], h["brokerName"], h["brokerAddr"], h["brokerId"],
                                                  h["haServerAddr"], topics, time.monotonic())
+        self.channels.setdefault(conn, set()).add((h["brokerName"], h["brokerAddr"], h["brokerId"]))
+        self.channel_of[h["brokerAddr"]] = conn
         return cmd.response(ext=headers.encode({"haServerAddr": master_ha, "masterAddr": master}))
+
+    def closed(self, conn) -> None:
+        """A connection ended: the brokers that registered through it (and not since through
+        another) are gone, as 4.9.8's BrokerHousekeepingService (``onChannelDestroy``): a killed
+        master leaves the routes at once, and its clients turn to its slave."""
+        for name, addr, broker_id in self.channels.pop(conn, ()):
+            if self.channel_of.get(addr) is conn:
+                del self.channel_of[addr]
+                self.routes.unregister(name, addr, broker_id)
+                log.warning("broker %s (%s, id %d): its connection closed; unregistered", addr, name, broker_id)
 
     def unregister_broker(self, cmd, _conn):
         h = headers.decode(cmd)
@@ -215,7 +230,7 @@ class NameServer(ServerRole):
         return self
 
     async def serve(self) -> None:
-        server = await RemotingServer("nameserver", self.handlers).start(self.host, self.port)
+        server = await RemotingServer("nameserver", self.handlers, on_close=self.closed).start(self.host, self.port)
         log.info("name server listening on %s:%d", self.host, server.port)
         try:
             while not self.stop_requested:

@@ -68,6 +68,7 @@ class PullProcessor:
         row = broker.sh.slots[broker.slot]
         self.polls = HeldPulls(self.view.queues, broker.loop, row, self.view.tags)   # long polls
         self.disk_limits = (self.cfg.maxTransferCountOnMessageInDisk, self.cfg.maxTransferBytesOnMessageInDisk)
+        self.slave = self.cfg.slave
         # what a pull counts (shm/stats.py): its slot's row, and its row of the groups' counts, as
         # memoryviews (an int read and written per count, ~3x cheaper than a numpy scalar's)
         self.counts = memoryview(row)
@@ -115,30 +116,32 @@ class PullProcessor:
             except sql92.SQLError:
                 return cmd.response(RC.SUBSCRIPTION_PARSE_FAILED, "parse the consumer's subscription failed")
         key = offset_key(topic, group)
-        if h["sysFlag"] & COMMIT_OFFSET and self.cfg.brokerRole != "SLAVE":
+        if h["sysFlag"] & COMMIT_OFFSET and not self.slave:
             self.link.commit_offset(key, qid, h["commitOffset"])
         counter = self.offsets.slot(key, qid)
-        code, pieces = self._run(cmd, topic, qid, h["queueOffset"], h["maxMsgNums"], codes, counter, keep)
+        sg = self.b.group(group) if self.cfg.slaveReadEnable or self.slave else None
+        code, pieces = self._run(cmd, topic, qid, h["queueOffset"], h["maxMsgNums"], codes, counter, keep, sg)
         if code == RC.PULL_NOT_FOUND and h["sysFlag"] & SUSPEND and h["suspendTimeoutMillis"] > 0:
             self.polls.hold(topic, qid, h["queueOffset"], codes, h["suspendTimeoutMillis"] / 1000, functools.partial(
-                self._held, cmd, conn, topic, qid, h["queueOffset"], h["maxMsgNums"], codes, key, keep))
+                self._held, cmd, conn, topic, qid, h["queueOffset"], h["maxMsgNums"], codes, key, keep, sg))
         else:
             conn.reply_pieces(cmd, pieces)
         return DEFERRED
 
-    def _held(self, cmd, conn, topic, qid, offset, max_nums, codes, key, keep, _grew: bool) -> None:
+    def _held(self, cmd, conn, topic, qid, offset, max_nums, codes, key, keep, sg, _grew: bool) -> None:
         """A held pull's end (the queue grew, or the time-out): run it once more and answer."""
         try:
-            _code, pieces = self._run(cmd, topic, qid, offset, max_nums, codes, self.offsets.slot(key, qid), keep)
+            _code, pieces = self._run(cmd, topic, qid, offset, max_nums, codes, self.offsets.slot(key, qid), keep, sg)
         except Exception as e:
             pieces = [codec.encode(conn.failure(cmd, e))]
         conn.reply_pieces(cmd, pieces)
 
     def _run(self, cmd, topic: str, qid: int, offset: int, max_nums: int, codes,
-             counter: int | None, keep=None) -> tuple[int, list]:
+             counter: int | None, keep=None, sg: dict | None = None) -> tuple[int, list]:
         """The pull's answer now: (response code, the response in pieces: its head, then the
         records as views of the CommitLog); the messages found counted for the group's consumer
-        offset slot ``counter`` too, if it has one on the queue."""
+        offset slot ``counter`` too, if it has one on the queue.  ``sg``: the group's config, given
+        when the answer suggests a broker (``slaveReadEnable``) or comes from a slave."""
         count = max(1, min(max_nums, self.cfg.maxTransferCountOnMessageInMemory))
         p = self.view.pull(topic, qid, offset, count, codes, self.cfg.maxTransferBytesOnMessageInMemory,
                            self.disk_limits, keep)
@@ -162,5 +165,12 @@ class PullProcessor:
             status = "OFFSET_TOO_SMALL" if offset < p.min_offset else "OFFSET_OVERFLOW_BADLY"
         if p.status != SV.FOUND:
             row[S.PULLS_MISSED] += 1
-        values = ("0", str(p.next_offset), str(p.min_offset), str(p.max_offset))
+        suggest, next_offset = 0, p.next_offset
+        if sg is not None:
+            if self.cfg.slaveReadEnable:          # a consumer far behind is sent to the slave, else to the group's broker
+                far = p.status == SV.FOUND and self.view.on_disk(p.last)
+                suggest = int(sg.get("whichBrokerWhenConsumeSlowly", 1) if far else sg.get("brokerId", 0))
+            if self.slave and code == RC.PULL_OFFSET_MOVED:     # a slave never moves a consumer's offset
+                code, suggest, next_offset = RC.PULL_RETRY_IMMEDIATELY, int(sg.get("brokerId", 0)), offset
+        values = (str(suggest), str(next_offset), str(p.min_offset), str(p.max_offset))
         return code, _ANSWER.encode_pieces(cmd, code, status, values, p.parts)

@@ -53,6 +53,7 @@ class Pulled:
     parts: list              # byte views of the CommitLog: whole records in queue order, one view
                              # when all are adjacent under the cap, else one per record
     count: int = 0           # records in ``parts``
+    last: int = 0            # CommitLog offset of the last of them
 
     def body(self) -> bytes:
         return b"".join(self.parts)
@@ -230,7 +231,7 @@ class StoreView:
             scanned = take[-1] + 1
         else:
             scanned = len(e)
-        return Pulled(FOUND, queue_offset + scanned, lo, hi, parts, n)
+        return Pulled(FOUND, queue_offset + scanned, lo, hi, parts, n, int(phys[n - 1]))
 
     def _kept(self, e: np.ndarray, idx: np.ndarray, keep: Callable[[bytes], bool], max_count: int) -> np.ndarray:
         """The entries of ``idx`` whose record's properties ``keep`` takes, up to ``max_count``
