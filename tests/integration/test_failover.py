@@ -49,6 +49,7 @@ def _broker_ids(ns: str, topic: str) -> set[int]:
         if resp.code != RC.SUCCESS:
             return set()
         import json
+
         from rocketbox.store.configfile import loads_tolerant
         data = loads_tolerant(resp.body.decode()) if resp.body else json.loads("{}")
         return {int(k) for bd in data.get("brokerDatas") or [] for k in (bd.get("brokerAddrs") or {})}
