@@ -31,7 +31,8 @@ SLOW = {"test_bench", "test_bench_features", "test_query", "test_sql92", "test_r
 
 # the modules that take longest, longest first: handed to the workers before the rest (--dist
 # loadfile gives out modules in collection order), so no worker starts one of them at the end
-LONGEST = ["test_spark", "test_bench", "test_bench_features", "test_failover", "test_systemd", "test_cppclient", "test_examples", "test_appliance",
+LONGEST = ["test_spark", "test_bench", "test_bench_features", "test_failover", "test_systemd", "test_cppclient",
+           "test_examples", "test_appliance",
            "test_crash", "test_transactions", "test_damage", "test_delay", "test_timer", "test_gaps", "test_readers", "test_client_install"]
 
 
