@@ -94,6 +94,10 @@ class BrokerStatus:
     out_yesterday: int
     earliest_ms: int             # store time of its oldest message; -1 when it has none
     disk_ratio: float            # used share of its CommitLog's file system
+    max_offset: int = 0          # its CommitLog's end
+    lag_bytes: int | None = None  # a slave: how far behind its master's CommitLog (None: a master, or unknown)
+    lag_ms: int | None = None    # a slave: how long ago its master wrote the first byte it lacks (rocketbox masters)
+    down: str = ""               # why it did not answer ("" when it did)
 
 
 def _connections(entries: Iterable[JSON]) -> list[ClientConnection]:
@@ -362,8 +366,19 @@ class Admin:
         for cluster, names in sorted((info.get("clusterAddrTable") or {}).items()):
             for name in sorted(names):
                 addrs = ((info.get("brokerAddrTable") or {}).get(name) or {}).get("brokerAddrs") or {}
+                master: dict[str, str] = {}
                 for bid, addr in sorted((int(k), v) for k, v in addrs.items()):
-                    t = json.loads((await self.instance.call(addr, R.GET_BROKER_RUNTIME_INFO)).body)["table"]
+                    try:
+                        t = json.loads((await self.instance.call(addr, R.GET_BROKER_RUNTIME_INFO)).body)["table"]
+                    except MQClientError as e:
+                        out.append(BrokerStatus(cluster, name, bid, addr, "", 0.0, 0.0, 0, 0, 0, 0, -1, 0.0, down=str(e)))
+                        continue
+                    if bid == 0:
+                        master = t
+                    lag_bytes = lag_ms = None
+                    if bid != 0 and master:
+                        lag_bytes = max(0, int(master.get("commitLogMaxOffset", 0)) - int(t.get("commitLogMaxOffset", 0)))
+                        lag_ms = int(master["haSlaveLagMs"]) if "haSlaveLagMs" in master else None
                     n = {k: int(t.get(k, 0)) for k in ("msgPutTotalYesterdayMorning", "msgPutTotalTodayMorning",
                                                        "msgPutTotalTodayNow", "msgGetTotalYesterdayMorning",
                                                        "msgGetTotalTodayMorning", "msgGetTotalTodayNow")}
@@ -374,7 +389,8 @@ class Admin:
                         n["msgGetTotalTodayNow"] - n["msgGetTotalTodayMorning"],
                         n["msgPutTotalTodayMorning"] - n["msgPutTotalYesterdayMorning"],
                         n["msgGetTotalTodayMorning"] - n["msgGetTotalYesterdayMorning"],
-                        int(t.get("earliestMessageTimeStamp", -1)), float(t.get("commitLogDiskRatio", 0))))
+                        int(t.get("earliestMessageTimeStamp", -1)), float(t.get("commitLogDiskRatio", 0)),
+                        int(t.get("commitLogMaxOffset", 0)), lag_bytes, lag_ms))
         return out
 
     async def _master_addrs(self) -> list[tuple[str, str]]:

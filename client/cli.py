@@ -189,13 +189,18 @@ async def _cluster(args, namesrv: str) -> int:
     async with Admin(namesrv) as admin:
         brokers = await admin.cluster()
     print(f"{'#Cluster Name':<22} {'#Broker Name':<22} {'#BID':<4} {'#Addr':<22} {'#Version':<10} {'#InTPS':>10} "
-          f"{'#OutTPS':>10} {'#InToday':>12} {'#OutToday':>12} {'#InYest':>12} {'#OutYest':>12} {'#Hour':>8} #SPACE")
+          f"{'#OutTPS':>10} {'#InToday':>12} {'#OutToday':>12} {'#InYest':>12} {'#OutYest':>12} {'#Hour':>8} "
+          f"{'#SPACE':<7} #LAG (a slave: bytes, ms behind its master)")
     now = datetime.datetime.now().timestamp() * 1000
     for b in brokers:
+        if b.down:
+            print(f"{b.cluster:<22} {b.broker_name:<22} {b.broker_id:<4} {b.addr:<22} not answering: {b.down}")
+            continue
         hours = (now - b.earliest_ms) / 3_600_000 if b.earliest_ms > 0 else 0.0
+        lag = "-" if b.lag_bytes is None else f"{b.lag_bytes} B" + ("" if b.lag_ms is None else f", {b.lag_ms} ms")
         print(f"{b.cluster:<22} {b.broker_name:<22} {b.broker_id:<4} {b.addr:<22} {b.version:<10} {b.in_tps:>10.2f} "
               f"{b.out_tps:>10.2f} {b.in_today:>12} {b.out_today:>12} {b.in_yesterday:>12} {b.out_yesterday:>12} "
-              f"{hours:>8.2f} {b.disk_ratio:.4f}")
+              f"{hours:>8.2f} {b.disk_ratio:<7.4f} {lag}")
     return 0
 
 

@@ -180,4 +180,7 @@ class AdminProcessor:
             "pullThreadPoolQueueSize": "0", "pullThreadPoolQueueHeadWaitTimeMills": "0",
             "pageCacheLockTimeMills": "0", **self.b.rates.runtime(), **self._schedule_offsets(),
         }
+        if not self.cfg.slave:                  # rocketbox's own: replication as the master sees it
+            table.update({"haSlaveCount": str(int(ctl[C.SLAVE_COUNT])), "haPush2SlaveMaxOffset": str(int(ctl[C.SLAVE_ACKED])),
+                          "haSlaveLagBytes": str(int(ctl[C.SLAVE_LAG_BYTES])), "haSlaveLagMs": str(int(ctl[C.SLAVE_LAG_MS]))})
         return cmd.response(body=json.dumps({"table": table}, sort_keys=True).encode())

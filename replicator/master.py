@@ -14,7 +14,10 @@ report past the master's end (a slave ahead of its master).
 from __future__ import annotations
 
 import asyncio
+import bisect
+import collections
 import logging
+import time
 
 import numpy as np
 
@@ -25,6 +28,7 @@ from rocketbox.store.view import StoreView
 
 log = logging.getLogger("rocketbox.replicator")
 FOLLOW_S = 0.002                    # how often a caught-up connection looks at ``written`` again
+LAG_SAMPLES, LAG_WINDOW_S = 100_000, 600.0   # the CommitLog's growth kept for lags in ms: this many, this long
 
 
 class MasterService(ServerRole):
@@ -32,11 +36,12 @@ class MasterService(ServerRole):
         super().__init__()
         self.cfg, self.sh, self.ctl = cfg, shared, shared.control
         self.acked: dict[int, int] = {}             # connection id -> its slave's last report
+        self.samples: collections.deque = collections.deque()   # (CommitLog end, monotonic s) as it grew
         self.view: StoreView | None = None
 
     def open(self) -> "MasterService":
         self.view = StoreView(self.cfg, self.sh, name="replicator").open()
-        self.ctl[C.SLAVE_ACKED] = self.ctl[C.SLAVE_COUNT] = 0
+        self.ctl[C.SLAVE_ACKED] = self.ctl[C.SLAVE_COUNT] = self.ctl[C.SLAVE_LAG_BYTES] = self.ctl[C.SLAVE_LAG_MS] = 0
         return self
 
     def close(self) -> None:
@@ -51,6 +56,7 @@ class MasterService(ServerRole):
         try:
             while not self.stop_requested:
                 await self.sleep(1.0)
+                self._publish_lag()
         finally:
             server.close()
             await server.wait_closed()
@@ -99,6 +105,29 @@ class MasterService(ServerRole):
             self.acked[key] = value
             self._publish()
 
+    def _sample(self, end: int) -> None:
+        """When the CommitLog reached ``end`` (for the lag in ms), sampled as connections follow it."""
+        samples = self.samples
+        if not samples or end > samples[-1][0]:
+            now = time.monotonic()
+            samples.append((end, now))
+            while len(samples) > LAG_SAMPLES or now - samples[0][1] > LAG_WINDOW_S:
+                samples.popleft()
+
+    def lag(self, acked: int) -> tuple[int, int]:
+        """(bytes, ms) a slave that has ``acked`` is behind: what it lacks, and how long ago the
+        first byte of that was written (as sampled; the window's age at most)."""
+        end = int(self.ctl[C.WRITTEN])
+        if acked >= end:
+            return 0, 0
+        i = bisect.bisect_right(self.samples, acked, key=lambda s: s[0])
+        since = self.samples[i][1] if i < len(self.samples) else time.monotonic()
+        return end - acked, int((time.monotonic() - since) * 1000)
+
+    def _publish_lag(self) -> None:
+        """The lag of the slave furthest behind (every second: its ms grow while it is silent)."""
+        self.ctl[C.SLAVE_LAG_BYTES], self.ctl[C.SLAVE_LAG_MS] = self.lag(min(self.acked.values())) if self.acked else (0, 0)
+
     def _publish(self) -> None:
         """The highest offset a slave has and how many report, then the readers whose SYNC_MASTER
         sends wait for no more than that are posted."""
@@ -115,6 +144,7 @@ class MasterService(ServerRole):
         assert self.view is not None
         while not self.stop_requested and not reading.done():
             end = int(self.ctl[C.WRITTEN])
+            self._sample(end)
             if at < end:
                 mf = self.view.commitlog.file_for(at)
                 if mf is None:

@@ -57,6 +57,8 @@ CONTROL_FIELDS = (
     ("flushed", "flusher", "CommitLog offset up to which data is on disk"),
     ("slave_acked", "replicator", "CommitLog offset the slave has confirmed (the highest of any slave)"),
     ("slave_count", "replicator", "slaves connected that have reported their offset"),
+    ("slave_lag_bytes", "replicator", "bytes the slave furthest behind lacks (0: none connected)"),
+    ("slave_lag_ms", "replicator", "ms since the oldest byte the slave furthest behind lacks was written"),
     ("pid_writer", "writer", "pid of the running writer (0 = none)"),
     ("pid_dispatcher", "dispatcher", "pid of the running dispatcher"),
     ("pid_flusher", "flusher", "pid of the running flusher"),
@@ -88,7 +90,7 @@ assert len(CONTROL_FIELDS) <= CONTROL_LEN
 LAYOUT_MAGIC = 0x52424F580A       # "RBOX" v10 (v3: group names of 255 bytes, client ids of 248; v4: epoch_read_pos;
                                   # v5: offset pulls; v6: slots of 16 words, pulls found and missed; v7: boot_written,
                                   # disk ratios; v8: registered_ms; v9: dispatch_unindexed, dispatch_unqueued,
-                                  # retention_unconsumed; v10: slave_count, replica_wait)
+                                  # retention_unconsumed; v10: slave_count, slave_lag_*, replica_wait)
 
 SLOT_FIELDS = (
     ("owner_pid", "slot owner", "pid holding the slot (flock'ed), 0 = free"),

@@ -5,6 +5,7 @@ copies the topics, consumer offsets, delay offsets and groups every 10 s; it ref
 4.9.8's slave does and serves pulls of what it copied."""
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
@@ -68,6 +69,25 @@ def test_a_rocketbox_slave_copies_its_master_and_serves_reads_not_sends(applianc
                 got += batch
                 at += len(batch)
         assert sorted(got) == sorted(sent)
+        # the lag, as the master's runtime info and ``appliance cluster`` show it: none now; with the
+        # slave's replicator stopped, bytes and ms grow; back to none once it runs again
+        def ha() -> dict:
+            return json.loads(w.call(R.GET_BROKER_RUNTIME_INFO).body)["table"]
+        deadline = time.monotonic() + 5
+        while (t := ha())["haSlaveLagBytes"] != "0" or t["haSlaveLagMs"] != "0":
+            assert time.monotonic() < deadline, t
+            time.sleep(0.2)
+        assert t["haSlaveCount"] == "1" and t["haPush2SlaveMaxOffset"] == str(end)
+        out = m.cmd("cluster")
+        rows = {line.split()[2]: line for line in out.stdout.splitlines()[1:]}
+        assert rows["0"].rstrip().endswith(" -") and rows["1"].rstrip().endswith("0 B, 0 ms"), out.stdout
+        with frozen(s, "replicator"):
+            for i in range(20):
+                assert send_v2(w, "Copied", b"while it sleeps").code == RC.SUCCESS
+            time.sleep(2.2)
+            t = ha()
+        assert int(t["haSlaveLagBytes"]) > 20 * 100 and int(t["haSlaveLagMs"]) >= 1000, t
+        caught_up(m, s)
         refused = send_v2(ws, "Copied", b"to the slave")
         assert (refused.code, refused.remark[:len(SLAVE_REMARK)]) == (RC.SERVICE_NOT_AVAILABLE, SLAVE_REMARK)
         # a committed offset on the master reaches the slave with the next copy
