@@ -91,6 +91,8 @@ TABLE = (
     ("haSlaveFallbehindMax", _int_in(0, 2**62), "268435456",
      "SYNC_MASTER: a slave further behind than this many bytes is not in sync (SLAVE_NOT_AVAILABLE)"),
     ("haTransferBatchSize", _int_in(1024, 2**26), "32768", "most CommitLog bytes a master sends a slave in one chunk"),
+    ("haSendHeartbeatInterval", _int_in(100, 600_000), "5000", "ms: an idle master's heartbeat to its slaves, an idle slave's report"),
+    ("haHousekeepingInterval", _int_in(500, 3_600_000), "20000", "ms: a replication peer silent this long is dropped"),
     ("flushDiskType", _choice("ASYNC_FLUSH", "SYNC_FLUSH"), "ASYNC_FLUSH", ""),
     ("mappedFileSizeCommitLog", _int_in(64 * 1024, 2**40), "1073741824", "CommitLog file size"),
     ("mappedFileSizeConsumeQueue", _int_in(20, 2**31), "6000000", "ConsumeQueue file size (rounded up to 20)"),
@@ -188,6 +190,8 @@ class BrokerConfig:
     slaveTimeout: int
     haSlaveFallbehindMax: int
     haTransferBatchSize: int
+    haSendHeartbeatInterval: int
+    haHousekeepingInterval: int
     flushDiskType: str
     mappedFileSizeCommitLog: int
     mappedFileSizeConsumeQueue: int

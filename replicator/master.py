@@ -8,8 +8,9 @@ at the oldest CommitLog byte the master still holds (4.9.8: the start of its las
 empty 4.x slave never gets the older files); another value starts there. Then chunks of at most
 32 KiB, never across a file's end, of what is written (``written``; not necessarily flushed, as
 4.9.8), as soon as it is written (the writer's passes are followed every few ms); a heartbeat
-when nothing was sent for 5 s; the connection is closed after 20 s without a report, or at a
-report past the master's end (a slave ahead of its master).
+when nothing was sent for 5 s (``haSendHeartbeatInterval``); the connection is closed after 20 s
+without a report (``haHousekeepingInterval``), or at a report past the master's end (a slave
+ahead of its master).
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ class MasterService(ServerRole):
     def __init__(self, cfg, shared):
         super().__init__()
         self.cfg, self.sh, self.ctl = cfg, shared, shared.control
+        self.heartbeat_s, self.housekeeping_s = cfg.haSendHeartbeatInterval / 1000, cfg.haHousekeepingInterval / 1000
         self.acked: dict[int, int] = {}             # connection id -> its slave's last report
         self.samples: collections.deque = collections.deque()   # (CommitLog end, monotonic s) as it grew
         self.view: StoreView | None = None
@@ -66,7 +68,7 @@ class MasterService(ServerRole):
         reports, first = HA.Reports(), asyncio.get_running_loop().create_future()
         reading = asyncio.ensure_future(self._read(reader, reports, key, first, peer))
         try:
-            await asyncio.wait({first, reading}, timeout=HA.HOUSEKEEPING_S, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({first, reading}, timeout=self.housekeeping_s, return_when=asyncio.FIRST_COMPLETED)
             if not first.done():                 # closed, or silent, before its first report (a port probe)
                 return
             start = first.result()
@@ -92,7 +94,7 @@ class MasterService(ServerRole):
     async def _read(self, reader, reports: HA.Reports, key: int, first: asyncio.Future, peer) -> None:
         """The slave's reports: the first says where to start, each later one is its ack."""
         while True:
-            data = await asyncio.wait_for(reader.read(1 << 20), HA.HOUSEKEEPING_S)
+            data = await asyncio.wait_for(reader.read(1 << 20), self.housekeeping_s)
             if not data:
                 raise ConnectionResetError("closed by the slave")
             value = reports.feed(data)
@@ -158,7 +160,7 @@ class MasterService(ServerRole):
                 at += n
                 last_sent = loop.time()
                 continue
-            if loop.time() - last_sent >= HA.HEARTBEAT_S:
+            if loop.time() - last_sent >= self.heartbeat_s:
                 writer.writelines(HA.chunk(at, b""))
                 await writer.drain()
                 last_sent = loop.time()

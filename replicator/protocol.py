@@ -16,8 +16,6 @@ from rocketbox.store import message
 
 REPORT = struct.Struct(">q")
 HEADER = struct.Struct(">qi")
-HEARTBEAT_S = 5.0                   # haSendHeartbeatInterval
-HOUSEKEEPING_S = 20.0               # haHousekeepingInterval: a peer silent this long is closed
 
 
 class Reports:

@@ -45,6 +45,7 @@ class SlaveService(ServerRole):
     def __init__(self, cfg, shared):
         super().__init__()
         self.cfg, self.sh, self.ctl = cfg, shared, shared.control
+        self.heartbeat_s, self.housekeeping_s = cfg.haSendHeartbeatInterval / 1000, cfg.haHousekeepingInterval / 1000
         self.ring: RingClient | None = None
         self.view: StoreView | None = None
         self.said: str | bool | None = None    # the last reason logged for not replicating (said once);
@@ -122,7 +123,7 @@ class SlaveService(ServerRole):
             self._report(end, force=True)                       # at once: where to start
             last_report = time.monotonic()
             while not self.stop_requested:
-                head = await asyncio.wait_for(reader.readexactly(HA.HEADER.size), HA.HOUSEKEEPING_S)
+                head = await asyncio.wait_for(reader.readexactly(HA.HEADER.size), self.housekeeping_s)
                 offset, size = HA.HEADER.unpack(head)
                 if size < 0 or size > self.cfg.mappedFileSizeCommitLog:
                     raise HA.BadStream(f"chunk header of {size} bytes at offset {offset}")
@@ -131,7 +132,7 @@ class SlaveService(ServerRole):
                         raise Dropped(f"master pushed offset {offset}, not this slave's end {end}")
                     end = offset                                # an empty slave, given the master's last file
                     records = HA.Records(offset, self.cfg.mappedFileSizeCommitLog)   # only (4.9.8's master)
-                data = await asyncio.wait_for(reader.readexactly(size), HA.HOUSEKEEPING_S) if size else b""
+                data = await asyncio.wait_for(reader.readexactly(size), self.housekeeping_s) if size else b""
                 if int(self.ctl[C.WRITER_EPOCH]) != epoch:
                     raise Dropped("the slave's writer restarted")
                 if self.failed:
@@ -143,7 +144,7 @@ class SlaveService(ServerRole):
                         log.info("replicator: replicating from master %s, from offset %d", addr, offset)
                         self.said = False                       # (the next failure is said again)
                     end += size
-                if time.monotonic() - last_report >= HA.HEARTBEAT_S:
+                if time.monotonic() - last_report >= self.heartbeat_s:
                     self._report(self.written, force=True)
                     last_report = time.monotonic()
         finally:
