@@ -3,7 +3,9 @@ store's files (``spark/storefiles.py``).
 
     spark.read.format("rocketbox").option("path", STORE_ROOT).option("topic", "T").load()
 
-Options: ``path`` (a ``storePathRootDir``, required); ``topic`` (a name or a comma list) or
+Options: ``path`` (a ``storePathRootDir``; the ``brokerName`` column is option ``brokerName``), or
+``paths`` for several appliances' stores read as one table (``BROKER=PATH,BROKER=PATH``: batch
+reads; the ``brokerName`` column tells them apart); ``topic`` (a name or a comma list) or
 ``topicPattern`` (a regular expression); ``queues`` (a comma list of queue ids); ``startingOffsets``
 and ``endingOffsets`` (``earliest``, ``latest``, or JSON as Spark's Kafka source writes them:
 ``{"T":{"0":5,"1":-2}}``, -2 earliest, -1 latest); ``startTime`` / ``endTime`` (epoch ms or ISO
@@ -28,6 +30,7 @@ import json
 import os
 import re
 
+import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -71,19 +74,52 @@ def _ms(value) -> int:
 
 
 class QueueSlice(InputPartition):
-    """Messages [start, end) of one queue; ``tags``: the tag strings to keep (None: all)."""
+    """Messages [start, end) of one queue of the store at ``path`` (broker ``broker``); ``tags``:
+    the tag strings to keep (None: all)."""
 
-    def __init__(self, topic: str, qid: int, start: int, end: int, flushed_ts: int | None, tags):
-        super().__init__((topic, qid, start, end))
+    def __init__(self, topic: str, qid: int, start: int, end: int, flushed_ts: int | None, tags,
+                 path: str = "", broker: str = ""):
+        super().__init__((broker, topic, qid, start, end))
         self.topic, self.qid, self.start, self.end, self.flushed_ts, self.tags = topic, qid, start, end, flushed_ts, tags
+        self.path, self.broker = path, broker
 
 
 class RecordsAt(InputPartition):
-    """Records at these CommitLog offsets (found through the IndexFile)."""
+    """Records at these CommitLog offsets of the store at ``path`` (found through the IndexFile)."""
 
-    def __init__(self, phys: list[int]):
-        super().__init__(len(phys))
-        self.phys = phys
+    def __init__(self, phys: list[int], path: str = "", broker: str = ""):
+        super().__init__((broker, len(phys)))
+        self.phys, self.path, self.broker = phys, path, broker
+
+
+def stores(options) -> list[tuple[str, str]]:
+    """The stores a job reads, as (broker name, store root): option ``paths``, a comma list of
+    ``BROKER=PATH`` (several appliances' stores as one table), else ``path`` (and ``brokerName``,
+    the column's value, "" when not given)."""
+    if options.get("paths"):
+        out = []
+        for entry in options["paths"].split(","):
+            broker, eq, path = entry.strip().partition("=")
+            if not eq or not broker or not path:
+                raise ValueError(f"option 'paths': expected BROKER=PATH entries separated by commas, got {entry!r}")
+            out.append((broker, path))
+        return out
+    if not options.get("path"):
+        raise ValueError("option 'path' is required (a store's storePathRootDir), or 'paths' (BROKER=PATH,...)")
+    return [(options.get("brokerName") or "", options["path"])]
+
+
+def _with_broker(batches, names: tuple[str, ...], broker: str):
+    """The record batches with the ``brokerName`` column, when asked, in ``names``' order."""
+    for batch in batches:
+        if "brokerName" in names:
+            batch = batch.append_column(storefiles.ARROW_SCHEMA.field("brokerName"),
+                                        pa.array([broker] * batch.num_rows, pa.string())).select(list(names))
+        yield batch
+
+
+def _record_names(names: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(n for n in names if n != "brokerName")
 
 
 def _indexed(store, keys: set[str], topics: list[str]) -> list[int] | None:
@@ -117,9 +153,7 @@ class StoreReader(DataSourceReader):
     def __init__(self, options: dict, schema=None):
         self.options = options                   # Spark's: names case-insensitive
         self.names = _names(schema)
-        self.path = self.options.get("path")
-        if not self.path:
-            raise ValueError("option 'path' is required: a store's storePathRootDir")
+        self.stores = stores(options)
         self.topics_eq: set[str] | None = None
         self.queues_eq: set[int] | None = None
         self.tags_eq: set[str] | None = None
@@ -155,8 +189,12 @@ class StoreReader(DataSourceReader):
 
     # ------------------------------------------------------------ planning
     def partitions(self):
+        out = [p for broker, path in self.stores for p in self._partitions(path, broker)]
+        return out or [QueueSlice("", -1, 0, 0, None, None)]
+
+    def _partitions(self, path: str, broker: str) -> list:
         o = self.options
-        store = storefiles.Store(self.path)
+        store = storefiles.Store(path)
         topics = store.matching(o.get("topic"), o.get("topicPattern"))
         if self.topics_eq is not None:
             topics = [t for t in topics if t in self.topics_eq]
@@ -173,7 +211,7 @@ class StoreReader(DataSourceReader):
         if self.keys_eq is not None:
             phys = _indexed(store, self.keys_eq, topics)
             if phys is not None:
-                return [RecordsAt(phys[i:i + per]) for i in range(0, len(phys), per)] or [QueueSlice("", -1, 0, 0, None, None)]
+                return [RecordsAt(phys[i:i + per], path, broker) for i in range(0, len(phys), per)]
         out = []
         for topic in topics:
             for qid in store.queues(topic):
@@ -188,21 +226,22 @@ class StoreReader(DataSourceReader):
                     start = max(start, store.offset_at_time(topic, qid, t_lo, start, end))
                 if t_hi is not None:
                     end = min(end, store.offset_at_time(topic, qid, t_hi, start, end))
-                out += _splits(topic, qid, start, end, per, flushed, self.tags_eq)
-        return out or [QueueSlice("", -1, 0, 0, None, None)]
+                out += _splits(topic, qid, start, end, per, flushed, self.tags_eq, path, broker)
+        return out
 
     def read(self, partition):
         if isinstance(partition, RecordsAt):
-            batch = storefiles.read_at(self.path, partition.phys, on_corrupt=self.options.get("onCorruptRecord", "fail"))
+            batch = storefiles.read_at(partition.path, partition.phys, on_corrupt=self.options.get("onCorruptRecord", "fail"))
             if batch.num_rows:
-                yield batch.select(list(self.names))
+                yield from _with_broker([batch.select(list(_record_names(self.names)))], self.names, partition.broker)
             return
         if partition.qid < 0:
             return
-        yield from storefiles.read_batches(self.path, partition.topic, partition.qid, partition.start, partition.end,
-                                           flushed_ts=partition.flushed_ts, tags=partition.tags, names=self.names,
-                                           on_corrupt=self.options.get("onCorruptRecord", "fail"),
-                                           chunk=int(self.options.get("batchRows") or BATCH_ROWS))
+        yield from _with_broker(storefiles.read_batches(
+            partition.path, partition.topic, partition.qid, partition.start, partition.end,
+            flushed_ts=partition.flushed_ts, tags=partition.tags, names=_record_names(self.names),
+            on_corrupt=self.options.get("onCorruptRecord", "fail"), chunk=int(self.options.get("batchRows") or BATCH_ROWS)),
+            self.names, partition.broker)
 
 
 def _flushed_bound(store, options) -> int | None:
@@ -213,8 +252,9 @@ def _flushed_bound(store, options) -> int | None:
     return None
 
 
-def _splits(topic: str, qid: int, start: int, end: int, per: int, flushed, tags) -> list[QueueSlice]:
-    return [QueueSlice(topic, qid, s, min(s + per, end), flushed, tags) for s in range(start, end, per)]
+def _splits(topic: str, qid: int, start: int, end: int, per: int, flushed, tags, path: str = "",
+            broker: str = "") -> list[QueueSlice]:
+    return [QueueSlice(topic, qid, s, min(s + per, end), flushed, tags, path, broker) for s in range(start, end, per)]
 
 
 class StreamReader(DataSourceStreamReader):
@@ -228,9 +268,9 @@ class StreamReader(DataSourceStreamReader):
     def __init__(self, options, schema=None):
         self.options = options
         self.names = _names(schema)
-        self.path = options.get("path")
-        if not self.path:
-            raise ValueError("option 'path' is required: a store's storePathRootDir")
+        (self.broker, self.path), *more = stores(options)
+        if more:
+            raise ValueError("a stream reads one store: option 'path', not 'paths'")
         self.last: dict | None = None
 
     def _ends(self) -> dict:
@@ -300,8 +340,9 @@ class StreamReader(DataSourceStreamReader):
 
     def read(self, partition: InputPartition):
         assert isinstance(partition, QueueSlice)        # (what this reader's partitions() planned)
-        yield from storefiles.read_batches(self.path, partition.topic, partition.qid, partition.start, partition.end,
-                                           names=self.names, on_corrupt=self.options.get("onCorruptRecord", "fail"))
+        yield from _with_broker(storefiles.read_batches(
+            self.path, partition.topic, partition.qid, partition.start, partition.end, names=_record_names(self.names),
+            on_corrupt=self.options.get("onCorruptRecord", "fail")), self.names, self.broker)
 
     def commit(self, end: dict) -> None:
         pass

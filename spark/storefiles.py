@@ -34,13 +34,16 @@ from rocketbox.store.salvage import TOMBSTONE_TAGS
 
 SCHEMA = ("topic string, queueId int, queueOffset long, physicalOffset long, storeTimestamp timestamp, "
           "bornTimestamp timestamp, bornHost string, storeHost string, msgId string, uniqKey string, tags string, "
-          "keys string, properties map<string,string>, reconsumeTimes int, sysFlag int, bodyCRC int, body binary")
+          "keys string, properties map<string,string>, reconsumeTimes int, sysFlag int, bodyCRC int, body binary, "
+          "brokerName string")
 ARROW_SCHEMA = pa.schema([
     ("topic", pa.string()), ("queueId", pa.int32()), ("queueOffset", pa.int64()), ("physicalOffset", pa.int64()),
     ("storeTimestamp", pa.timestamp("us", tz="UTC")), ("bornTimestamp", pa.timestamp("us", tz="UTC")),
     ("bornHost", pa.string()), ("storeHost", pa.string()), ("msgId", pa.string()), ("uniqKey", pa.string()),
     ("tags", pa.string()), ("keys", pa.string()), ("properties", pa.map_(pa.string(), pa.string())),
-    ("reconsumeTimes", pa.int32()), ("sysFlag", pa.int32()), ("bodyCRC", pa.int32()), ("body", pa.binary())])
+    ("reconsumeTimes", pa.int32()), ("sysFlag", pa.int32()), ("bodyCRC", pa.int32()), ("body", pa.binary()),
+    ("brokerName", pa.string())])
+RECORD_COLUMNS = tuple(ARROW_SCHEMA.names[:-1])   # what a record holds; brokerName is the store's (spark/source.py)
 CHECKPOINT_TS_AT = 0          # the checkpoint file's physicMsgTimestamp (FACTS §5.4)
 
 
@@ -285,7 +288,7 @@ def read_batches(store_root: str, topic: str, qid: int, start: int, end: int, *,
     records are read, then the strings are compared."""
     store = Store(store_root)
     log = CommitLog(store.commitlog)
-    want = names or tuple(ARROW_SCHEMA.names)
+    want = names or RECORD_COLUMNS
     cols = want if tags is None or "tags" in want else want + ("tags",)
     try:
         for at_off in range(start, end, chunk):
@@ -337,7 +340,7 @@ def _read_in(log: CommitLog, base: int, phys, size, qoff, topic, qid, flushed_ts
 
 def read_batch(store_root: str, topic: str, qid: int, start: int, end: int, **kw) -> pa.RecordBatch:
     """``read_batches`` as one batch."""
-    schema = pa.schema([ARROW_SCHEMA.field(c) for c in kw.get("names") or ARROW_SCHEMA.names])
+    schema = pa.schema([ARROW_SCHEMA.field(c) for c in kw.get("names") or RECORD_COLUMNS])
     batches = pa.Table.from_batches(list(read_batches(store_root, topic, qid, start, end, **kw)), schema) \
         .combine_chunks().to_batches()
     return batches[0] if batches else pa.RecordBatch.from_pylist([], schema)
@@ -364,7 +367,7 @@ def _columns(buf, at, phys, qoff, sys_flag, store_ts, topic: str | None, qid: in
     """The batch (columns ``names``, default all) of the records at ``at`` in ``buf``; ``topic``
     and ``qid`` None: each record's own (and its own queue offset), for records not read through
     one queue.  Only the asked columns are built (the body and the property map cost the most)."""
-    names = names or tuple(ARROW_SCHEMA.names)
+    names = names or RECORD_COLUMNS
     n = len(at)
     v6 = (sys_flag & (message.BORNHOST_V6 | message.STOREHOST_V6)) != 0
     if v6.any():
@@ -430,7 +433,8 @@ def _columns_slow(buf, at, phys, qoff, topic: str | None, qid: int | None) -> pa
         "msgId": r.msg_id, "uniqKey": r.properties.get("UNIQ_KEY"), "tags": r.properties.get("TAGS"),
         "keys": r.properties.get("KEYS"), "properties": list(r.properties.items()), "reconsumeTimes": r.reconsume_times,
         "sysFlag": r.sys_flag, "bodyCRC": r.body_crc, "body": b}
-        for r, q, p, b in zip(rows, qoff.tolist(), phys.tolist(), body)], schema=ARROW_SCHEMA)
+        for r, q, p, b in zip(rows, qoff.tolist(), phys.tolist(), body)],
+        schema=pa.schema([ARROW_SCHEMA.field(c) for c in RECORD_COLUMNS]))
 
 
 def read_at(store_root: str, phys: list[int], *, on_corrupt: str = "fail") -> pa.RecordBatch:

@@ -99,6 +99,26 @@ def test_a_batch_read_returns_what_the_client_pulls_field_by_field(appliance_fac
     assert stopped.count() == 120                              # a stopped store reads the same
 
 
+def test_several_appliances_stores_read_as_one_table_with_the_broker_name(appliance_factory, spark):
+    """A cluster's stores (here two brokers' appliances) as one DataFrame: option ``paths``."""
+    a = appliance_factory(namesrv=True, brokerName="broker-a").start()
+    b = appliance_factory(namesrv=True, brokerName="broker-b").start()
+    _send(a, "Many", 30)
+    _send(b, "Many", 12)
+    asyncio.run(read_topic(a, "Many"))                     # (dispatched)
+    asyncio.run(read_topic(b, "Many"))
+    df = spark.read.format("rocketbox").option("paths", f"broker-a={a.cfg.root},broker-b={b.cfg.root}") \
+        .option("topic", "Many").load()
+    counts = {r["brokerName"]: r["count"] for r in df.groupBy("brokerName").count().collect()}
+    assert counts == {"broker-a": 30, "broker-b": 12}
+    rows = df.where("brokerName = 'broker-b'").select("body", "brokerName").collect()
+    assert sorted(r.body for r in rows) == sorted(b"body-%d-" % i + b"x" * (i % 50) for i in range(12))
+    one = spark.read.format("rocketbox").option("path", a.cfg.root).option("topic", "Many").load()
+    assert {r.brokerName for r in one.select("brokerName").collect()} == {""}     # one store: the option's, or ""
+    with pytest.raises(Exception, match="BROKER=PATH"):
+        spark.read.format("rocketbox").option("paths", a.cfg.root).option("topic", "Many").load().collect()
+
+
 def test_errors_name_what_is_wrong(tmp_path, spark):
     from pyspark.errors import PySparkException
     with pytest.raises(Exception, match="not a RocketMQ store"):
