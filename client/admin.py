@@ -358,6 +358,31 @@ class Admin:
             groups.update(json.loads(resp.body).get("groupList") or ())
         return sorted(groups)
 
+    async def create_topic(self, topic: str, read_queues: int = 8, write_queues: int = 8, perm: int = 6,
+                           order: bool = False, *, cluster: str | None = None, broker: str | None = None) -> list[str]:
+        """UPDATE_AND_CREATE_TOPIC on every master of ``cluster`` (as ``mqadmin updateTopic -c``:
+        the topic then has queues on each broker group, and a producer spreads its sends over them),
+        or on the broker at ``broker``; -> the addresses that took it.  MQClientError naming a
+        cluster the name servers do not know."""
+        if broker is not None:
+            addrs = [broker]
+        else:
+            resp = await self.instance.call_namesrv(R.GET_BROKER_CLUSTER_INFO, what="the cluster")
+            info = loads_tolerant(resp.body.decode())
+            names = (info.get("clusterAddrTable") or {}).get(cluster)
+            if not names:
+                raise MQClientError(f"no cluster {cluster!r} at the name servers (clusters: "
+                                    f"{', '.join(sorted(info.get('clusterAddrTable') or {})) or 'none'})")
+            table = info.get("brokerAddrTable") or {}
+            addrs = sorted(a for n in names for k, a in ((table.get(n) or {}).get("brokerAddrs") or {}).items()
+                           if int(k) == 0)
+        for addr in addrs:
+            await self.instance.call(addr, R.UPDATE_AND_CREATE_TOPIC, {
+                "topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(read_queues),
+                "writeQueueNums": str(write_queues), "perm": str(perm), "topicFilterType": "SINGLE_TAG",
+                "topicSysFlag": "0", "order": str(order).lower()})
+        return addrs
+
     async def cluster(self) -> list[BrokerStatus]:
         """Every broker the name servers know (GET_BROKER_CLUSTER_INFO from the first that
         answers), each with its runtime figures (GET_BROKER_RUNTIME_INFO)."""

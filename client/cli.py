@@ -67,6 +67,18 @@ def add_arguments(sub) -> None:
     p.add_argument("-q", "--queue", type=int, help="with --purge: this queue only")
     p.add_argument("-n", "--namesrv")
     p.add_argument("-c", "--config")
+    p = sub.add_parser("topic-create", help="create or update a topic on every master of a cluster (-c, as mqadmin "
+                                            "updateTopic -c) or on one broker (-b)")
+    p.add_argument("-t", "--topic", required=True)
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("-c", "--cluster", help="every master of this cluster (the config file: --config)")
+    g.add_argument("-b", "--broker", help="this broker's address, host:port")
+    p.add_argument("-r", "--read-queues", type=int, default=8)
+    p.add_argument("-w", "--write-queues", type=int, default=8)
+    p.add_argument("-p", "--perm", type=int, default=6, help="2 write, 4 read, 6 both")
+    p.add_argument("-o", "--order", action="store_true", help="an ordered topic")
+    p.add_argument("-n", "--namesrv")
+    p.add_argument("--config")
     p = sub.add_parser("cluster", help="every broker the name servers know: address, version, in and out TPS, "
                                        "messages today and yesterday, disk use")
     p.add_argument("-n", "--namesrv")
@@ -182,6 +194,17 @@ async def _retention(args, namesrv: str) -> int:
     print(f"{where}: " + ("purged: messages stored before now are hidden" if args.purge else
                               f"messages stay visible {args.hours:g} h" if args.hours else "no retention of its own") +
           " (min offsets move within the dispatcher's next pass, cleanResourceInterval)")
+    return 0
+
+
+async def _topic_create(args, namesrv: str) -> int:
+    async with Admin(namesrv) as admin:
+        done = await admin.create_topic(args.topic, args.read_queues, args.write_queues, args.perm, args.order,
+                                        cluster=args.cluster, broker=args.broker)
+    for addr in done:
+        print(f"create topic to {addr} success.")
+    print(f"TopicConfig [topicName={args.topic}, readQueueNums={args.read_queues}, writeQueueNums={args.write_queues}, "
+          f"perm={args.perm}, order={str(args.order).lower()}]")
     return 0
 
 
@@ -480,7 +503,7 @@ async def _dlq_resend(args, namesrv: str) -> int:
 
 
 COMMANDS = {"produce": _produce, "consume": _consume, "topic-status": _topic_status, "progress": _progress,
-            "connections": _connections, "cluster": _cluster, "consumer-status": _consumer_status,
+            "connections": _connections, "cluster": _cluster, "topic-create": _topic_create, "consumer-status": _consumer_status,
             "resend": _resend, "reset-offset": _reset_offset, "retention": _retention, "delayed": _delayed,
             "dlq": _dlq, "dlq-resend": _dlq_resend, "timer-cancel": _timer_cancel, "query": _query}
 

@@ -25,6 +25,7 @@ FILE = 1 << 20
 def _name_server(tmp_path) -> tuple[subprocess.Popen, str]:
     """A name server alone (``appliance run nameserver``), outlives the brokers' kills."""
     addr = f"127.0.0.1:{next_port()}"
+    tmp_path.mkdir(parents=True, exist_ok=True)
     conf = tmp_path / "ns.conf"
     conf.write_text(f"namesrvAddr={addr}\nstorePathRootDir={tmp_path / 'ns'}\nlistenPort={next_port()}\n")
     log = open(tmp_path / "ns.log", "ab")
