@@ -37,6 +37,22 @@ def _produce(classes: str, tmp_path, ns: str, prefix: str, count: int) -> collec
     return collections.Counter(broker for _ok, broker, _key in ok)
 
 
+def _members(ns: str, group: str) -> int:
+    """How many members of ``group`` the brokers know (our admin client, as mqadmin consumerConnection)."""
+    import asyncio
+
+    from rocketbox.client.admin import Admin
+    from rocketbox.client.errors import MQClientError
+
+    async def count() -> int:
+        try:
+            async with Admin(ns) as admin:
+                return len((await admin.consumer_connection(group)).connections)
+        except MQClientError:
+            return 0
+    return asyncio.run(count())
+
+
 def _topic_create(app, ns: str) -> str:
     p = subprocess.run([sys.executable, "-m", "rocketbox.appliance", "topic-create", "-c", "Cl", "-t", "Spread",
                         "-r", "4", "-w", "4", "-n", ns, "--config", app.conf], cwd=ROOT, capture_output=True,
@@ -60,8 +76,6 @@ def test_two_broker_groups_share_a_topic_survive_a_dead_master_and_take_in_a_thi
         appliance_factory(brokerName="broker-b", brokerRole="SLAVE", brokerId="1", **common).start()
         out = _topic_create(a, ns1)
         assert out.count("success") == 2, out                        # both masters, as mqadmin updateTopic -c
-        by_broker = _produce(java_classes, tmp_path, ns, "p1", 200)
-        assert set(by_broker) == {"broker-a", "broker-b"} and min(by_broker.values()) >= 50, by_broker
 
         def start_consumers() -> list[str]:
             names = [f"c{len(consumers)}.out", f"c{len(consumers) + 1}.out"]
@@ -79,6 +93,10 @@ def test_two_broker_groups_share_a_topic_survive_a_dead_master_and_take_in_a_thi
             return all(f"{prefix}-{i}" in got for i in range(count))
 
         first = start_consumers()
+        _until(lambda: _members(ns, "cg") == 2, 60, lambda: _members(ns, "cg"))
+        time.sleep(3)                                                # (their rebalance shares the queues)
+        by_broker = _produce(java_classes, tmp_path, ns, "p1", 200)
+        assert set(by_broker) == {"broker-a", "broker-b"} and min(by_broker.values()) >= 50, by_broker
         _until(lambda: all_of(first, "p1", 200), 90, lambda: [len(c) for c in seen(first)])
         assert all(len(c) > 0 for c in seen(first)), [len(c) for c in seen(first)]     # the group shares the queues
         for c in consumers:
