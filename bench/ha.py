@@ -161,22 +161,31 @@ def _catch_up(args) -> dict:
     from rocketbox.shm.ringclient import PutRequest, RingClient
     port = args.port + 900
     common = {"brokerName": "bench", "brokerIP1": "127.0.0.1", "mappedFileSizeCommitLog": str(FILE), "namesrvAddr": ""}
-    m = BenchAppliance("rbx-ha-cu-m-", args.dir, {**common, "listenPort": port, "shmPrefix": "/rbx-ha-cu-m"}).start()
+    m = BenchAppliance("rbx-ha-cu-m-", args.dir, {**common, "listenPort": port, "shmPrefix": "/rbx-ha-cu-m",
+                                                  "haTransferBatchSize": str(args.chunk)}).start()
     s = None
     msh = _shared(m)
     try:
         ring = RingClient(config.load(m.conf), msh).open()
+        if ring.create_topic(TOPIC, 1) != 0:
+            raise RuntimeError(f"cannot create {TOPIC} on the catch-up master")
         body, want = os.urandom(args.body), args.catchup_mb * 1_000_000
         while int(msh.control[C.WRITTEN]) < want:
-            ring.put([PutRequest(TOPIC, 0, [body] * 64, ["KEYS\x01k"] * 64)], timeout=60)
+            (r,) = ring.put([PutRequest(TOPIC, 0, [body] * 64, ["KEYS\x01k"] * 64)], timeout=60)
+            if not r.ok:
+                raise RuntimeError(f"the catch-up master refused a batch: status {r.status}")
         ring.close()
         end = int(msh.control[C.WRITTEN])
-        t0 = time.monotonic()
         s = BenchAppliance("rbx-ha-cu-s-", args.dir, {**common, "listenPort": port + 100, "brokerRole": "SLAVE",
                                                        "brokerId": "1", "haMasterAddress": f"127.0.0.1:{port + 1}",
-                                                       "shmPrefix": "/rbx-ha-cu-s"}).start()
+                                                       "haTransferBatchSize": str(args.chunk),
+                                                       "shmPrefix": "/rbx-ha-cu-s"})
+        threading.Thread(target=s.start, daemon=True).start()
+        while not msh.control[C.SLAVE_COUNT]:              # timed from the slave's first report
+            time.sleep(0.001)
+        t0 = time.monotonic()
         while int(msh.control[C.SLAVE_ACKED]) < end:
-            time.sleep(0.01)
+            time.sleep(0.005)
         took = time.monotonic() - t0
         return {"mb": end / 1e6, "seconds": took, "mb_per_s": end / 1e6 / took, "disk_mb_per_s": _disk(args)}
     finally:
@@ -259,13 +268,15 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=32, help="sends in flight")
     ap.add_argument("--body", type=int, default=1024)
     ap.add_argument("--catchup-mb", type=int, default=256)
+    ap.add_argument("--chunk", type=int, default=32768, help="haTransferBatchSize of the catch-up pair")
     ap.add_argument("--port", type=int, default=30100)
     ap.add_argument("--dir", default=None)
     ap.add_argument("--rocketmq", default=ROCKETMQ_HOME)
     ap.add_argument("--no-rocketmq", action="store_true")
     args = ap.parse_args()
     print(f"# ha benchmark: seconds={args.seconds} rate={args.rate:.0f}/s window={args.window} body={args.body}B "
-          f"catch-up={args.catchup_mb} MB file={FILE >> 20} MiB, ASYNC_FLUSH, cpus={os.cpu_count()}", flush=True)
+          f"catch-up={args.catchup_mb} MB in chunks of {args.chunk} B, file={FILE >> 20} MiB, ASYNC_FLUSH, "
+          f"cpus={os.cpu_count()}", flush=True)
     lag = _lag(args)
     print(f"lag at {lag['rate']:,.0f} msgs/s (ASYNC_MASTER, rocketbox): p50 {lag['p50_ms']:.2f} ms  "
           f"p99 {lag['p99_ms']:.2f} ms  ({lag['samples']} samples)", flush=True)

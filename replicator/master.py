@@ -29,6 +29,8 @@ from rocketbox.store.view import StoreView
 
 log = logging.getLogger("rocketbox.replicator")
 FOLLOW_S = 0.002                    # how often a caught-up connection looks at ``written`` again
+SEND_AHEAD = 1 << 20                # a slave behind is sent this much in one write (each chunk still at most
+                                    # haTransferBatchSize: a 4.9.8 slave reads into a 4 MiB buffer)
 LAG_SAMPLES, LAG_WINDOW_S = 100_000, 600.0   # the CommitLog's growth kept for lags in ms: this many, this long
 
 
@@ -87,6 +89,7 @@ class MasterService(ServerRole):
             if reading.done() and not reading.cancelled():
                 reading.exception()              # (read: how the slave left is said above, or not at all)
             reading.cancel()
+            reading.add_done_callback(lambda t: t.cancelled() or t.exception())   # (how it ended is said above)
             self.acked.pop(key, None)
             self._publish()
             writer.close()
@@ -148,16 +151,20 @@ class MasterService(ServerRole):
             end = int(self.ctl[C.WRITTEN])
             self._sample(end)
             if at < end:
-                mf = self.view.commitlog.file_for(at)
-                if mf is None:
-                    self.view.commitlog.refresh()
+                parts: list = []
+                ahead = min(end, at + SEND_AHEAD)        # chunks of haTransferBatchSize, written together
+                while at < ahead:
                     mf = self.view.commitlog.file_for(at)
                     if mf is None:
-                        raise ConnectionResetError(f"no CommitLog file holds offset {at} any more (retention)")
-                n = min(end, mf.end, at + self.cfg.haTransferBatchSize) - at
-                writer.writelines(HA.chunk(at, self.view.span(at, at + n).tobytes()))
+                        self.view.commitlog.refresh()
+                        mf = self.view.commitlog.file_for(at)
+                        if mf is None:
+                            raise ConnectionResetError(f"no CommitLog file holds offset {at} any more (retention)")
+                    n = min(ahead, mf.end, at + self.cfg.haTransferBatchSize) - at
+                    parts += HA.chunk(at, self.view.span(at, at + n).tobytes())
+                    at += n
+                writer.writelines(parts)
                 await writer.drain()
-                at += n
                 last_sent = loop.time()
                 continue
             if loop.time() - last_sent >= self.heartbeat_s:

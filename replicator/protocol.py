@@ -35,6 +35,30 @@ class Reports:
         return value
 
 
+class Frames:
+    """The master's frames out of the bytes read, as 4.9.8's slave reads them: ``[offset][size]``
+    then ``size`` bytes; BadStream for a size past ``max_size`` (no master sends one)."""
+
+    def __init__(self, max_size: int) -> None:
+        self.buf, self.max_size = bytearray(), max_size
+
+    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
+        """The frames completed by ``data``: (offset, bytes; empty for a heartbeat)."""
+        buf = self.buf
+        buf += data
+        out, at, head = [], 0, HEADER.size
+        while len(buf) - at >= head:
+            offset, size = HEADER.unpack_from(buf, at)
+            if not 0 <= size <= self.max_size:
+                raise BadStream(f"chunk header of {size} bytes at offset {offset}")
+            if len(buf) - at - head < size:
+                break
+            out.append((offset, bytes(buf[at + head:at + head + size])))
+            at += head + size
+        del buf[:at]
+        return out
+
+
 def chunk(start: int, data) -> list:
     """A master's frame: the header, then the CommitLog bytes from ``start`` (a bytes-like)."""
     return [HEADER.pack(start, len(data)), data]

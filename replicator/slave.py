@@ -35,6 +35,9 @@ log = logging.getLogger("rocketbox.replicator")
 RECONNECT_S = 1.0
 CONNECT_TIMEOUT_S = 3.0
 RING_FULL_S = 0.002          # a full request ring is tried again this often
+READ_BYTES = 4 << 20         # what one read takes from the master at most (4.9.8's slave: a 4 MiB buffer)
+ENTRY_BYTES = 1 << 20        # its whole chunks go to the writer in REPLICA entries of at most this (and
+                             # half the request ring)
 
 
 class Dropped(Exception):
@@ -48,6 +51,7 @@ class SlaveService(ServerRole):
         self.heartbeat_s, self.housekeeping_s = cfg.haSendHeartbeatInterval / 1000, cfg.haHousekeepingInterval / 1000
         self.ring: RingClient | None = None
         self.view: StoreView | None = None
+        self.entry_max = ENTRY_BYTES
         self.said: str | bool | None = None    # the last reason logged for not replicating (said once);
                                                # False while replicating
         self.reported = 0                      # the last offset reported to the master
@@ -57,6 +61,7 @@ class SlaveService(ServerRole):
 
     def open(self) -> "SlaveService":
         self.ring = RingClient(self.cfg, self.sh).open()
+        self.entry_max = min(ENTRY_BYTES, self.ring.requests.max_entry - 4096)     # a REPLICA entry's bytes
         self.view = StoreView(self.cfg, self.sh, name="replicator").open()
         self.ctl[C.SLAVE_ACKED] = self.ctl[C.SLAVE_COUNT] = 0
         return self
@@ -122,28 +127,34 @@ class SlaveService(ServerRole):
             self.failed, self.conn = None, writer
             self._report(end, force=True)                       # at once: where to start
             last_report = time.monotonic()
+            frames = HA.Frames(self.cfg.mappedFileSizeCommitLog)
             while not self.stop_requested:
-                head = await asyncio.wait_for(reader.readexactly(HA.HEADER.size), self.housekeeping_s)
-                offset, size = HA.HEADER.unpack(head)
-                if size < 0 or size > self.cfg.mappedFileSizeCommitLog:
-                    raise HA.BadStream(f"chunk header of {size} bytes at offset {offset}")
-                if offset != end:
-                    if end or offset % self.cfg.mappedFileSizeCommitLog or int(self.ctl[C.MIN_PHYS]):
-                        raise Dropped(f"master pushed offset {offset}, not this slave's end {end}")
-                    end = offset                                # an empty slave, given the master's last file
-                    records = HA.Records(offset, self.cfg.mappedFileSizeCommitLog)   # only (4.9.8's master)
-                data = await asyncio.wait_for(reader.readexactly(size), self.housekeeping_s) if size else b""
+                data = await asyncio.wait_for(reader.read(READ_BYTES), self.housekeeping_s)
+                if not data:
+                    raise Dropped("closed by the master")
                 if int(self.ctl[C.WRITER_EPOCH]) != epoch:
                     raise Dropped("the slave's writer restarted")
                 if self.failed:
                     raise Dropped(self.failed)
-                if data:
-                    records.feed(offset, data)
-                    await self._push(offset, data)
+                start, run = end, list[bytes]()                 # what this read completed, in entries
+                for offset, chunk in frames.feed(data):
+                    if offset != end:
+                        if end or run or offset % self.cfg.mappedFileSizeCommitLog or int(self.ctl[C.MIN_PHYS]):
+                            raise Dropped(f"master pushed offset {offset}, not this slave's end {end}")
+                        start = end = offset                    # an empty slave, given the master's last file
+                        records = HA.Records(offset, self.cfg.mappedFileSizeCommitLog)   # only (4.9.8's master)
+                    if chunk:
+                        records.feed(offset, chunk)
+                        if run and end - start + len(chunk) > self.entry_max:
+                            await self._push(start, b"".join(run))
+                            start, run = end, list[bytes]()
+                        run.append(chunk)
+                        end += len(chunk)
+                if run:
+                    await self._push(start, run[0] if len(run) == 1 else b"".join(run))
                     if self.said is not False:                  # the first bytes of this connection
-                        log.info("replicator: replicating from master %s, from offset %d", addr, offset)
+                        log.info("replicator: replicating from master %s, from offset %d", addr, start)
                         self.said = False                       # (the next failure is said again)
-                    end += size
                 if time.monotonic() - last_report >= self.heartbeat_s:
                     self._report(self.written, force=True)
                     last_report = time.monotonic()
