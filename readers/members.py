@@ -192,6 +192,13 @@ class Members:
         else:
             self.rows["heartbeat_ms"][row] = now_ms
         old = self.data.get(group)
+        if old is not None:
+            # as 4.9.8's ConsumerGroupInfo.updateSubscription: a topic's subscription is replaced only
+            # by a newer version, so the members of a group, whose versions differ, do not undo each
+            # other's (a pull carrying the newest would be answered SUBSCRIPTION_NOT_LATEST for ever)
+            kept = {sub.topic: sub for sub in old.subs}
+            data.subs = [sub if sub.topic not in kept or sub.sub_version > kept[sub.topic].sub_version
+                         else kept[sub.topic] for sub in data.subs]
         if old is None or old.as_json() != data.as_json():
             self.details_changed = True
         self.data[group] = data

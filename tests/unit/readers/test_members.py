@@ -31,3 +31,28 @@ def test_a_members_change_on_one_reader_wakes_the_others_at_once(tmp_path):
     finally:
         sh.close()
         sh.unlink()
+
+
+def _group(version: int, topics=("T",)) -> ConsumerData:
+    return ConsumerData({"groupName": "g", "subscriptionDataSet": [
+        {"topic": t, "subString": "*", "subVersion": version} for t in topics]})
+
+
+def test_members_of_a_group_with_other_subscription_versions_keep_the_newest(tmp_path):
+    """Two members of one group heartbeat with their own subVersions: the newest stays, whichever
+    comes last (4.9.8's updateSubscription), else a pull carrying it is refused for ever."""
+    cfg = small_config(tmp_path / "store", "v")
+    sh = SharedState(cfg.geometry()).create()
+    try:
+        r = RingClient(cfg, sh).open()
+        m = Members(sh, r.slot)
+        a, b = object(), object()
+        m.heartbeat(a, "a", _group(200), now_ms=10**13, who=WHO)
+        m.heartbeat(b, "b", _group(100), now_ms=10**13, who=WHO)            # older: kept out
+        assert m.subscription("g", "T").sub_version == 200
+        m.heartbeat(b, "b", _group(300, ("T", "U")), now_ms=10**13, who=WHO)  # newer: in, and a new topic
+        assert m.subscription("g", "T").sub_version == 300 and m.subscription("g", "U").sub_version == 300
+        m.close(), r.close()
+    finally:
+        sh.close()
+        sh.unlink()
