@@ -87,8 +87,8 @@ class SlaveService(ServerRole):
                 else:
                     try:
                         await self._session(addr)
-                    except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, Dropped, HA.BadStream) as e:
-                        self._say(f"replication from master {addr} stopped: {type(e).__name__}: {e}")
+                    except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, Dropped, ValueError) as e:
+                        self._say(f"replication from master {addr} stopped: {type(e).__name__}: {e}")   # (BadStream too)
                 await self.sleep(RECONNECT_S)
         finally:
             sync.cancel()
