@@ -156,6 +156,7 @@ class NameServer(ServerRole):
     def unregister_broker(self, cmd, _conn):
         h = headers.decode(cmd)
         self.routes.unregister(h["brokerName"], h["brokerAddr"], h["brokerId"])
+        self.channel_of.pop(h["brokerAddr"], None)        # (gone already: its connection's close says nothing)
         return cmd.response()
 
     def route(self, cmd, _conn):
