@@ -85,3 +85,33 @@ def test_a_register_body_is_taken_whole_or_refused_with_what_is_wrong(body, says
     with pytest.raises(ValueError) as e:
         parse_register_body(body, False)
     assert says in str(e.value), str(e.value)
+
+
+def _register_cmd(addr: str, broker_id: int, code: int):
+    from rocketbox.remoting.codec import Command
+    from rocketbox.remoting.codes import RequestCode as R
+    body = json.dumps({"filterServerList": [], "topicConfigSerializeWrapper": {
+        "dataVersion": {"counter": 1, "timestamp": 5}, "topicConfigTable": TC}}).encode()
+    ext = {"brokerName": "b1", "brokerAddr": addr, "clusterName": "C", "haServerAddr": addr, "brokerId": str(broker_id),
+           "compressed": "false", "bodyCrc32": "0"}
+    return Command(code, ext, body if code == R.REGISTER_BROKER else b"")
+
+
+def test_a_broker_goes_with_the_connection_it_registered_through_and_only_with_it(tmp_path, caplog):
+    """4.9.8's onChannelDestroy: a killed master's routes go at once; a broker that registered again
+    through another connection, or unregistered, is not touched by an old one's close."""
+    from rocketbox.nameserver.service import NameServer
+    from rocketbox.remoting.codes import RequestCode as R
+    ns = NameServer("127.0.0.1", 0, str(tmp_path / "kv.json"))
+    first, second, slave = object(), object(), object()
+    ns.register_broker(_register_cmd("m:1", 0, R.REGISTER_BROKER), first)
+    ns.register_broker(_register_cmd("s:1", 1, R.REGISTER_BROKER), slave)
+    ns.register_broker(_register_cmd("m:1", 0, R.REGISTER_BROKER), second)     # reconnected
+    ns.closed(first)                                                          # the old one: nothing
+    assert ns.routes.route("Orders")["brokerDatas"][0]["brokerAddrs"] == {0: "m:1", 1: "s:1"}
+    ns.closed(second)                                                         # killed: gone, the slave stays
+    assert ns.routes.route("Orders")["brokerDatas"][0]["brokerAddrs"] == {1: "s:1"}
+    ns.unregister_broker(_register_cmd("s:1", 1, R.UNREGISTER_BROKER), slave)
+    caplog.clear()
+    ns.closed(slave)                                                          # unregistered first: quiet
+    assert ns.routes.route("Orders") is None and "unregistered" not in caplog.text
