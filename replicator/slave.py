@@ -208,6 +208,8 @@ class SlaveService(ServerRole):
         self._report(self.written)
 
     def _report(self, offset: int, force: bool = False) -> None:
-        if self.conn is not None and (force or offset > self.reported):
+        """The slave's end to the master, if it moved (or ``force``), while the connection is open
+        (the writer's answer may come after the master closed it, before the session has ended)."""
+        if self.conn is not None and not self.conn.is_closing() and (force or offset > self.reported):
             self.conn.write(HA.REPORT.pack(offset))
             self.reported = offset
