@@ -362,8 +362,7 @@ class PushConsumer:
                 mine.update(queues)
                 continue
             # the group's members as a master knows them, else (every master down) a slave
-            addr = min(route.masters.values(), default=None) or min(
-                (a for addrs in route.brokers.values() for a in addrs.values()), default=None)
+            addr = min(route.masters.values(), default=None) or min(route.addresses(), default=None)
             if addr is None:
                 continue
             resp = await self.instance.call(addr, R.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": self.group},

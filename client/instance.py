@@ -79,6 +79,10 @@ class TopicRoute:
         bid, addr = next(iter(addrs.items()))
         return addr, bid != 0
 
+    def addresses(self) -> set[str]:
+        """Every broker's address, masters and slaves."""
+        return {a for addrs in self.brokers.values() for a in addrs.values()}
+
     def admin(self, name: str) -> str:
         """Where offsets of broker ``name``'s queues go: its master, else any of its brokers (Java's
         ``findBrokerAddressInAdmin``).  KeyError when none is known."""
@@ -328,7 +332,7 @@ class ClientInstance:
         resp = await self.call_namesrv(R.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}, what=f"topic {topic}")
         known = self.broker_addrs()
         route = self.routes[topic] = TopicRoute(topic, loads_tolerant(resp.body.decode()))
-        if {a for addrs in route.brokers.values() for a in addrs.values()} - known and (self.consumers or self.producers):
+        if route.addresses() - known and (self.consumers or self.producers):
             await self.heartbeat_all()         # a broker we had not met: tell it who we are
         return route
 
@@ -351,7 +355,7 @@ class ClientInstance:
         """The brokers this client talks to: every master, and with consumers the slaves too (they
         may be read from)."""
         if self.consumers:
-            return {a for r in self.routes.values() for addrs in r.brokers.values() for a in addrs.values()}
+            return {a for r in self.routes.values() for a in r.addresses()}
         return {a for r in self.routes.values() for a in r.masters.values()}
 
     async def unregister(self, **group: str) -> None:

@@ -86,8 +86,6 @@ class MasterService(ServerRole):
         except asyncio.CancelledError:           # the role stops
             pass
         finally:
-            if reading.done() and not reading.cancelled():
-                reading.exception()              # (read: how the slave left is said above, or not at all)
             reading.cancel()
             reading.add_done_callback(lambda t: t.cancelled() or t.exception())   # (how it ended is said above)
             self.acked.pop(key, None)
@@ -144,7 +142,7 @@ class MasterService(ServerRole):
             self.sh.slot_wakers[i].post()
 
     async def _send(self, writer: asyncio.StreamWriter, at: int, reading: asyncio.Future) -> None:
-        loop = asyncio.get_running_loop()
+        loop, fsize = asyncio.get_running_loop(), self.cfg.mappedFileSizeCommitLog
         last_sent = loop.time()
         assert self.view is not None
         while not self.stop_requested and not reading.done():
@@ -154,14 +152,11 @@ class MasterService(ServerRole):
                 parts: list = []
                 ahead = min(end, at + SEND_AHEAD)        # chunks of haTransferBatchSize, written together
                 while at < ahead:
-                    mf = self.view.commitlog.file_for(at)
-                    if mf is None:
-                        self.view.commitlog.refresh()
-                        mf = self.view.commitlog.file_for(at)
-                        if mf is None:
-                            raise ConnectionResetError(f"no CommitLog file holds offset {at} any more (retention)")
-                    n = min(ahead, mf.end, at + self.cfg.haTransferBatchSize) - at
-                    parts += HA.chunk(at, self.view.span(at, at + n).tobytes())
+                    n = min(ahead, at - at % fsize + fsize, at + self.cfg.haTransferBatchSize) - at
+                    try:
+                        parts += HA.chunk(at, self.view.span(at, at + n).tobytes())
+                    except ValueError as e:              # (its file deleted by retention meanwhile)
+                        raise ConnectionResetError(str(e)) from None
                     at += n
                 writer.writelines(parts)
                 await writer.drain()

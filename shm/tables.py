@@ -154,6 +154,15 @@ class QueueIndex:
         return s
 
 
+def offset_table(keys: list[str], qids: np.ndarray, values: np.ndarray) -> dict:
+    """The committed offsets of the slots whose keys are ``keys`` ("topic@group", decoded), as
+    consumerOffset.json and GET_ALL_CONSUMER_OFFSET hold them: {key: {queue id (str): offset}}."""
+    out: dict[str, dict] = {}
+    for key, qid, offset in zip(keys, qids.tolist(), values.tolist()):
+        out.setdefault(key, {})[str(qid)] = offset
+    return out
+
+
 class OffsetIndex:
     """Committed consumer offsets (shared table written by the writer, writer/groups.py)."""
 
@@ -178,10 +187,7 @@ class OffsetIndex:
     def table(self) -> dict:
         """Every committed offset: {"topic@group": {queue id (str): offset}}."""
         n = int(self.control[C.OFFSET_COUNT])
-        out: dict[str, dict] = {}
-        for key, qid, offset in zip(self.keys[:n].tolist(), self.qids[:n].tolist(), self.values[:n].tolist()):
-            out.setdefault(key.decode(), {})[str(qid)] = offset
-        return out
+        return offset_table([key.decode() for key in self.keys[:n].tolist()], self.qids[:n], self.values[:n])
 
     def _catch_up(self) -> None:
         """Index the slots the writer took since the last look (slots are never given back)."""

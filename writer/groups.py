@@ -17,6 +17,7 @@ import time
 import numpy as np
 
 from rocketbox.shm.layout import C
+from rocketbox.shm.tables import offset_table
 from rocketbox.store import configfile
 from rocketbox.store.groupconfig import offset_key, subscription_group  # noqa: F401  (their records live in store/)
 from rocketbox.writer.filethread import FileThread
@@ -85,10 +86,7 @@ class ConsumerOffsets:
         """consumerOffset.json's content, read off the shared table's columns in one go (the
         file's keys are sorted when it is written)."""
         n = int(self.control[C.OFFSET_COUNT])
-        out: dict[str, dict] = {}
-        for name, qid, offset in zip(self.names, self.qids[:n].tolist(), self.values[:n].tolist()):
-            out.setdefault(name, {})[str(qid)] = offset
-        return {"offsetTable": out}
+        return {"offsetTable": offset_table(self.names[:n], self.qids[:n], self.values[:n])}
 
     def persist(self) -> None:
         """In the writer's loop: consumerOffset.json every ``PERSIST_INTERVAL_S`` while offsets
