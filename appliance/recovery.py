@@ -176,7 +176,8 @@ def recover(cfg, shared) -> RecoveryReport:
         if abnormal and files:
             redispatch = min(redispatch, scan_from)
         cutoff = min(end, scan_from) if abnormal else end
-        redispatch = min(redispatch, _trim_index(cfg, cutoff), _index_end(cfg, commitlog, end))
+        redispatch = min(redispatch, indexfile.trim(cfg.index_dir, cutoff, cfg.maxHashSlotNum, cfg.maxIndexNum),
+                         _index_end(cfg, commitlog, end))
         lost = _lost_queue_dirs(cfg, topics)
         if files and (lost or moved):
             if lost:
@@ -313,29 +314,6 @@ def _store_ts_after(d: Damage) -> int:
     still find the queue's records in order), or 0."""
     at = d.at + d.length
     return message.store_ts_of(d.mf.mm, at) if salvage.verified(d.mf.mm, at, d.mf.start + at, d.mf.size) else 0
-
-
-def _trim_index(cfg, cutoff: int) -> int:
-    """Drop the index entries of records at or past ``cutoff``: past the cut, or, after a crash,
-    from where the scan starts (the index is flushed through the checkpoint's index time, which the
-    scan start is older than).  A file is truncated there (``IndexFile.truncate``), not deleted, so
-    re-dispatch rebuilds only those entries; a file wholly past it goes.  -> the offset re-dispatch
-    must start from to add them back (a large number when nothing was dropped)."""
-    rebuild_from = 2**63 - 1
-    for path in indexfile.list_index_files(cfg.index_dir):
-        ix = indexfile.IndexFile(path, cfg.maxHashSlotNum, cfg.maxIndexNum, True).open()
-        try:
-            used, begin, last = ix.h("index_count") > 1, ix.h("begin_phys"), ix.h("end_phys")
-            if used and cutoff <= last and begin < cutoff:
-                ix.truncate(cutoff)
-                ix.flush()
-                rebuild_from = min(rebuild_from, cutoff)
-        finally:
-            ix.close()
-        if used and begin >= cutoff:
-            os.unlink(path)
-            rebuild_from = min(rebuild_from, begin)
-    return rebuild_from
 
 
 def _index_end(cfg, commitlog: MappedFileQueue, end: int) -> int:

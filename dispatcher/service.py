@@ -138,6 +138,8 @@ class DispatcherService(LoopRole):
 
     # ------------------------------------------------------------ one pass
     def step(self) -> bool:
+        if self.ctl[C.CUT_SEQ] != self.ctl[C.CUT_DISPATCHED]:
+            self._cut()                      # (before ``written`` is read: the writer lowered it first)
         start, written = int(self.ctl[C.DISPATCHED]), int(self.ctl[C.WRITTEN])
         if start >= written:
             return False
@@ -155,6 +157,38 @@ class DispatcherService(LoopRole):
         self.short = end < written           # stopped at a file end or max_pass_bytes
         self._wake_waiters()
         return True
+
+    def _cut(self) -> None:
+        """A slave's writer cut its CommitLog back (its master lost its tail: ``cut_to``), and waits
+        for this before the bytes go: every consume-queue entry and index entry at or past the cut
+        is dropped (files kept: readers map them), the queues' offsets and ``dispatched`` go back,
+        then ``cut_dispatched`` says so.  A pass that began before the cut has ended: this runs
+        first in a pass, and no later pass reads past the lowered ``written``."""
+        seq, to = int(self.ctl[C.CUT_SEQ]), int(self.ctl[C.CUT_TO])
+        if int(self.ctl[C.DISPATCHED]) > to:
+            v, dropped = self.sh.views, 0
+            for s in range(self.sh.queue_count()):
+                if not v["queue_max"][s]:
+                    continue
+                cq = self._cq((v["queue_names"][s].decode(), int(v["queue_ids"][s])))
+                if cq.max_phys > to:
+                    before = cq.max_offset
+                    cq.truncate_phys(to, running=True)
+                    dropped += before - cq.max_offset
+                    v["queue_min"][s], v["queue_max"][s] = cq.min_offset, cq.max_offset
+            if self.index is not None:
+                self.index.close()
+                self.index = None
+            if self.cfg.messageIndexEnable:
+                indexfile.trim(self.cfg.index_dir, to, self.cfg.maxHashSlotNum, self.cfg.maxIndexNum)
+                files = indexfile.list_index_files(self.cfg.index_dir)
+                if files:
+                    self.index = indexfile.IndexFile(files[-1], self.cfg.maxHashSlotNum, self.cfg.maxIndexNum,
+                                                     True).open()
+            log.warning("the CommitLog was cut back to offset %d (dispatched to %d): %d consume-queue entries "
+                        "past it dropped, and the index's", to, int(self.ctl[C.DISPATCHED]), dropped)
+            self.ctl[C.DISPATCHED] = to
+        self.ctl[C.CUT_DISPATCHED] = seq
 
     def _dispatch(self, mf, starts: list[int], sizes: list[int]) -> int:
         """One pass's records, on the vector path or record by record.  -> the last one's store time."""

@@ -151,8 +151,31 @@ class FlusherService(LoopRole):
             return
         self.no_room.cleared()
 
+    # ------------------------------------------------------------ a slave's cut
+    def _cut(self) -> None:
+        """A slave's writer cut its CommitLog back to ``cut_to`` (its master lost its tail) and
+        waits for this before the bytes go: ``flushed`` and the checkpoint's offsets come back to
+        it, so that neither a flush nor recovery takes what follows the cut as stored.  Runs first
+        in a pass: a flush that read the old ``written`` has ended."""
+        seq, to = int(self.ctl[C.CUT_SEQ]), int(self.ctl[C.CUT_TO])
+        if self.ctl[C.FLUSHED] > to:
+            self.ctl[C.FLUSHED] = to
+        cp = self.checkpoint
+        if cp.physic_offset > to or cp.logics_offset > to:
+            cp.physic_offset, cp.logics_offset = min(cp.physic_offset, to), min(cp.logics_offset, to)
+            try:
+                cp.save()
+            except OSError as e:
+                if not no_space(e):
+                    raise
+                self.no_room.met(f"cannot write the checkpoint ({e}); the cut of the CommitLog waits for it")
+                return
+        self.ctl[C.CUT_FLUSHED] = seq
+
     # ------------------------------------------------------------ loop
     def step(self) -> bool:
+        if self.ctl[C.CUT_SEQ] != self.ctl[C.CUT_FLUSHED]:
+            self._cut()
         did = self.flush_commitlog(force=self.cfg.sync_flush)
         self.flush_logics()
         return did

@@ -9,8 +9,12 @@ empty 4.x slave never gets the older files); another value starts there. Then ch
 32 KiB, never across a file's end, of what is written (``written``; not necessarily flushed, as
 4.9.8), as soon as it is written (the writer's passes are followed every few ms); a heartbeat
 when nothing was sent for 5 s (``haSendHeartbeatInterval``); the connection is closed after 20 s
-without a report (``haHousekeepingInterval``), or at a report past the master's end (a slave
-ahead of its master).
+without a report (``haHousekeepingInterval``), or at an ack past the master's end.
+
+Beyond 4.9.8: a slave whose first report is past what this start of the master shares with it
+(past ``boot_written`` and past anything this start sent: the master lost its tail) is asked to
+cut back to ``boot_written`` (``_cut``) instead of being left stuck; its reports count as acks
+only once it streams.
 """
 from __future__ import annotations
 
@@ -42,6 +46,7 @@ class MasterService(ServerRole):
         self.acked: dict[int, int] = {}             # connection id -> its slave's last report
         self.samples: collections.deque = collections.deque()   # (CommitLog end, monotonic s) as it grew
         self.view: StoreView | None = None
+        self.said_cut: set = set()                  # (slave host, its report) asked to cut, said once
 
     def open(self) -> "MasterService":
         self.view = StoreView(self.cfg, self.sh, name="replicator").open()
@@ -67,18 +72,19 @@ class MasterService(ServerRole):
 
     async def _slave(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer, key = writer.get_extra_info("peername"), id(writer)
-        reports, first = HA.Reports(), asyncio.get_running_loop().create_future()
-        reading = asyncio.ensure_future(self._read(reader, reports, key, first, peer))
+        link = _Link()
+        reading = asyncio.ensure_future(self._read(reader, link, key, peer))
         try:
-            await asyncio.wait({first, reading}, timeout=self.housekeeping_s, return_when=asyncio.FIRST_COMPLETED)
-            if not first.done():                 # closed, or silent, before its first report (a port probe)
+            await link.report_or_end(reading, self.housekeeping_s)
+            if link.latest is None:              # closed, or silent, before its first report (a port probe)
                 return
-            start = first.result()
-            end = int(self.ctl[C.WRITTEN])
+            start = link.latest
+            if start > max(int(self.ctl[C.BOOT_WRITTEN]), int(self.ctl[C.HA_SENT])):
+                start = await self._cut(writer, link, reading, peer)
+            link.streaming = True
+            self.acked[key] = start
+            self._publish()
             at = int(self.ctl[C.MIN_PHYS]) if start == 0 else start
-            if start > end:
-                log.warning("replicator: slave %s is ahead of this master (%d > %d): closed", peer, start, end)
-                return
             log.info("replicator: slave %s connected at offset %d; sending from %d", peer, start, at)
             await self._send(writer, at, reading)
         except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
@@ -92,8 +98,34 @@ class MasterService(ServerRole):
             self._publish()
             writer.close()
 
-    async def _read(self, reader, reports: HA.Reports, key: int, first: asyncio.Future, peer) -> None:
-        """The slave's reports: the first says where to start, each later one is its ack."""
+    async def _cut(self, writer: asyncio.StreamWriter, link: "_Link", reading: asyncio.Future, peer) -> int:
+        """A slave ahead of what this master's start shares with it: it holds bytes past
+        ``boot_written`` that no connection of this start sent (this master lost its tail; its
+        end may have grown since, with other records).  It is asked to cut back to
+        ``boot_written`` with a heartbeat header at that offset, every heartbeat interval, until
+        it reports no further (a rocketbox slave cuts, keeping what it cut; a 4.9.8 slave closes
+        the connection, as against a 4.9.8 master).  -> its report."""
+        to = int(self.ctl[C.BOOT_WRITTEN])
+        said = (peer[0] if peer else None, link.latest)
+        if said not in self.said_cut:
+            self.said_cut.add(said)
+            log.warning("replicator: slave %s reports offset %d, past this master's end when it started (%d): this "
+                        "master lost its tail (or is not its master); asking the slave to cut back to %d", peer, link.latest, to, to)
+        while True:
+            link.changed.clear()
+            writer.writelines(HA.chunk(to, b""))
+            await writer.drain()
+            await link.report_or_end(reading, self.heartbeat_s)
+            if reading.done():
+                raise reading.exception() or ConnectionResetError("closed by the slave")
+            assert link.latest is not None
+            if link.latest <= to:
+                return link.latest
+
+    async def _read(self, reader, link: "_Link", key: int, peer) -> None:
+        """The slave's reports: the first says where it is, each later one is its ack (counted
+        once it streams: what a slave ahead of this master reports is no ack)."""
+        reports = HA.Reports()
         while True:
             data = await asyncio.wait_for(reader.read(1 << 20), self.housekeeping_s)
             if not data:
@@ -101,12 +133,13 @@ class MasterService(ServerRole):
             value = reports.feed(data)
             if value is None:
                 continue
-            if not first.done():
-                first.set_result(value)
-            elif value > int(self.ctl[C.WRITTEN]):
-                raise ConnectionResetError(f"slave {peer} acked {value}, past this master's end")
-            self.acked[key] = value
-            self._publish()
+            link.latest = value
+            link.changed.set()
+            if link.streaming:
+                if value > int(self.ctl[C.WRITTEN]):
+                    raise ConnectionResetError(f"slave {peer} acked {value}, past this master's end")
+                self.acked[key] = value
+                self._publish()
 
     def _sample(self, end: int) -> None:
         """When the CommitLog reached ``end`` (for the lag in ms), sampled as connections follow it."""
@@ -160,6 +193,8 @@ class MasterService(ServerRole):
                     at += n
                 writer.writelines(parts)
                 await writer.drain()
+                if at > self.ctl[C.HA_SENT]:
+                    self.ctl[C.HA_SENT] = at
                 last_sent = loop.time()
                 continue
             if loop.time() - last_sent >= self.heartbeat_s:
@@ -169,3 +204,20 @@ class MasterService(ServerRole):
             await asyncio.sleep(FOLLOW_S)
         if reading.done() and reading.exception() is not None:
             raise reading.exception()   # type: ignore[misc]
+
+
+class _Link:
+    """One slave connection's reports, as its reading task takes them."""
+
+    def __init__(self) -> None:
+        self.latest: int | None = None          # its last report (None before the first)
+        self.changed = asyncio.Event()          # set at each report
+        self.streaming = False                  # it shares this master's history: its reports are acks
+
+    async def report_or_end(self, reading: asyncio.Future, timeout_s: float) -> None:
+        """Until its next report, the end of its reading task, or ``timeout_s``."""
+        waiter = asyncio.ensure_future(self.changed.wait())
+        try:
+            await asyncio.wait({waiter, reading}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 import time
 
 from rocketbox.net.client import split_addr
@@ -29,6 +30,7 @@ from rocketbox.shm import protocol as P
 from rocketbox.shm import registered
 from rocketbox.shm.layout import C
 from rocketbox.shm.ringclient import RingClient
+from rocketbox.store import message
 from rocketbox.store.view import StoreView
 
 log = logging.getLogger("rocketbox.replicator")
@@ -38,6 +40,7 @@ RING_FULL_S = 0.002          # a full request ring is tried again this often
 READ_BYTES = 4 << 20         # what one read takes from the master at most (4.9.8's slave: a 4 MiB buffer)
 ENTRY_BYTES = 1 << 20        # its whole chunks go to the writer in REPLICA entries of at most this (and
                              # half the request ring)
+_PHYS = struct.Struct(">q")
 
 
 class Dropped(Exception):
@@ -58,6 +61,7 @@ class SlaveService(ServerRole):
         self.written = 0                       # the CommitLog end the writer last answered
         self.failed: str | None = None         # why the writer refused a chunk (ends the connection)
         self.conn: asyncio.StreamWriter | None = None   # to the master, while connected
+        self.cut_rid = -1                      # the request id of the last CUT entry
 
     def open(self) -> "SlaveService":
         self.ring = RingClient(self.cfg, self.sh).open()
@@ -138,6 +142,14 @@ class SlaveService(ServerRole):
                     raise Dropped(self.failed)
                 start, run = end, list[bytes]()                 # what this read completed, in entries
                 for offset, chunk in frames.feed(data):
+                    if offset < end and not chunk:             # the master ends before this slave (it lost
+                        if run:                                 # its tail): a rocketbox master says so this way
+                            await self._push(start, b"".join(run))
+                            run = []
+                        await self._cut(addr, offset, end)
+                        start = end = offset
+                        records = HA.Records(offset, self.cfg.mappedFileSizeCommitLog)
+                        continue
                     if offset != end:
                         if end or run or offset % self.cfg.mappedFileSizeCommitLog or int(self.ctl[C.MIN_PHYS]):
                             raise Dropped(f"master pushed offset {offset}, not this slave's end {end}")
@@ -161,6 +173,53 @@ class SlaveService(ServerRole):
         finally:
             self.conn = None
             writer.close()
+
+    async def _cut(self, addr: str, to: int, end: int) -> None:
+        """Cut this slave's CommitLog back to ``to``, its master's end (the master lost its tail),
+        and report it; what is cut is kept in the quarantine (``WriterService._cut``).  Refused
+        (Dropped: said once, tried again at the next connection) when it does not look like a
+        lost tail: see ``_cut_refused``."""
+        assert self.ring is not None
+        await self._settled()
+        why = self._cut_refused(to, end)
+        if why:
+            raise Dropped(f"master {addr} ends at {to}, before this slave's end {end}, and this slave does not cut "
+                          f"back to it: {why}")
+        while (rid := self.ring.try_push_replica(to, b"", P.CUT)) is None:
+            self._on_wake()
+            await asyncio.sleep(RING_FULL_S)
+        self.cut_rid = rid
+        await self._settled()
+        if self.failed:
+            raise Dropped(self.failed)
+        log.warning("replicator: master %s ends at %d, before this slave's end %d (it lost its tail): this slave's "
+                    "CommitLog was cut back to it; the %d bytes cut are in the quarantine", addr, to, end, end - to)
+        self._report(to, force=True)
+
+    def _cut_refused(self, to: int, end: int) -> str | None:
+        """Why a cut back to ``to`` is not taken, or None: a master that is empty or holds
+        less than this slave's first byte (a new or wiped master, or another group's), a cut of
+        more than a CommitLog file, or ``to`` where no record of this slave's starts (their
+        histories differ there): the operator decides those (wipe this slave's store)."""
+        assert self.view is not None
+        fsize, first = self.cfg.mappedFileSizeCommitLog, int(self.ctl[C.MIN_PHYS])
+        if to <= 0:
+            return "the master is empty (a new or wiped master?); wipe this slave's store to copy it"
+        if to < first:
+            return f"the master ends before this slave's first byte ({first}); wipe this slave's store to copy it"
+        if end - to > fsize:
+            return f"that would cut {end - to} bytes, more than a CommitLog file ({fsize})"
+        at = to % fsize
+        if at == 0 or end - to < message.PREFIX.size:         # a file's start; a record not all here yet
+            return None
+        head = self.view.span(to, to + min(message.PREFIX.size, fsize - at)).tobytes()
+        total, magic = message.HEAD.unpack_from(head)
+        if magic == message.BLANK_MAGIC and total == fsize - at:
+            return None
+        if magic == message.MAGIC and len(head) == message.PREFIX.size \
+                and _PHYS.unpack_from(head, message.PHYS_OFFSET_AT)[0] == to:
+            return None
+        return f"no record of this slave's starts at {to}: its history and the master's differ"
 
     async def _settled(self) -> None:
         """Until the writer has answered every chunk of the last connection (or a new writer
@@ -196,8 +255,10 @@ class SlaveService(ServerRole):
         assert self.ring is not None
         self.ring.waker.drain()
         self.ring.poll()
-        for _rid, status, written in self.ring.replicas:
-            if status == P.SUCCESS:
+        for rid, status, written in self.ring.replicas:
+            if rid == self.cut_rid and status == P.SUCCESS:
+                self.written = written                  # (back: the cut)
+            elif status == P.SUCCESS:
                 self.written = max(self.written, written)
             elif self.failed is None:
                 self.failed = (f"the writer refused a chunk (status {status}; the CommitLog ends at {written})"

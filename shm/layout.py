@@ -82,15 +82,23 @@ CONTROL_FIELDS = (
     ("dispatch_unqueued", "dispatcher", "records no consume queue could take since boot (logged with their offset)"),
     ("retention_unconsumed", "cleaner", "messages deleted by retention before a subscribed group consumed them, "
                                         "since boot"),
+    ("cut_to", "writer", "a slave: the offset its CommitLog was last cut back to (its master lost its tail)"),
+    ("cut_seq", "writer", "a slave: bumped at each cut, once 'written' is lowered; the bytes go once the "
+                          "dispatcher and the flusher have taken it"),
+    ("cut_dispatched", "dispatcher", "the cut_seq whose cut the consume queues, the index and 'dispatched' took"),
+    ("cut_flushed", "flusher", "the cut_seq whose cut 'flushed' and the checkpoint took"),
+    ("ha_sent", "replicator", "a master: the furthest CommitLog offset it has sent a slave since this start (a "
+                              "slave at or below it, or below boot_written, shares this start's history)"),
 )
 # the field names as attributes (C.WRITTEN: its word); generated from the table, so Any to mypy
 C: Any = type("C", (), {name.upper(): i for i, (name, _w, _m) in enumerate(CONTROL_FIELDS)})
 CONTROL_LEN = 64      # int64 words reserved; room to grow without moving what follows
 assert len(CONTROL_FIELDS) <= CONTROL_LEN
-LAYOUT_MAGIC = 0x52424F580A       # "RBOX" v10 (v3: group names of 255 bytes, client ids of 248; v4: epoch_read_pos;
+LAYOUT_MAGIC = 0x52424F580B       # "RBOX" v11 (v3: group names of 255 bytes, client ids of 248; v4: epoch_read_pos;
                                   # v5: offset pulls; v6: slots of 16 words, pulls found and missed; v7: boot_written,
                                   # disk ratios; v8: registered_ms; v9: dispatch_unindexed, dispatch_unqueued,
-                                  # retention_unconsumed; v10: slave_count, slave_lag_*, replica_wait)
+                                  # retention_unconsumed; v10: slave_count, slave_lag_*, replica_wait;
+                                  # v11: cut_*, ha_sent)
 
 SLOT_FIELDS = (
     ("owner_pid", "slot owner", "pid holding the slot (flock'ed), 0 = free"),

@@ -23,6 +23,9 @@ of the slab TX_ENDED and appends nothing. Answered with a PUT_RESULT, as a PUT.
 REPLICA (request ring, a slave's replicator): REPLICA_HEAD, then raw CommitLog bytes from the
 master, to be written at ``offset`` as they are.  Answered with REPLICA_RESULT: SUCCESS when
 ``offset`` was the CommitLog's end, else MISPLACED (nothing written); ``written``: the end after it.
+
+CUT (request ring, a slave's replicator): REPLICA_HEAD alone: cut the CommitLog back to ``offset``
+(the master lost its tail).  Answered with REPLICA_RESULT: SUCCESS, ``written`` = ``offset``.
 """
 from __future__ import annotations
 
@@ -36,7 +39,7 @@ from rocketbox.remoting.codes import ResponseCode
 from rocketbox.shm.layout import OFFSET_KEY_BYTES
 from rocketbox.shm.ring import align8
 
-PUT, PUT_RESULT, TOPIC, TOPIC_RESULT, OFFSET, GROUP, TX_END, REPLICA, REPLICA_RESULT = 1, 2, 3, 4, 5, 6, 7, 8, 9
+PUT, PUT_RESULT, TOPIC, TOPIC_RESULT, OFFSET, GROUP, TX_END, REPLICA, REPLICA_RESULT, CUT = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
 
 SLAB_HEAD = np.dtype([("n_requests", "<u4"), ("n_records", "<u4"), ("records_bytes", "<u8")])
 REQUEST = np.dtype([

@@ -225,11 +225,13 @@ class ConsumeQueue:
         e = self.entries(queue_offset, 1)
         e["phys"], e["tags"], e["size"] = phys, tags, size
 
-    def truncate_phys(self, phys_offset: int) -> None:
-        """Drop every entry pointing at or past ``phys_offset`` (CommitLog tail was cut)."""
+    def truncate_phys(self, phys_offset: int, running: bool = False) -> None:
+        """Drop every entry pointing at or past ``phys_offset`` (CommitLog tail was cut): files
+        deleted and zeroed (recovery), or, ``running`` (readers map them), zeroed and kept
+        (``MappedFileQueue.cut``)."""
         lo = self.first_at_or_past(phys_offset)
         if lo < self.max_offset:
-            self.files.truncate(lo * ENTRY_SIZE)
+            (self.files.cut if running else self.files.truncate)(lo * ENTRY_SIZE)
             self.max_offset = lo
         self.max_phys = 0
         if self.max_offset > self.min_offset:

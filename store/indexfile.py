@@ -229,6 +229,29 @@ def list_index_files(directory: str) -> list[str]:
     return sorted(os.path.join(directory, n) for n in os.listdir(directory) if len(n) == 17 and n.isdigit())
 
 
+def trim(directory: str, cutoff: int, max_slots: int, max_entries: int) -> int:
+    """Drop the index entries of records at or past CommitLog offset ``cutoff`` (recovery: past the
+    cut, or, after a crash, from where its scan starts; a running slave whose master lost its
+    tail).  A file is truncated there (``IndexFile.truncate``), not deleted, so re-dispatch
+    rebuilds only those entries; a file wholly past it goes.  -> the offset re-dispatch must start
+    from to add them back (a large number when nothing was dropped)."""
+    rebuild_from = 2**63 - 1
+    for path in list_index_files(directory):
+        ix = IndexFile(path, max_slots, max_entries, True).open()
+        try:
+            used, begin, last = ix.h("index_count") > 1, ix.h("begin_phys"), ix.h("end_phys")
+            if used and cutoff <= last and begin < cutoff:
+                ix.truncate(cutoff)
+                ix.flush()
+                rebuild_from = min(rebuild_from, cutoff)
+        finally:
+            ix.close()
+        if used and begin >= cutoff:
+            os.unlink(path)
+            rebuild_from = min(rebuild_from, begin)
+    return rebuild_from
+
+
 def find(directory: str, key: str, max_slots: int, max_entries: int, max_count: int = 32) -> list[int]:
     """CommitLog offsets of the records indexed under ``key`` (``topic#key``), in every IndexFile
     of ``directory``, newest first (a hash match, not yet the key)."""

@@ -67,6 +67,22 @@ def syncfs(path: str) -> None:
 
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+_libc.fallocate.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+FALLOC_PUNCH = 0x01 | 0x02      # FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE
+
+
+def punch(path: str, at: int, end: int) -> None:
+    """Make bytes [at, end) of a file read as zero, its size and inode unchanged, so that every
+    process mapping it sees zeros at once and none takes a SIGBUS (the file never shrinks): their
+    blocks are punched out, or, where the filesystem cannot, zeros written over them."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        if at < end and _libc.fallocate(fd, FALLOC_PUNCH, at, end - at) != 0:
+            zeros = bytes(1 << 20)
+            while at < end:
+                at += os.pwrite(fd, memoryview(zeros)[:min(len(zeros), end - at)], at)
+    finally:
+        os.close(fd)
 
 
 def is_offset_name(name: str) -> bool:
@@ -265,6 +281,12 @@ class MappedFile:
             f.truncate(self.size)
         self._reserved, self._chunks, self._data_span = (0, 0), None, (0, 0)
 
+    def punch_from(self, pos: int) -> None:
+        """Make bytes [pos, size) read as zero while other processes map the file (``punch``);
+        what this process reserved there is forgotten."""
+        punch(self.path, pos, self.size)
+        self._reserved, self._chunks, self._data_span = (0, 0), None, (0, 0)
+
     def flush(self) -> None:
         """fdatasync the file.  Raises OSError; callers treat that as fatal."""
         fdatasync(self.path)
@@ -452,6 +474,14 @@ class MappedFileQueue:
             mf = self.file_for_write(offset)
             mf.reserve(offset - mf.start, min(end, mf.end) - mf.start, 0)
             offset = mf.end
+
+    def cut(self, offset: int) -> None:
+        """Make everything at or past ``offset`` read as zero, every file kept (``MappedFile.punch_from``):
+        other processes map them, and a file deleted and made again would be another file to them.
+        A running slave's cut (its master lost its tail); ``truncate`` is recovery's."""
+        for mf in self.files:
+            if offset < mf.end:
+                mf.punch_from(max(0, offset - mf.start))
 
     def truncate(self, offset: int) -> None:
         """Drop everything at or past ``offset``: later files deleted, the partial one zeroed."""

@@ -12,6 +12,10 @@ thrown away.  An entry:
 
 (``foundBy`` is "recovery", or the process that found it: ``reader-slot<n>``.)
 
+A slave whose master lost its tail cuts its CommitLog back to the master's end (docs/REPLICATION.md);
+the bytes it cut, whole records that no master holds any more, are kept as
+``cut-<20-digit offset>-<20-digit end>.commitlog`` (``keep_cut``): CommitLog bytes from that offset.
+
 Written by recovery (alone, before any role runs), the file replaced whole (``.tmp``, rename).
 A damaged record a running process finds and leaves in place (a reader's pull that checks CRCs)
 goes to that process's own ``found-<name>.jsonl``, a JSON line each.  ``load`` gives both.
@@ -101,6 +105,27 @@ def note(root: str, source: str, entry: dict, original: bytes) -> None:
     entry = dict(entry, bytes=path, time=int(time.time() * 1000))
     with open(os.path.join(d, f"found-{source}.jsonl"), "a", encoding="utf-8") as f:
         f.write(json.dumps(entry) + "\n")
+
+
+def keep_cut(root: str, offset: int, data) -> str:
+    """A slave's CommitLog bytes from ``offset`` that its cut drops, kept durably (written,
+    fsynced, then renamed into place).  -> the file's path.  Raises OSError (a full disk): the cut
+    must wait then."""
+    d = directory(root)
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, f"cut-{offset_to_name(offset)}-{offset_to_name(offset + len(data))}.commitlog")
+    tmp = path + ".tmp"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
 
 
 def add(root: str, entries: list[dict], originals: list[bytes]) -> None:

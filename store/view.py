@@ -277,8 +277,8 @@ class StoreView:
         """A record that fails a read's checks, left out of a pull: said once (by this process) in
         the log and the quarantine, with its bytes; the next stop (or start) makes it the tombstone
         recovery makes (``appliance.recovery.bury_found``)."""
-        if phys in self.damaged:
-            return
+        if phys in self.damaged or phys + size > self.ctl[C.WRITTEN]:
+            return                    # (past the end: a slave's cut took it while the pull read)
         self.damaged.add(phys)
         mf = self.commitlog.file_for(phys)
         log.error("CommitLog: the record at offset %d (%s queue %d offset %d, %d bytes) fails its checks (%s): "

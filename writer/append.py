@@ -126,6 +126,24 @@ class Appender:
         self.write_pos = end
         return P.SUCCESS
 
+    def read(self, at: int, end: int) -> bytes:
+        """The CommitLog's bytes [at, end), which may span files."""
+        out = []
+        while at < end:
+            mf = self.commitlog.file_for(at)
+            if mf is None:
+                raise ValueError(f"no CommitLog file holds offset {at}")
+            n = min(end, mf.end) - at
+            out.append(bytes(mf.mm[at - mf.start:at - mf.start + n]))
+            at += n
+        return b"".join(out)
+
+    def cut(self, offset: int) -> None:
+        """A slave's cut, once nobody reads past ``offset`` (``WriterService._cut``): every byte from
+        there reads as zero, files kept (``MappedFileQueue.cut``), and the end goes back to it."""
+        self.commitlog.cut(offset)
+        self.write_pos, self.reserved_to = offset, 0
+
     # ------------------------------------------------------------ steps both paths share
     def _queue_status(self, tidx: int, qid: int, topics: dict) -> int:
         """Step 1's rule for a request's queue: SUCCESS, TOPIC_NOT_EXIST (no such topic, or

@@ -36,7 +36,7 @@ from rocketbox.shm.layout import C, S
 from rocketbox.shm.ring import RingCorrupt
 from rocketbox.shm.role import IDLE_S, LoopRole
 from rocketbox.shm.tables import TableFull
-from rocketbox.store import message
+from rocketbox.store import message, quarantine
 from rocketbox.store.mappedfile import MappedFileQueue
 from rocketbox.writer.append import Appender, refused
 from rocketbox.writer.groups import ConsumerOffsets, SubscriptionGroups
@@ -144,7 +144,7 @@ class WriterService(LoopRole):
             n = P.RESULT_HEAD.itemsize + n_requests * P.RESULT.itemsize + n_records * 8
         elif kind in (P.OFFSET, P.GROUP):
             return 0
-        elif kind == P.REPLICA:
+        elif kind in (P.REPLICA, P.CUT):
             n = P.REPLICA_RES.itemsize
         else:
             n = P.TOPIC_RES.itemsize
@@ -176,6 +176,8 @@ class WriterService(LoopRole):
                 replies.append(self._topic(i, payload))
             elif kind == P.REPLICA:
                 replies.append(self._replica(payload))
+            elif kind == P.CUT:
+                replies.append(self._cut(payload))
             elif kind in (P.OFFSET, P.GROUP):
                 self._group_state(kind, payload)
                 replies.append(None)                     # (never answered)
@@ -234,6 +236,55 @@ class WriterService(LoopRole):
         res = np.zeros(1, P.REPLICA_RES)
         res[0] = (int(head["req_id"]), status, 0, self.appender.write_pos)
         return P.REPLICA_RESULT, [res]
+
+    def _cut(self, payload: np.ndarray):
+        """A CUT entry (a slave's replicator, whose master lost its tail): the CommitLog cut back
+        to ``offset``.  The bytes cut are kept in the quarantine first (``quarantine.keep_cut``);
+        then ``written`` is lowered and ``cut_seq`` bumped, and once the dispatcher and the flusher
+        have taken the cut (nothing reads past it any more) every byte from ``offset`` is zeroed,
+        files kept (readers map them).  A writer killed on the way leaves the entry unreleased:
+        the next one does it all again (each step is idempotent).  SUCCESS, or MISPLACED (not a
+        slave, or ``offset`` past the end or before the first byte), or SERVICE_NOT_AVAILABLE
+        (the bytes cut cannot be kept: nothing is cut)."""
+        assert self.appender is not None
+        head = payload[:P.REPLICA_HEAD.itemsize].view(P.REPLICA_HEAD)[0]
+        to, end, ctl = int(head["offset"]), self.appender.write_pos, self.ctl
+        status = P.SUCCESS
+        if not self.cfg.slave or not int(ctl[C.MIN_PHYS]) <= to <= end:
+            status = P.MISPLACED
+        else:
+            try:
+                kept = quarantine.keep_cut(self.cfg.root, to, self.appender.read(to, end)) if to < end else None
+            except OSError as e:
+                log.error("cannot keep the CommitLog's bytes %d-%d that the master no longer has (%s): not cut",
+                          to, end, e)
+                status = P.SERVICE_NOT_AVAILABLE
+            else:
+                ctl[C.WRITTEN] = to               # first: a pass that sees the cut reads no further
+                ctl[C.CUT_TO] = to
+                ctl[C.CUT_SEQ] += 1
+                self._cut_taken(int(ctl[C.CUT_SEQ]))
+                self.appender.cut(to)
+                if kept:
+                    log.warning("CommitLog cut back from %d to %d, its master's end (the master lost its tail); "
+                                "the %d bytes cut are kept in %s", end, to, end - to, kept)
+        res = np.zeros(1, P.REPLICA_RES)
+        res[0] = (int(head["req_id"]), status, 0, self.appender.write_pos)
+        return P.REPLICA_RESULT, [res]
+
+    def _cut_taken(self, seq: int) -> None:
+        """Until the dispatcher and the flusher have taken cut ``seq`` (or are not running: they
+        take it when they start, before reading a byte)."""
+        ctl, sh, since = self.ctl, self.sh, time.monotonic()
+        said = False
+        while not ((ctl[C.CUT_DISPATCHED] == seq or not ctl[C.PID_DISPATCHER])
+                   and (ctl[C.CUT_FLUSHED] == seq or not ctl[C.PID_FLUSHER])):
+            sh.dispatcher_waker.post()
+            sh.flusher_waker.post()
+            time.sleep(0.001)
+            if not said and time.monotonic() - since > 5:
+                log.warning("the CommitLog's cut waits for the dispatcher and the flusher to take it")
+                said = True
 
     # ------------------------------------------------------------ topics
     def _topic(self, ring: int, payload: np.ndarray):

@@ -179,3 +179,26 @@ def test_a_released_mapping_a_view_still_holds_counts_against_the_budget_until_c
     assert budget.lingering == [] and len(budget.lru) == 3
     for mf in files:
         mf.close()
+
+
+def test_a_running_cut_zeroes_past_the_offset_in_place_and_keeps_every_file(tmp_path):
+    """A slave's cut (its master lost its tail) while other processes map the files: the same
+    files (inodes) and sizes, every mapping reads zeros from the offset on, bytes before it kept,
+    and a writer reserves and writes there again."""
+    size = 1 << 16
+    writer = MappedFileQueue(str(tmp_path), size, True)
+    for start in (0, size, 2 * size):
+        writer.create(start).write(0, bytes([start // size + 1]) * size)
+    reader = MappedFileQueue(str(tmp_path), size, False).load()
+    inodes = [os.stat(f.path).st_ino for f in reader.files]
+    writer.cut(size + 1000)
+    assert [os.stat(f.path).st_ino for f in reader.files] == inodes
+    assert [os.path.getsize(f.path) for f in reader.files] == [size] * 3
+    first, second, third = (bytes(f.mm) for f in reader.files)
+    assert first == b"\x01" * size and third == bytes(size)
+    assert second == b"\x02" * 1000 + bytes(size - 1000)
+    writer.reserve(size + 1000, size + 2000)
+    writer.write(size + 1000, b"\x07" * 1000)
+    assert bytes(reader.files[1].mm[1000:2000]) == b"\x07" * 1000
+    writer.close()
+    reader.close()
