@@ -2,6 +2,7 @@
 4.9.8 master-slave pair beside them, the same Python client driving both, one after the other.
 
     .venv/bin/python -m bench.ha [--seconds 5] [--rate 20000] [--window 32] [--catchup-mb 256] [--no-rocketmq]
+                                 [--rows lag,sends,catchup]
 
 Rows:
 
@@ -13,8 +14,9 @@ Rows:
   single sends      Producer.send with ``--window`` in flight: ASYNC_MASTER against SYNC_MASTER
   batch sends       Producer.send_batch of 32 messages: the same
   catch-up          ``--catchup-mb`` MB stored on a master first, then an empty slave starts: MB/s
-                    until it has acknowledged all of it; beside it, this box's disk written with
-                    an fdatasync every 16 MiB (the target: at least half of that)
+                    until it has acknowledged all of it, and each role's CPU seconds meanwhile;
+                    beside it, this box's disk written with an fdatasync every 16 MiB, measured
+                    first on a quiet box (the target: at least half of that)
 
 rocketbox runs ASYNC_FLUSH with 2 readers; RocketMQ 4.9.8 a name server, a master and a slave (1 GiB
 heap each). The load generator (this process) shares the box's two cores with both appliances.
@@ -155,11 +157,14 @@ def _rocketbox_sends(args) -> dict:
 
 
 def _catch_up(args) -> dict:
-    """An empty rocketbox slave copying ``--catchup-mb`` MB from its master."""
+    """An empty rocketbox slave copying ``--catchup-mb`` MB from its master; the disk is measured
+    first, on a quiet box (after the catch-up the kernel is still writing back GBs)."""
     from rocketbox.appliance import config
     from rocketbox.shm.layout import C
     from rocketbox.shm.ringclient import PutRequest, RingClient
-    port = args.port + 900
+    port = args.port + 400             # (each row's appliances stopped before the next row starts)
+    os.sync()
+    disk = _disk(args)
     common = {"brokerName": "bench", "brokerIP1": "127.0.0.1", "mappedFileSizeCommitLog": str(FILE), "namesrvAddr": ""}
     m = BenchAppliance("rbx-ha-cu-m-", args.dir, {**common, "listenPort": port, "shmPrefix": "/rbx-ha-cu-m",
                                                   "haTransferBatchSize": str(args.chunk)}).start()
@@ -180,19 +185,49 @@ def _catch_up(args) -> dict:
                                                        "brokerId": "1", "haMasterAddress": f"127.0.0.1:{port + 1}",
                                                        "haTransferBatchSize": str(args.chunk),
                                                        "shmPrefix": "/rbx-ha-cu-s"})
-        threading.Thread(target=s.start, daemon=True).start()
+        done = threading.Event()
+
+        def start_slave() -> None:      # the thread lives on: the slave's stop-with-parent signal follows the
+            s.start()                   # thread that started it (PR_SET_PDEATHSIG)
+            done.wait()
+        threading.Thread(target=start_slave, daemon=True).start()
         while not msh.control[C.SLAVE_COUNT]:              # timed from the slave's first report
             time.sleep(0.001)
-        t0 = time.monotonic()
+        t0, cpu0 = time.monotonic(), _cpu(m, s)
         while int(msh.control[C.SLAVE_ACKED]) < end:
+            if time.monotonic() - t0 > 300:
+                raise TimeoutError(f"the slave acknowledged {int(msh.control[C.SLAVE_ACKED])} of {end} in 300 s")
             time.sleep(0.005)
+        done.set()
         took = time.monotonic() - t0
-        return {"mb": end / 1e6, "seconds": took, "mb_per_s": end / 1e6 / took, "disk_mb_per_s": _disk(args)}
+        cpu = {k: v - cpu0.get(k, 0.0) for k, v in _cpu(m, s).items()}
+        return {"mb": end / 1e6, "seconds": took, "mb_per_s": end / 1e6 / took, "disk_mb_per_s": disk,
+                "cpu": {k: v for k, v in sorted(cpu.items(), key=lambda kv: -kv[1]) if v >= 0.05 * took}}
     finally:
         msh.close()
         if s is not None:
             s.stop()
         m.stop()
+
+
+def _cpu(m: BenchAppliance, s: BenchAppliance) -> dict[str, float]:
+    """CPU seconds each role of the catch-up pair has used so far, as ``master replicator``."""
+    import psutil
+
+    from rocketbox.appliance import config
+    out = {}
+    for side, app in (("master", m), ("slave", s)):
+        run = config.load(app.conf).run_dir
+        for name in os.listdir(run) if os.path.isdir(run) else []:
+            if name.endswith(".pid"):
+                try:
+                    with open(os.path.join(run, name)) as f:
+                        t = psutil.Process(int(f.read())).cpu_times()
+                    out[f"{side} {name[:-4]}"] = t.user + t.system
+                    out[f"{side} {name[:-4]} (sys)"] = t.system
+                except (OSError, ValueError, psutil.Error):
+                    continue
+    return out
 
 
 def _disk(args) -> float:
@@ -273,13 +308,27 @@ def main() -> None:
     ap.add_argument("--dir", default=None)
     ap.add_argument("--rocketmq", default=ROCKETMQ_HOME)
     ap.add_argument("--no-rocketmq", action="store_true")
+    ap.add_argument("--rows", default="lag,sends,catchup", help="which rows: lag, sends, catchup")
     args = ap.parse_args()
+    rows = set(args.rows.split(","))
     print(f"# ha benchmark: seconds={args.seconds} rate={args.rate:.0f}/s window={args.window} body={args.body}B "
           f"catch-up={args.catchup_mb} MB in chunks of {args.chunk} B, file={FILE >> 20} MiB, ASYNC_FLUSH, "
           f"cpus={os.cpu_count()}", flush=True)
+    if "lag" in rows:
+        _lag_row(args)
+    if "sends" in rows:
+        _sends_rows(args)
+    if "catchup" in rows:
+        _catch_up_row(args)
+
+
+def _lag_row(args) -> None:
     lag = _lag(args)
     print(f"lag at {lag['rate']:,.0f} msgs/s (ASYNC_MASTER, rocketbox): p50 {lag['p50_ms']:.2f} ms  "
           f"p99 {lag['p99_ms']:.2f} ms  ({lag['samples']} samples)", flush=True)
+
+
+def _sends_rows(args) -> None:
     sends = {"rocketbox": _rocketbox_sends(args)}
     if not args.no_rocketmq:
         sends["rocketmq"] = _rocketmq_sends(args)
@@ -294,10 +343,14 @@ def main() -> None:
     for n in sends:
         st = sends[n]["SYNC_MASTER"]["single"]["statuses"]
         print(f"  {n} SYNC_MASTER single statuses: {st}")
+
+
+def _catch_up_row(args) -> None:
     cu = _catch_up(args)
     print(f"catch-up of an empty slave: {cu['mb']:.0f} MB in {cu['seconds']:.1f} s = {cu['mb_per_s']:.0f} MB/s "
           f"(this box's disk with fdatasync every 16 MiB: {cu['disk_mb_per_s']:.0f} MB/s; "
           f"ratio {cu['mb_per_s'] / cu['disk_mb_per_s']:.2f})", flush=True)
+    print("  CPU s meanwhile: " + ", ".join(f"{k} {v:.1f}" for k, v in cu["cpu"].items()), flush=True)
 
 
 if __name__ == "__main__":

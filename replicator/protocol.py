@@ -5,8 +5,9 @@ sans-IO: raw TCP on ``listenPort + 1``, no remoting frames.
     master -> slave   [i64 start offset][i32 size] + size bytes of raw CommitLog; size 0: heartbeat
 
 A master reads whole multiples of 8 and takes the last complete value; it sends at most
-``haTransferBatchSize`` bytes a chunk, never across a CommitLog file's end.  A slave checks that
-each chunk starts where its CommitLog ends, and that what arrives are records (``Records``).
+``haTransferBatchSize`` bytes a chunk, never across a CommitLog file's end.  A slave reads the
+frames where they landed (``Inbox``), and checks that each chunk starts where its CommitLog ends,
+and that what arrives are records (``Records``).
 """
 from __future__ import annotations
 
@@ -35,28 +36,63 @@ class Reports:
         return value
 
 
-class Frames:
-    """The master's frames out of the bytes read, as 4.9.8's slave reads them: ``[offset][size]``
-    then ``size`` bytes; BadStream for a size past ``max_size`` (no master sends one)."""
+class Inbox:
+    """The master's frames, read where they were received, as 4.9.8's slave reads them:
+    ``[offset][size]`` then ``size`` bytes; BadStream for a size past ``max_size`` (no master
+    sends one).  A socket receives into ``space()`` (``recv_into``, or an asyncio BufferedProtocol)
+    and says how much with ``received``; ``frames()`` gives the frames completed so far as views
+    into the buffer, valid until ``consumed()`` makes room again: no byte is copied on the way
+    in (a slave's catch-up, docs/PERFORMANCE.md)."""
 
-    def __init__(self, max_size: int) -> None:
-        self.buf, self.max_size = bytearray(), max_size
+    def __init__(self, max_size: int, capacity: int = 8 << 20):
+        self.max_size = max_size
+        self.buf = bytearray(capacity)
+        self.view = memoryview(self.buf)
+        self.start = self.end = 0          # bytes received, not consumed: [start, end)
+        self.parsed = 0                    # where ``frames()`` stopped: the next frame's header
+        self.need = HEADER.size            # the bytes of the frame starting there, as far as known
 
-    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
-        """The frames completed by ``data``: (offset, bytes; empty for a heartbeat)."""
-        buf = self.buf
-        buf += data
-        out, at, head = [], 0, HEADER.size
-        while len(buf) - at >= head:
-            offset, size = HEADER.unpack_from(buf, at)
+    def space(self) -> memoryview:
+        """Where the next bytes go (empty: the buffer is full until ``consumed``)."""
+        return self.view[self.end:]
+
+    def received(self, n: int) -> None:
+        self.end += n
+
+    def frames(self) -> list[tuple[int, memoryview]]:
+        """The frames completed since the last call: (offset, bytes; empty for a heartbeat)."""
+        out, at, head, view = [], self.parsed, HEADER.size, self.view
+        self.need = head
+        while self.end - at >= head:
+            offset, size = HEADER.unpack_from(view, at)
             if not 0 <= size <= self.max_size:
                 raise BadStream(f"chunk header of {size} bytes at offset {offset}")
-            if len(buf) - at - head < size:
+            if self.end - at < head + size:
+                self.need = head + size
                 break
-            out.append((offset, bytes(buf[at + head:at + head + size])))
+            out.append((offset, view[at + head:at + head + size]))
             at += head + size
-        del buf[:at]
+        self.parsed = at
         return out
+
+    def consumed(self) -> None:
+        """Every frame ``frames()`` gave is done with: their bytes go.  The frame not all here yet
+        moves to the buffer's front when the space after it runs low or cannot hold the rest of it
+        (the buffer grows for a frame larger than it)."""
+        self.start = self.parsed
+        if self.start == self.end:
+            self.start = self.end = self.parsed = 0
+            return
+        size = len(self.buf)
+        if self.start + self.need > size or size - self.end < size // 4:
+            n = self.end - self.start
+            if self.need > size:
+                buf = bytearray(2 * self.need)
+                buf[:n] = self.view[self.start:self.end]
+                self.buf, self.view = buf, memoryview(buf)
+            else:
+                self.view[:n] = self.view[self.start:self.end]
+            self.start, self.end, self.parsed = 0, n, 0
 
 
 def chunk(start: int, data) -> list:

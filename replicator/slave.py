@@ -37,7 +37,6 @@ log = logging.getLogger("rocketbox.replicator")
 RECONNECT_S = 1.0
 CONNECT_TIMEOUT_S = 3.0
 RING_FULL_S = 0.002          # a full request ring is tried again this often
-READ_BYTES = 4 << 20         # what one read takes from the master at most (4.9.8's slave: a 4 MiB buffer)
 ENTRY_BYTES = 1 << 20        # its whole chunks go to the writer in REPLICA entries of at most this (and
                              # half the request ring)
 _PHYS = struct.Struct(">q")
@@ -60,7 +59,7 @@ class SlaveService(ServerRole):
         self.reported = 0                      # the last offset reported to the master
         self.written = 0                       # the CommitLog end the writer last answered
         self.failed: str | None = None         # why the writer refused a chunk (ends the connection)
-        self.conn: asyncio.StreamWriter | None = None   # to the master, while connected
+        self.conn: asyncio.WriteTransport | None = None   # to the master, while connected
         self.cut_rid = -1                      # the request id of the last CUT entry
 
     def open(self) -> "SlaveService":
@@ -123,56 +122,65 @@ class SlaveService(ServerRole):
     async def _session(self, addr: str) -> None:
         await self._settled()
         host, port = split_addr(addr)
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), CONNECT_TIMEOUT_S)
+        inbox = HA.Inbox(self.cfg.mappedFileSizeCommitLog)
+        transport, rx = await asyncio.wait_for(
+            asyncio.get_running_loop().create_connection(lambda: _Receiver(inbox), host, port), CONNECT_TIMEOUT_S)
         try:
             epoch = int(self.ctl[C.WRITER_EPOCH])
             self.written = end = int(self.ctl[C.WRITTEN])
             records = self._records_to(end)
-            self.failed, self.conn = None, writer
+            self.failed, self.conn = None, transport
             self._report(end, force=True)                       # at once: where to start
             last_report = time.monotonic()
-            frames = HA.Frames(self.cfg.mappedFileSizeCommitLog)
+            fsize = self.cfg.mappedFileSizeCommitLog
             while not self.stop_requested:
-                data = await asyncio.wait_for(reader.read(READ_BYTES), self.housekeeping_s)
-                if not data:
-                    raise Dropped("closed by the master")
+                if rx.ended is None:
+                    await asyncio.wait_for(rx.arrived.wait(), self.housekeeping_s)
+                rx.arrived.clear()
+                frames = inbox.frames()
+                if not frames and rx.ended is not None:
+                    raise Dropped(rx.ended)
                 if int(self.ctl[C.WRITER_EPOCH]) != epoch:
                     raise Dropped("the slave's writer restarted")
                 if self.failed:
                     raise Dropped(self.failed)
-                start, run = end, list[bytes]()                 # what this read completed, in entries
-                for offset, chunk in frames.feed(data):
+                start, run, size = end, list[memoryview](), 0   # what arrived, in entries of the writer
+                for offset, chunk in frames:
                     if offset < end and not chunk:             # the master ends before this slave (it lost
                         if run:                                 # its tail): a rocketbox master says so this way
-                            await self._push(start, b"".join(run))
-                            run = []
+                            await self._push(start, run)
+                            run, size = [], 0
                         await self._cut(addr, offset, end)
                         start = end = offset
-                        records = HA.Records(offset, self.cfg.mappedFileSizeCommitLog)
+                        records = HA.Records(offset, fsize)
                         continue
                     if offset != end:
-                        if end or run or offset % self.cfg.mappedFileSizeCommitLog or int(self.ctl[C.MIN_PHYS]):
+                        if end or run or offset % fsize or int(self.ctl[C.MIN_PHYS]):
                             raise Dropped(f"master pushed offset {offset}, not this slave's end {end}")
                         start = end = offset                    # an empty slave, given the master's last file
-                        records = HA.Records(offset, self.cfg.mappedFileSizeCommitLog)   # only (4.9.8's master)
+                        records = HA.Records(offset, fsize)    # only (4.9.8's master)
                     if chunk:
                         records.feed(offset, chunk)
-                        if run and end - start + len(chunk) > self.entry_max:
-                            await self._push(start, b"".join(run))
-                            start, run = end, list[bytes]()
+                        if run and size + len(chunk) > self.entry_max:
+                            await self._push(start, run)
+                            start, run, size = end, [], 0
                         run.append(chunk)
+                        size += len(chunk)
                         end += len(chunk)
                 if run:
-                    await self._push(start, run[0] if len(run) == 1 else b"".join(run))
+                    await self._push(start, run)
                     if self.said is not False:                  # the first bytes of this connection
                         log.info("replicator: replicating from master %s, from offset %d", addr, start)
                         self.said = False                       # (the next failure is said again)
+                del run, frames                                 # (views into the inbox)
+                inbox.consumed()
+                rx.resume()
                 if time.monotonic() - last_report >= self.heartbeat_s:
                     self._report(self.written, force=True)
                     last_report = time.monotonic()
         finally:
             self.conn = None
-            writer.close()
+            transport.close()
 
     async def _cut(self, addr: str, to: int, end: int) -> None:
         """Cut this slave's CommitLog back to ``to``, its master's end (the master lost its tail),
@@ -185,7 +193,7 @@ class SlaveService(ServerRole):
         if why:
             raise Dropped(f"master {addr} ends at {to}, before this slave's end {end}, and this slave does not cut "
                           f"back to it: {why}")
-        while (rid := self.ring.try_push_replica(to, b"", P.CUT)) is None:
+        while (rid := self.ring.try_push_replica(to, [], P.CUT)) is None:
             self._on_wake()
             await asyncio.sleep(RING_FULL_S)
         self.cut_rid = rid
@@ -243,10 +251,11 @@ class SlaveService(ServerRole):
             at += n
         return records
 
-    async def _push(self, offset: int, data: bytes) -> None:
-        """A chunk to the writer, as soon as its ring has room."""
+    async def _push(self, offset: int, parts: list) -> None:
+        """Chunks to the writer as one entry (they follow each other from ``offset``), as soon as
+        its ring has room."""
         assert self.ring is not None
-        while self.ring.try_push_replica(offset, data) is None:
+        while self.ring.try_push_replica(offset, parts) is None:
             self._on_wake()
             await asyncio.sleep(RING_FULL_S)
 
@@ -274,3 +283,43 @@ class SlaveService(ServerRole):
         if self.conn is not None and not self.conn.is_closing() and (force or offset > self.reported):
             self.conn.write(HA.REPORT.pack(offset))
             self.reported = offset
+
+
+class _Receiver(asyncio.BufferedProtocol):
+    """The connection's bytes, received straight into an ``HA.Inbox``; reading pauses while it
+    is full (``resume`` once it was consumed)."""
+
+    def __init__(self, inbox: HA.Inbox):
+        self.inbox = inbox
+        self.transport: asyncio.Transport = None  # type: ignore[assignment]   # (set once connected)
+        self.arrived = asyncio.Event()
+        self.ended: str | None = None          # why no more bytes come
+        self.paused = False
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.inbox.space()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.inbox.received(nbytes)
+        self.arrived.set()
+        if not len(self.inbox.space()):
+            self.transport.pause_reading()
+            self.paused = True
+
+    def eof_received(self) -> bool:
+        self.ended = "closed by the master"
+        self.arrived.set()
+        return False
+
+    def connection_lost(self, exc) -> None:
+        if self.ended is None:
+            self.ended = f"connection lost: {exc}" if exc else "closed by the master"
+        self.arrived.set()
+
+    def resume(self) -> None:
+        if self.paused and len(self.inbox.space()):
+            self.paused = False
+            self.transport.resume_reading()

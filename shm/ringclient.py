@@ -479,14 +479,14 @@ class RingClient:
         return reply.status
 
     # ------------------------------------------------------------ a slave's replica
-    def try_push_replica(self, offset: int, data, kind: int = P.REPLICA) -> int | None:
-        """A REPLICA entry: the master's CommitLog bytes ``data`` for ``offset`` (a slave's replicator),
-        or a CUT entry (``data`` empty), without waiting; -> its request id (its result lands in
-        ``replicas``), None when the ring has no room now."""
+    def try_push_replica(self, offset: int, parts: list, kind: int = P.REPLICA) -> int | None:
+        """A REPLICA entry: the master's CommitLog bytes from ``offset``, the bytes-likes ``parts``
+        one after the other (a slave's replicator), or a CUT entry (no parts), without waiting;
+        -> its request id (its result lands in ``replicas``), None when the ring has no room now."""
         rid = self._reserve_ids(1)
         head = np.zeros(1, P.REPLICA_HEAD)
         head[0] = (rid, offset)
-        end = self._try_push(kind, [head, data])
+        end = self._try_push(kind, [head, *parts])
         if end is None:
             return None
         self.awaiting[rid] = end

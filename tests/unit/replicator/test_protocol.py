@@ -69,3 +69,41 @@ def test_the_master_takes_the_last_whole_report():
     assert reports.feed(HA.REPORT.pack(5)[:3]) is None
     assert reports.feed(HA.REPORT.pack(5)[3:] + HA.REPORT.pack(9) + HA.REPORT.pack(12)[:2]) == 9
     assert reports.feed(HA.REPORT.pack(12)[2:]) == 12
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_inbox_gives_every_frame_whole_however_the_bytes_arrive(seed):
+    """Frames read where they landed: cut anywhere by the socket, read from a buffer that fills
+    (the socket waits), moves a frame not all here yet to its front, and grows for a frame
+    larger than itself; each frame's bytes as sent, heartbeats included."""
+    rng = random.Random(seed)
+    sent, at = [], 0
+    for _ in range(300):
+        size = rng.choice([0, rng.randrange(1, 3000), rng.randrange(3000, 40000)])
+        sent.append((at, rng.randbytes(size)))
+        at += size
+    sent.append((at, rng.randbytes(70000)))                   # larger than the inbox
+    stream = b"".join(b"".join(bytes(p) for p in HA.chunk(o, d)) for o, d in sent)
+    inbox, got, pos = HA.Inbox(1 << 30, capacity=32768), [], 0
+    while pos < len(stream) or inbox.start < inbox.end:
+        space = inbox.space()
+        n = min(len(space), rng.randrange(1, 20000), len(stream) - pos)
+        space[:n] = stream[pos:pos + n]
+        inbox.received(n)
+        pos += n
+        got += [(o, bytes(v)) for o, v in inbox.frames()]
+        if rng.random() < 0.7 or not len(inbox.space()):      # (the slave consumes after its pushes)
+            inbox.consumed()
+        if pos == len(stream) and not n:
+            inbox.consumed()
+            if inbox.start == inbox.end:
+                break
+    assert got == sent
+
+
+def test_the_inbox_refuses_a_frame_no_master_sends():
+    inbox = HA.Inbox(1000, capacity=4096)
+    inbox.space()[:12] = b"".join(bytes(p) for p in HA.chunk(0, b""))[:8] + (1001).to_bytes(4, "big")
+    inbox.received(12)
+    with pytest.raises(HA.BadStream, match="1001 bytes"):
+        inbox.frames()
