@@ -31,6 +31,7 @@ import time
 
 import psutil
 
+from rocketbox import native
 from rocketbox.appliance import children, recovery
 from rocketbox.appliance.process import name_process
 from rocketbox.appliance.roles import FINISH_STOP, listeners, pid_path, preload, roles_for
@@ -141,6 +142,7 @@ class Supervisor:
         log.info("recovered (%s exit): CommitLog end %d, cut %d bytes, %d damaged spans quarantined, "
                  "re-dispatched from %d, %d queues", "abnormal" if report.abnormal else "normal", report.end_offset,
                  report.cut_bytes, report.damaged, report.redispatch_from, report.queues)
+        log.info("hot paths: %s", native.describe())
         stats.start(self.sh, int(time.time() * 1000), datetime.date.today().toordinal())
         self.started_at = time.monotonic()
         if not self.spawn:

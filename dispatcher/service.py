@@ -26,7 +26,7 @@ from rocketbox.dispatcher.retention import Retention
 from rocketbox.shm.layout import C, S
 from rocketbox.shm.role import IDLE_S, LoopRole
 from rocketbox.shm.tables import QueueIndex, append_queue
-from rocketbox.store import indexfile, message, propscan, salvage, timer
+from rocketbox.store import indexfile, message, propscan, salvage, timer, walk
 from rocketbox.store.consumequeue import ConsumeQueue, file_size_for
 from rocketbox.store.delay import SCHEDULE_TOPIC_BYTES, deliver_ts, level_of
 from rocketbox.store.errors import CorruptData, no_space, out_of_files
@@ -278,24 +278,13 @@ class DispatcherService(LoopRole):
         mm, base = mf.mm, mf.start
         assert mm is not None                    # (an open file's map)
         stop = written - base                    # a record must end by here: on a slave, ``written`` is where
-        at, limit = pos - base, min(stop, fsize, pos - base + self.max_pass_bytes)   # the master's bytes end
-        starts, sizes = [], []
-        unpack = message.HEAD.unpack_from
-        while at < limit:                        # the only per-record loop: where records start
-            if at + message.HEAD.size > stop:
-                break
-            total, magic = unpack(mm, at)
-            if magic != message.MAGIC:
-                if magic == message.BLANK_MAGIC:
-                    if fsize <= stop:
-                        at = fsize               # the rest of this file is filler
-                    break
-                raise CorruptData(mf.path, at, f"bad record (magic {magic & 0xFFFFFFFF:#x}, size {total}) below the written offset")
-            if at + total > stop:
-                break
-            starts.append(at)
-            sizes.append(total)
-            at += total
+        at = pos - base                          # the master's bytes end
+        starts, sizes, at, bad = walk.records(mm, at, stop, min(stop, fsize, at + self.max_pass_bytes), fsize,
+                                              message.MIN_RECORD_SIZE)
+        if bad >= 0:
+            total, magic = message.HEAD.unpack_from(mm, bad)
+            raise CorruptData(mf.path, bad, f"bad record (magic {magic & 0xFFFFFFFF:#x}, size {total}) below the "
+                                            "written offset")
         return mf, starts, sizes, base + at
 
     def _columns(self, b: "Batch"):

@@ -110,7 +110,8 @@ class MasterService(ServerRole):
         if said not in self.said_cut:
             self.said_cut.add(said)
             log.warning("replicator: slave %s reports offset %d, past this master's end when it started (%d): this "
-                        "master lost its tail (or is not its master); asking the slave to cut back to %d", peer, link.latest, to, to)
+                        "master lost its tail (or is not its master); asking the slave to cut back to %d",
+                        peer, link.latest, to, to)
         while True:
             link.changed.clear()
             writer.writelines(HA.chunk(to, b""))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import struct
 
-from rocketbox.store import message
+from rocketbox.store import message, walk
 
 REPORT = struct.Struct(">q")
 HEADER = struct.Struct(">qi")
@@ -121,15 +121,9 @@ class Records:
             return
         # the carry is the stream's bytes from ``next`` to ``start``
         buf = self.carry + bytes(data) if self.carry else memoryview(data)[self.next - start:]
-        base, at, fsize, head = self.next, 0, self.file_size, message.HEAD
-        while base + at + head.size <= end:
-            total, magic = head.unpack_from(buf, at)
-            pos = base + at
-            if magic == message.BLANK_MAGIC and total == fsize - pos % fsize:
-                at += total
-            elif magic == message.MAGIC and message.MIN_RECORD_SIZE <= total <= fsize - pos % fsize:
-                at += total
-            else:
-                raise BadStream(f"no record at offset {pos} (size {total}, magic {magic & 0xFFFFFFFF:#x})")
-        self.next = base + at
-        self.carry = bytes(buf[at:]) if self.next < end else b""
+        at, bad = walk.headers(buf, 0, self.next, self.file_size, message.MIN_RECORD_SIZE)
+        if bad >= 0:
+            total, magic = message.HEAD.unpack_from(buf, at)
+            raise BadStream(f"no record at offset {bad} (size {total}, magic {magic & 0xFFFFFFFF:#x})")
+        self.carry = bytes(buf[at:]) if at < len(buf) else b""
+        self.next += at

@@ -22,8 +22,8 @@ def appliance_factory(tmp_path, request):
 
 # modules left out of the fast lane (``pytest -m "not slow"``): real clients of other languages,
 # kills and damage, benchmarks, the long consumer-group scenarios; each runs in the whole suite
-SLOW = {"test_bench", "test_bench_features", "test_query", "test_sql92", "test_reply", "test_replication", "test_slave", "test_failover",
-        "test_ha_faults", "test_cluster",
+SLOW = {"test_bench", "test_bench_features", "test_bench_ha", "test_query", "test_sql92", "test_reply", "test_replication",
+        "test_slave", "test_failover", "test_ha_faults", "test_cluster",
         "test_client_install", "test_client_resilience", "test_examples", "test_gaps", "test_cppclient",
         "test_nodeclient", "test_transactions", "test_crash", "test_damage", "test_disk",
         "test_retention", "test_orderly", "test_reset_offset", "test_admin", "test_clients", "test_readers",
@@ -32,8 +32,8 @@ SLOW = {"test_bench", "test_bench_features", "test_query", "test_sql92", "test_r
 
 # the modules that take longest, longest first: handed to the workers before the rest (--dist
 # loadfile gives out modules in collection order), so no worker starts one of them at the end
-LONGEST = ["test_spark", "test_bench", "test_bench_features", "test_cluster", "test_failover", "test_systemd", "test_cppclient",
-           "test_examples", "test_appliance",
+LONGEST = ["test_spark", "test_bench", "test_bench_features", "test_bench_ha", "test_cluster", "test_failover", "test_systemd",
+           "test_cppclient", "test_examples", "test_appliance",
            "test_crash", "test_transactions", "test_damage", "test_delay", "test_timer", "test_gaps", "test_readers", "test_client_install"]
 
 

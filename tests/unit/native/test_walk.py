@@ -1,0 +1,58 @@
+"""The compiled record walks (native/_native.c) against their Python twins (store/walk.py): the
+same generated CommitLog bytes, cut and damaged at seeded random places, through both; every
+result must be equal, field for field."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from rocketbox.native import compiled
+from rocketbox.store import message, walk
+from tests.unit.replicator.test_protocol import FILE, commitlog
+
+pytestmark = pytest.mark.skipif(compiled is None, reason="the compiled hot paths are not built (or "
+                                                        "ROCKETBOX_PURE_PYTHON=1): nothing to compare")
+MIN = message.MIN_RECORD_SIZE
+
+
+def damaged(rng: random.Random, data: bytes) -> bytes:
+    """``data`` with a few bytes overwritten at a random place (or as it is), as a disk or a peer
+    might hand it over: a size, a magic or the middle of a body."""
+    if rng.random() < 0.3:
+        return data
+    b = bytearray(data)
+    at, n = rng.randrange(len(b) - 8), rng.choice([1, 4, 8])
+    b[at:at + n] = rng.randbytes(n)
+    return bytes(b)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_dispatchers_walk_is_the_same_compiled_and_in_python(seed):
+    rng = random.Random(seed)
+    data = damaged(rng, commitlog(rng, 1))
+    for _ in range(20):
+        at = 0 if rng.random() < 0.5 else rng.randrange(FILE)
+        stop = rng.choice([rng.randrange(at, FILE + 1), FILE + rng.randrange(1, FILE)])   # (past: written
+        limit = rng.choice([min(stop, FILE), rng.randrange(at, min(stop, FILE) + 1)])      # is in a later file)
+        args = (data, at, stop, limit, FILE, MIN)
+        assert walk.records(*args) == walk.py_records(*args), args[1:]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_slaves_stream_check_is_the_same_compiled_and_in_python(seed):
+    rng = random.Random(seed)
+    data = damaged(rng, commitlog(rng, 2))
+    for _ in range(20):
+        lo = rng.randrange(len(data))
+        buf = memoryview(data)[lo:rng.randrange(lo, len(data) + 1)]
+        skip = rng.choice([0, rng.randrange(0, 3000)])
+        pos = rng.choice([lo, rng.randrange(0, 10 * FILE)])
+        args = (buf, skip, pos, FILE, MIN)
+        assert walk.headers(*args) == walk.py_headers(*args), (lo, len(buf), skip, pos)
+
+
+@pytest.mark.parametrize("records", [walk.records, walk.py_records])
+def test_a_walk_past_the_buffer_is_refused_not_read(records):
+    with pytest.raises(ValueError, match="past the buffer"):
+        records(b"\0" * 16, 0, 17, 17, FILE, MIN)
