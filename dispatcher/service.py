@@ -26,7 +26,7 @@ from rocketbox.dispatcher.retention import Retention
 from rocketbox.shm.layout import C, S
 from rocketbox.shm.role import IDLE_S, LoopRole
 from rocketbox.shm.tables import QueueIndex, append_queue
-from rocketbox.store import indexfile, message, propscan, salvage, timer, walk
+from rocketbox.store import fields, indexfile, message, propscan, salvage, timer, walk
 from rocketbox.store.consumequeue import ConsumeQueue, file_size_for
 from rocketbox.store.delay import SCHEDULE_TOPIC_BYTES, deliver_ts, level_of
 from rocketbox.store.errors import CorruptData, no_space, out_of_files
@@ -49,32 +49,18 @@ def waits(e: BaseException) -> bool:
     return no_space(e) or out_of_files(e)
 
 
-def _gather(view: np.ndarray, at: np.ndarray, width: int, dtype: str) -> np.ndarray:
-    """Big-endian integers of ``width`` bytes at each offset in ``at``, in one numpy gather."""
-    return view[at[:, None] + np.arange(width)].view(dtype).ravel().astype(np.int64)
-
-
 class Batch:
-    """One pass's records as columns, gathered with numpy: the fixed fields, and where each
-    record's topic and properties lie in the file's view."""
+    """One pass's records as columns (``store/fields.py``: compiled, or gathered with numpy), and
+    where each record's topic and properties lie in the file's view."""
 
     def __init__(self, mf, starts: np.ndarray, sizes: np.ndarray):
-        v = mf.view
+        cols = fields.fields(mf.view, starts)
         self.phys, self.size = mf.start + starts, sizes
-        self.queue_id = _gather(v, starts + message.QUEUE_ID_AT, 4, ">i4")
-        self.queue_offset = _gather(v, starts + message.QUEUE_OFFSET_AT, 8, ">i8")
-        self.sys_flag = _gather(v, starts + message.SYSFLAG_AT, 4, ">i4")
-        born6 = (self.sys_flag & message.BORNHOST_V6) != 0
-        store6 = (self.sys_flag & message.STOREHOST_V6) != 0
-        self.store_ts = _gather(v, starts + message.STORE_TS_AT + message.HOST_V6_EXTRA * born6, 8, ">i8")
-        header = message.HEADER_V4_SIZE + message.HOST_V6_EXTRA * (born6.astype(np.int64) + store6)
-        topic_at = starts + header + _gather(v, starts + header - 4, 4, ">i4")
-        topic_len = v[topic_at].astype(np.int64)
-        props_at = topic_at + 3 + topic_len
-        props_len = _gather(v, topic_at + 1 + topic_len, 2, ">i2")
-        self.topic_at, self.topic_len = topic_at, topic_len
-        self.props_at, self.props_len = props_at, props_len
-        self.view = v
+        self.queue_id, self.queue_offset = cols[fields.QUEUE_ID], cols[fields.QUEUE_OFFSET]
+        self.sys_flag, self.store_ts = cols[fields.SYS_FLAG], cols[fields.STORE_TS]
+        self.topic_at, self.topic_len = cols[fields.TOPIC_AT], cols[fields.TOPIC_LEN]
+        self.props_at, self.props_len = cols[fields.PROPS_AT], cols[fields.PROPS_LEN]
+        self.view = mf.view
 
 
 class DispatcherService(LoopRole):
