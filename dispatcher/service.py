@@ -312,23 +312,19 @@ class DispatcherService(LoopRole):
         return slots, tags, index_abs(hashes(starts[order], lens[order], group_seed[group[rows]])), rows
 
     def _groups(self, b: "Batch"):
-        """Group the pass's records by (topic, queue id), comparing the topic bytes themselves.
-        -> (group of each record, and per group: queue slot, topic, hash of ``topic#``)."""
-        width = int(b.topic_len.max()) + 1
-        cols = np.arange(width)
-        mat = b.view[b.topic_at[:, None] + cols]                 # length byte, then the topic
-        mat[cols > b.topic_len[:, None]] = 0
-        qid = b.queue_id.astype(">i4").view(np.uint8).reshape(-1, 4)
-        rows = np.ascontiguousarray(np.concatenate((mat, qid), axis=1))
-        _, first, group = np.unique(rows.view(np.dtype((np.void, rows.shape[1]))).ravel(),
-                                    return_index=True, return_inverse=True)
+        """Group the pass's records by (topic, queue id), comparing the topic bytes themselves
+        (``store/fields.groups``).  -> (group of each record, and per group: queue slot, topic,
+        hash of ``topic#``)."""
+        group, first = fields.groups(b.view, b.topic_at, b.topic_len, b.queue_id)
         slot, topic, seed = [], [], []
-        for r in first.tolist():
-            name = bytes(mat[r, 1:1 + int(b.topic_len[r])])
+        mv = b.view.data
+        for r in first:
+            at = int(b.topic_at[r]) + 1
+            name = bytes(mv[at:at + int(b.topic_len[r])])
             slot.append(self._slot(name, int(b.queue_id[r])))
             topic.append(name)
             seed.append(self._key_seed(name))
-        return group.ravel(), np.array(slot, dtype=np.int64), topic, np.array(seed, dtype=np.int32)
+        return group, np.array(slot, dtype=np.int64), topic, np.array(seed, dtype=np.int32)
 
     def _dispatch_few(self, mf, starts: list[int]) -> int:
         """A small pass: what ``_columns``, ``_dispatch_queues`` and ``_dispatch_index`` do, one

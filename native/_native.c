@@ -8,6 +8,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
 
 #define MAGIC ((int32_t)0xDAA320A7)
 #define BLANK_MAGIC ((int32_t)0xCBD43194)
@@ -179,10 +180,87 @@ done:
     return result;
 }
 
+/* groups(buf, topic_at, topic_len, queue_id, out) -> first
+ *
+ * The records' (topic, queue id) groups: ``out[i]`` (native int64) is record i's group, groups
+ * numbered in the order of their first record; ``first`` lists each group's first record.  A
+ * topic is ``topic_len[i]`` bytes at ``topic_at[i] + 1`` of ``buf`` (after its length byte),
+ * compared byte for byte.  (store/fields.py: ``py_groups`` is the numpy twin.) */
+static PyObject *groups(PyObject *self, PyObject *args) {
+    Py_buffer view, t_at, t_len, qid, out;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*w*", &view, &t_at, &t_len, &qid, &out))
+        return NULL;
+    PyObject *first = NULL;
+    int64_t *table = NULL;
+    Py_ssize_t n = t_at.len / 8;
+    if (t_at.len % 8 || t_len.len != t_at.len || qid.len != t_at.len || out.len < t_at.len) {
+        PyErr_SetString(PyExc_ValueError, "topic_at, topic_len, queue_id and out must be int64 of one length");
+        goto done;
+    }
+    const unsigned char *b = view.buf;
+    const int64_t *at = t_at.buf, *len = t_len.buf, *q = qid.buf;
+    int64_t *o = out.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (at[i] < 0 || len[i] < 0 || at[i] + 1 + len[i] > view.len) {
+            PyErr_Format(PyExc_IndexError, "record %zd's topic lies past its file", i);
+            goto done;
+        }
+    }
+    Py_ssize_t size = 16;
+    while (size < 2 * n)
+        size <<= 1;
+    table = PyMem_Malloc(size * sizeof(int64_t));    /* each slot: a group's first record, or -1 */
+    first = PyList_New(0);
+    if (!table || !first) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < size; i++)
+        table[i] = -1;
+    int64_t count = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const unsigned char *t = b + at[i] + 1;
+        uint64_t h = 1469598103934665603ULL ^ (uint64_t)q[i];      /* FNV-1a over the queue id, then the topic */
+        for (int64_t k = 0; k < len[i]; k++)
+            h = (h ^ t[k]) * 1099511628211ULL;
+        h ^= (uint64_t)len[i] * 0x9E3779B97F4A7C15ULL;
+        Py_ssize_t slot = (Py_ssize_t)(h & (uint64_t)(size - 1));
+        for (;;) {
+            int64_t r = table[slot];
+            if (r < 0) {
+                table[slot] = i;
+                o[i] = count++;
+                PyObject *v = PyLong_FromSsize_t(i);
+                if (!v || PyList_Append(first, v)) {
+                    Py_XDECREF(v);
+                    Py_CLEAR(first);
+                    goto done;
+                }
+                Py_DECREF(v);
+                break;
+            }
+            if (q[r] == q[i] && len[r] == len[i] && memcmp(b + at[r] + 1, t, (size_t)len[i]) == 0) {
+                o[i] = o[r];
+                break;
+            }
+            slot = (slot + 1) & (size - 1);
+        }
+    }
+done:
+    PyMem_Free(table);
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&t_at);
+    PyBuffer_Release(&t_len);
+    PyBuffer_Release(&qid);
+    PyBuffer_Release(&out);
+    return first;
+}
+
 static PyMethodDef methods[] = {
     {"records", records, METH_VARARGS, "Where one CommitLog file's records start (the dispatcher's pass)."},
     {"headers", headers, METH_VARARGS, "A CommitLog stream's record headers, checked (a slave's stream)."},
     {"fields", fields, METH_VARARGS, "The fixed fields of many records of one file (the dispatcher's columns)."},
+    {"groups", groups, METH_VARARGS, "The records' (topic, queue id) groups, in order of first appearance."},
     {NULL, NULL, 0, NULL},
 };
 

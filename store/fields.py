@@ -1,8 +1,9 @@
 """The fixed fields of many records of one CommitLog file at once, as columns (the dispatcher's
 pass): queue id, queue offset, sysflag, store timestamp, where the topic's length byte is, the
-topic's length, where the properties are and their length.  ``fields`` is the compiled function
-of ``native/_native.c`` when it is built, else ``py_fields``, its numpy twin, which gives the same
-columns and refuses the same records (``tests/unit/native``)."""
+topic's length, where the properties are and their length (``fields``); and the records'
+(topic, queue id) groups (``groups``).  Each is the compiled function of ``native/_native.c``
+when it is built, else its numpy twin (``py_fields``, ``py_groups``), which gives the same
+results and refuses the same records (``tests/unit/native``)."""
 from __future__ import annotations
 
 import numpy as np
@@ -74,7 +75,32 @@ def py_fields(view: np.ndarray, starts: np.ndarray, out: np.ndarray, layout: tup
     out[PROPS_LEN] = _gather(view, topic_at + 1 + topic_len, 2, ">i2")
 
 
+def py_groups(view: np.ndarray, topic_at: np.ndarray, topic_len: np.ndarray, queue_id: np.ndarray,
+              out: np.ndarray) -> list[int]:
+    """``groups`` with numpy: the (topic, queue id) keys as rows of bytes, grouped by
+    ``np.unique``, the groups then numbered in the order of their first record."""
+    n = len(topic_at)
+    bad = np.flatnonzero((topic_at < 0) | (topic_len < 0) | (topic_at + 1 + topic_len > view.size))
+    if bad.size:
+        raise IndexError(f"record {int(bad[0])}'s topic lies past its file")
+    if not n:
+        return []
+    cols = np.arange(int(topic_len.max()) + 1)
+    mat = view[np.minimum(topic_at[:, None] + cols, view.size - 1)]     # length byte, then the topic
+    mat[cols > topic_len[:, None]] = 0
+    qid = queue_id.astype(">i4").view(np.uint8).reshape(-1, 4)
+    rows = np.ascontiguousarray(np.concatenate((mat, qid), axis=1))
+    _, first, inverse = np.unique(rows.view(np.dtype((np.void, rows.shape[1]))).ravel(), return_index=True,
+                                  return_inverse=True)
+    order = np.argsort(first, kind="stable")                     # the groups in order of their first record
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    out[:] = rank[inverse.ravel()]
+    return first[order].tolist()
+
+
 _fields = compiled.fields if compiled is not None else py_fields
+_groups = compiled.groups if compiled is not None else py_groups
 
 
 def fields(view: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -84,3 +110,12 @@ def fields(view: np.ndarray, starts: np.ndarray) -> np.ndarray:
     out = np.empty((8, len(starts)), dtype=np.int64)
     _fields(view, np.ascontiguousarray(starts, dtype=np.int64), out, LAYOUT)
     return out
+
+
+def groups(view: np.ndarray, topic_at: np.ndarray, topic_len: np.ndarray, queue_id: np.ndarray) -> tuple[np.ndarray, list[int]]:
+    """The records' (topic, queue id) groups, the topics compared byte for byte (``TOPIC_AT`` and
+    ``TOPIC_LEN`` rows: a length byte, then the topic): each record's group, numbered in the
+    order of the groups' first records, and each group's first record."""
+    out = np.empty(len(topic_at), dtype=np.int64)
+    first = _groups(view, topic_at, topic_len, queue_id, out)
+    return out, first
