@@ -280,8 +280,7 @@ class DispatcherService(LoopRole):
         group, group_slot, group_topic, group_seed = self._groups(b)
         queued = (tx != message.TX_PREPARED) & (tx != message.TX_ROLLBACK)
         slots = np.where(queued, group_slot[group], -1)
-        p = propscan.gather(b.view, b.props_at, b.props_len)
-        found = propscan.find(p, _NAMES + (_TOMBSTONE,) if self.tombstones else _NAMES)
+        p, found = propscan.scan(b.view, b.props_at, b.props_len, _NAMES + (_TOMBSTONE,) if self.tombstones else _NAMES)
         hashes = BufferHashes(p.buf)
         tags = np.zeros(len(slots), dtype=np.int64)
         t = found[b"TAGS"]

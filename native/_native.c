@@ -256,11 +256,104 @@ done:
     return first;
 }
 
+/* props(buf, props_at, props_len, names, out_buf, offs, found) -> None
+ *
+ * Every record's properties (``props_len[i]`` bytes at ``props_at[i]`` of ``buf``) copied one
+ * after the other into ``out_buf`` (record i owns [offs[i], offs[i+1]), ``offs`` native int64 of
+ * n + 1), and each wanted name's value found in each record, as Java's
+ * ``string2messageProperties`` reads them: ``name\x01value`` pairs split at ``\x02``, the first
+ * ``\x01`` of a pair ending its name, a pair with an empty value dropped, the last of a name
+ * kept.  ``found`` (native int64, len(names) x 2 x n): the value's start in ``out_buf`` and its
+ * length, or -1.  ValueError for a record whose properties lie past ``buf``.
+ * (store/propscan.py: ``gather`` and ``find`` are the numpy twin.) */
+static PyObject *props(PyObject *self, PyObject *args) {
+    Py_buffer view, p_at, p_len, dst, offs, found;
+    PyObject *names;
+    if (!PyArg_ParseTuple(args, "y*y*y*O!w*w*w*", &view, &p_at, &p_len, &PyTuple_Type, &names, &dst, &offs, &found))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = p_at.len / 8, k = PyTuple_GET_SIZE(names);
+    if (k > 16) {
+        PyErr_SetString(PyExc_ValueError, "at most 16 names");
+        goto done;
+    }
+    const char *name[16];
+    Py_ssize_t name_len[16];
+    for (Py_ssize_t j = 0; j < k; j++) {
+        PyObject *nm = PyTuple_GET_ITEM(names, j);
+        if (!PyBytes_Check(nm)) {
+            PyErr_SetString(PyExc_TypeError, "names must be bytes");
+            goto done;
+        }
+        name[j] = PyBytes_AS_STRING(nm);
+        name_len[j] = PyBytes_GET_SIZE(nm);
+    }
+    if (p_at.len % 8 || p_len.len != p_at.len || offs.len < 8 * (n + 1) || found.len < 8 * 2 * k * n) {
+        PyErr_SetString(PyExc_ValueError, "props_at, props_len: int64 of one length; offs: n + 1; found: names x 2 x n");
+        goto done;
+    }
+    const unsigned char *b = view.buf;
+    const int64_t *at = p_at.buf, *len = p_len.buf;
+    int64_t *of = offs.buf, *fd = found.buf, total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (len[i] < 0 || at[i] < 0 || at[i] + len[i] > view.len) {
+            PyErr_Format(PyExc_ValueError, "record %zd's properties lie past its file", i);
+            goto done;
+        }
+        total += len[i];
+    }
+    if (dst.len < total) {
+        PyErr_SetString(PyExc_ValueError, "out_buf is shorter than the properties");
+        goto done;
+    }
+    unsigned char *d = dst.buf;
+    for (Py_ssize_t j = 0; j < 2 * k * n; j++)
+        fd[j] = -1;
+    int64_t o = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const unsigned char *r = b + at[i];
+        int64_t m = len[i];
+        memcpy(d + o, r, (size_t)m);
+        of[i] = o;
+        int64_t pair = 0;
+        while (pair <= m) {
+            int64_t end = pair, one = -1;
+            while (end < m && r[end] != 2) {
+                if (one < 0 && r[end] == 1)
+                    one = end;
+                end++;
+            }
+            if (one >= 0 && end > one + 1) {
+                for (Py_ssize_t j = 0; j < k; j++) {
+                    if (one - pair == name_len[j] && memcmp(r + pair, name[j], (size_t)name_len[j]) == 0) {
+                        fd[(2 * j) * n + i] = o + one + 1;
+                        fd[(2 * j + 1) * n + i] = end - one - 1;
+                    }
+                }
+            }
+            pair = end + 1;
+        }
+        o += m;
+    }
+    of[n] = o;
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&p_at);
+    PyBuffer_Release(&p_len);
+    PyBuffer_Release(&dst);
+    PyBuffer_Release(&offs);
+    PyBuffer_Release(&found);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"records", records, METH_VARARGS, "Where one CommitLog file's records start (the dispatcher's pass)."},
     {"headers", headers, METH_VARARGS, "A CommitLog stream's record headers, checked (a slave's stream)."},
     {"fields", fields, METH_VARARGS, "The fixed fields of many records of one file (the dispatcher's columns)."},
     {"groups", groups, METH_VARARGS, "The records' (topic, queue id) groups, in order of first appearance."},
+    {"props", props, METH_VARARGS, "Every record's properties gathered, and the wanted names' values found."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -8,12 +8,16 @@ compared four bytes at a time, through a u32 view at every byte offset).  As in
 Java's ``string2messageProperties``, a pair with an empty value is dropped and a name that appears
 twice keeps its last value (a HashMap).
 ``split`` cuts values at a separator (the space between several KEYS).  Pure: no I/O.
+``scan`` is ``gather`` then ``find`` in one compiled pass over the records (``native/_native.c``)
+when it is built; ``py_scan`` is its twin here, which gives the same results.
 """
 from __future__ import annotations
 
 from typing import NamedTuple
 
 import numpy as np
+
+from rocketbox.native import compiled
 
 
 class Props(NamedTuple):
@@ -92,3 +96,36 @@ def split(p: Props, v: Values, sep: int) -> Values:
     rows = np.searchsorted(p.offs, starts, side="right") - 1
     keep = lens > 0
     return Values(rows[keep], starts[keep], lens[keep])
+
+
+def _check(view: np.ndarray, at: np.ndarray, lens: np.ndarray) -> None:
+    bad = np.flatnonzero((lens < 0) | (at < 0) | (at + lens > view.size))
+    if bad.size:
+        raise ValueError(f"record {int(bad[0])}'s properties lie past its file")
+
+
+def py_scan(view: np.ndarray, at: np.ndarray, lens: np.ndarray, names: tuple[bytes, ...]) -> tuple[Props, dict[bytes, Values]]:
+    """``gather`` then ``find``: every record's properties, and each name's values."""
+    _check(view, at, lens)
+    p = gather(view, at, lens)
+    return p, find(p, names)
+
+
+def _compiled_scan(view: np.ndarray, at: np.ndarray, lens: np.ndarray,
+                   names: tuple[bytes, ...]) -> tuple[Props, dict[bytes, Values]]:
+    at, lens = np.ascontiguousarray(at, dtype=np.int64), np.ascontiguousarray(lens, dtype=np.int64)
+    n, total = len(at), max(int(lens.sum()), 0)
+    padded = np.zeros(total + 3, dtype=np.uint8)
+    offs = np.empty(n + 1, dtype=np.int64)
+    found = np.empty((len(names), 2, n), dtype=np.int64)
+    assert compiled is not None
+    compiled.props(view, at, lens, names, padded, offs, found)
+    p = Props(padded[:total], offs, np.ndarray((total,), dtype="<u4", buffer=padded, strides=(1,)))
+    out = {}
+    for j, name in enumerate(names):
+        rows = np.flatnonzero(found[j, 0] >= 0)
+        out[name] = Values(rows, found[j, 0][rows], found[j, 1][rows])
+    return p, out
+
+
+scan = _compiled_scan if compiled is not None else py_scan

@@ -122,3 +122,42 @@ def test_the_dispatchers_groups_are_the_same_compiled_and_in_python(seed):
         except IndexError as e:
             results.append(str(e))
     assert results[0] == results[1]
+
+
+def _props(rng: random.Random) -> bytes:
+    """A record's properties as clients write them, and as they should not: pairs of wanted and
+    other names, empty values, a name twice, a value holding ``\\x01``, stray separators, junk."""
+    pairs = []
+    for _ in range(rng.randrange(0, 8)):
+        name = rng.choice([b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY", b"TAG", b"KEYSX", b"", rng.randbytes(3)])
+        value = rng.choice([b"", b"a", b"k1 k2  k3", b"v\x01w", rng.randbytes(rng.randrange(0, 12)), "é".encode()])
+        pairs.append(name + b"\x01" + value if rng.random() < 0.9 else name)
+    out = b"\x02".join(pairs)
+    return out + (b"\x02" if rng.random() < 0.3 else b"")
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_property_scan_is_the_same_compiled_and_in_python(seed):
+    from rocketbox.store import propscan
+    rng = random.Random(seed)
+    buf, at, lens = bytearray(rng.randbytes(5)), [], []
+    for _ in range(rng.randrange(0, 300)):
+        props = _props(rng)
+        at.append(len(buf))
+        lens.append(len(props))
+        buf += props + rng.randbytes(rng.randrange(0, 4))
+    view = np.frombuffer(bytes(buf), dtype=np.uint8)
+    at_a, lens_a = np.array(at, dtype=np.int64), np.array(lens, dtype=np.int64)
+    if lens_a.size and rng.random() < 0.2:
+        lens_a[rng.randrange(lens_a.size)] = rng.choice([-1, len(buf)])      # past the file
+    names = (b"TAGS", b"KEYS", b"UNIQ_KEY", b"DELAY")
+    results = []
+    for scan in (propscan.scan, propscan.py_scan):
+        try:
+            p, found = scan(view, at_a, lens_a, names)
+            results.append((p.buf.tobytes(), p.offs.tolist(), bytes(p.words.view(np.uint8)[:0]),
+                            {k: (v.rows.tolist(), v.starts.tolist(), v.lens.tolist()) for k, v in found.items()},
+                            p.words[:p.buf.size].tolist()))
+        except ValueError as e:
+            results.append(str(e))
+    assert results[0] == results[1]
