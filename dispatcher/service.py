@@ -31,7 +31,7 @@ from rocketbox.store.consumequeue import ConsumeQueue, file_size_for
 from rocketbox.store.delay import SCHEDULE_TOPIC_BYTES, deliver_ts, level_of
 from rocketbox.store.errors import CorruptData, no_space, out_of_files
 from rocketbox.store.javahash import index_abs_one, string_hash
-from rocketbox.store.javahashes import BufferHashes, index_abs, string_hashes
+from rocketbox.store.javahashes import index_abs, segment_hashes, string_hashes
 from rocketbox.store.mappedfile import MappedFileQueue
 from rocketbox.store.timer import TIMER_TOPIC_BYTES
 
@@ -281,10 +281,9 @@ class DispatcherService(LoopRole):
         queued = (tx != message.TX_PREPARED) & (tx != message.TX_ROLLBACK)
         slots = np.where(queued, group_slot[group], -1)
         p, found = propscan.scan(b.view, b.props_at, b.props_len, _NAMES + (_TOMBSTONE,) if self.tombstones else _NAMES)
-        hashes = BufferHashes(p.buf)
         tags = np.zeros(len(slots), dtype=np.int64)
         t = found[b"TAGS"]
-        tags[t.rows] = hashes(t.starts, t.lens)
+        tags[t.rows] = segment_hashes(p.buf, t.starts, t.lens)
         if self.tombstones:
             tags[found[_TOMBSTONE].rows] = salvage.TOMBSTONE_TAGS
         d = found[b"DELAY"]
@@ -308,7 +307,7 @@ class DispatcherService(LoopRole):
         order = np.argsort(rows, kind="stable")              # record order; a record's UNIQ_KEY first
         order = order[indexed[rows[order]]]
         rows = rows[order]
-        return slots, tags, index_abs(hashes(starts[order], lens[order], group_seed[group[rows]])), rows
+        return slots, tags, index_abs(segment_hashes(p.buf, starts[order], lens[order], group_seed[group[rows]])), rows
 
     def _groups(self, b: "Batch"):
         """Group the pass's records by (topic, queue id), comparing the topic bytes themselves

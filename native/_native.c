@@ -348,12 +348,69 @@ done:
     return result;
 }
 
+/* hashes(buf, starts, lens, seeds, out) -> rows
+ *
+ * Java's String.hashCode of each segment ``buf[starts[i]:starts[i] + lens[i]]`` of UTF-8 text,
+ * continuing from ``seeds[i]`` (the hash of a prefix; native int64 each), into ``out`` (native
+ * int32): h = 31 * h + unit, wrapping at 32 bits.  A segment holding a byte >= 0x80 (whose UTF-16
+ * units are not its bytes) is left for the caller to decode: ``rows`` lists those.
+ * (store/javahashes.py: ``BufferHashes`` is the numpy twin.) */
+static PyObject *hashes(PyObject *self, PyObject *args) {
+    Py_buffer view, st, ln, sd, out;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*w*", &view, &st, &ln, &sd, &out))
+        return NULL;
+    PyObject *rows = NULL;
+    Py_ssize_t n = st.len / 8;
+    if (st.len % 8 || ln.len != st.len || sd.len != st.len || out.len < 4 * n) {
+        PyErr_SetString(PyExc_ValueError, "starts, lens, seeds: int64 of one length; out: int32 as long");
+        goto done;
+    }
+    const unsigned char *b = view.buf;
+    const int64_t *s = st.buf, *l = ln.buf, *seed = sd.buf;
+    int32_t *o = out.buf;
+    rows = PyList_New(0);
+    if (!rows)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (s[i] < 0 || l[i] < 0 || s[i] + l[i] > view.len) {
+            PyErr_Format(PyExc_IndexError, "segment %zd lies past the buffer", i);
+            Py_CLEAR(rows);
+            goto done;
+        }
+        uint32_t h = (uint32_t)seed[i];
+        unsigned char high = 0;
+        const unsigned char *c = b + s[i];
+        for (int64_t k = 0; k < l[i]; k++) {
+            h = 31u * h + c[k];
+            high |= c[k];
+        }
+        o[i] = (int32_t)h;
+        if (high & 0x80) {
+            PyObject *v = PyLong_FromSsize_t(i);
+            if (!v || PyList_Append(rows, v)) {
+                Py_XDECREF(v);
+                Py_CLEAR(rows);
+                goto done;
+            }
+            Py_DECREF(v);
+        }
+    }
+done:
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&st);
+    PyBuffer_Release(&ln);
+    PyBuffer_Release(&sd);
+    PyBuffer_Release(&out);
+    return rows;
+}
+
 static PyMethodDef methods[] = {
     {"records", records, METH_VARARGS, "Where one CommitLog file's records start (the dispatcher's pass)."},
     {"headers", headers, METH_VARARGS, "A CommitLog stream's record headers, checked (a slave's stream)."},
     {"fields", fields, METH_VARARGS, "The fixed fields of many records of one file (the dispatcher's columns)."},
     {"groups", groups, METH_VARARGS, "The records' (topic, queue id) groups, in order of first appearance."},
     {"props", props, METH_VARARGS, "Every record's properties gathered, and the wanted names' values found."},
+    {"hashes", hashes, METH_VARARGS, "Java's String.hashCode of ASCII segments of a buffer, from seeds."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,13 +1,15 @@
 """Java ``String.hashCode`` of many strings at once: ``BufferHashes`` does many UTF-8 segments of
 one buffer in a few numpy calls, optionally continuing from a prefix's hash (the dispatcher's
 vector path hashes every tag and every ``topic#key`` of a pass at once, without building the
-keys). ``store.javahash`` is the same hash of one string, and the reference these are tested
-against. Pure: no I/O, no state.
+keys). ``segment_hashes`` is the same, compiled (``native/_native.c``) when it is built, with
+``BufferHashes`` as its twin. ``store.javahash`` is the same hash of one string, and the reference
+these are tested against. Pure: no I/O, no state.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from rocketbox.native import compiled
 from rocketbox.store.javahash import string_hash
 
 FEW_HASHES = 8          # string_hashes does up to this many one by one (numpy's fixed cost is more)
@@ -89,3 +91,24 @@ class BufferHashes:
 def index_key_hashes_bytes(keys: list[bytes]) -> np.ndarray:
     """``index_key_hashes`` of UTF-8 keys."""
     return index_abs(bytes_hashes(keys))
+
+
+def py_segment_hashes(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray, seeds=None) -> np.ndarray:
+    """``segment_hashes`` through ``BufferHashes``."""
+    return BufferHashes(buf)(starts, lens, seeds)
+
+
+def _compiled_segment_hashes(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray, seeds=None) -> np.ndarray:
+    starts, lens = np.ascontiguousarray(starts, dtype=np.int64), np.ascontiguousarray(lens, dtype=np.int64)
+    seeds = np.zeros(len(starts), dtype=np.int64) if seeds is None else np.ascontiguousarray(seeds, dtype=np.int64)
+    out = np.empty(len(starts), dtype=np.int32)
+    assert compiled is not None
+    for i in compiled.hashes(buf, starts, lens, seeds, out):       # non-ASCII: decoded, as BufferHashes does
+        text = bytes(buf[starts[i]:starts[i] + lens[i]]).decode("utf-8", "replace")
+        out[i] = string_hash(text, int(seeds[i]))
+    return out
+
+
+segment_hashes = _compiled_segment_hashes if compiled is not None else py_segment_hashes
+segment_hashes.__doc__ = """Java ``String.hashCode`` (int32) of each UTF-8 segment ``buf[starts[i]:starts[i] + lens[i]]``,
+continuing from ``seeds[i]`` (the hash of a prefix) when given."""

@@ -161,3 +161,21 @@ def test_the_property_scan_is_the_same_compiled_and_in_python(seed):
         except ValueError as e:
             results.append(str(e))
     assert results[0] == results[1]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_java_hashes_are_the_same_compiled_and_in_python(seed):
+    """Tags and ``topic#key`` hashes: ASCII segments, segments with UTF-8 (and broken UTF-8) the
+    callers decode, empty ones, with and without seeds (negative ones too)."""
+    from rocketbox.store import javahashes
+    rng = random.Random(seed)
+    parts = [rng.choice([b"", b"TagA", rng.randbytes(rng.randrange(0, 40)), "キー-é".encode(), b"\xff\xfe",
+                         bytes(rng.randrange(32, 127) for _ in range(rng.randrange(0, 300)))]) for _ in range(200)]
+    buf = np.frombuffer(b"".join(parts) + b"\0", dtype=np.uint8)
+    lens = np.array([len(x) for x in parts], dtype=np.int64)
+    starts = np.concatenate(([0], np.cumsum(lens)[:-1])).astype(np.int64)
+    pick = np.array(sorted(rng.sample(range(len(parts)), rng.randrange(0, len(parts)))), dtype=np.int64)
+    seeds = rng.choice([None, np.array([rng.randrange(-2**31, 2**31) for _ in pick], dtype=np.int32)])
+    got = javahashes.segment_hashes(buf, starts[pick], lens[pick], seeds)
+    want = javahashes.py_segment_hashes(buf, starts[pick], lens[pick], seeds)
+    assert got.dtype == want.dtype == np.int32 and got.tolist() == want.tolist()
