@@ -382,7 +382,7 @@ class DispatcherService(LoopRole):
             self._put_queue(slot, first, phys_l, sizes, tags)
         if keys:
             self._dispatch_index(list(map(index_abs_one, string_hashes(keys, seeds))), key_phys, key_ts,
-                                 indexfile.IndexFile.put_few)
+                                 indexfile.PUT_FEW)
         return store_ts
 
     def _deliver_ts(self, delay: bytes, store_ts: int, default: int) -> int:
@@ -466,7 +466,7 @@ class DispatcherService(LoopRole):
             cq = self.cqs[key] = ConsumeQueue(self.cfg.root, key[0], key[1], self.cq_file_size, True).load()
         return cq
 
-    def _dispatch_index(self, hashes, phys, store_ts, put=indexfile.IndexFile.put_batch) -> None:
+    def _dispatch_index(self, hashes, phys, store_ts, put=indexfile.PUT_MANY) -> None:
         """Add the pass's keys (``put_few`` takes lists), on to a new IndexFile when one is full."""
         done = 0
         while done < len(hashes):

@@ -404,6 +404,110 @@ done:
     return rows;
 }
 
+static inline void put_be32(unsigned char *p, int32_t v) {
+    uint32_t u = (uint32_t)v;
+    p[0] = u >> 24; p[1] = u >> 16; p[2] = u >> 8; p[3] = u;
+}
+
+static inline void put_be64(unsigned char *p, int64_t v) {
+    put_be32(p, (int32_t)((uint64_t)v >> 32));
+    put_be32(p + 4, (int32_t)v);
+}
+
+/* index_put(file, hashes, phys, store_ts, max_slots, max_entries) -> added
+ *
+ * Keys added to an IndexFile's bytes ``file`` (4.9.8's layout: a 40-byte header, ``max_slots``
+ * i32 hash slots, 20-byte entries [hash][phys][time diff][prev]), in order, until it is full:
+ * each entry chained to its slot's newest (an entry of an uncommitted batch, past the header's
+ * count, is stepped over along its chain), then the slot, then the header.  The caller reserved
+ * the blocks behind what is written.  (store/indexfile.py: ``put_few`` and ``put_batch`` are the
+ * twins, which write the same bytes.) */
+static PyObject *index_put(PyObject *self, PyObject *args) {
+    Py_buffer file, hs, ph, ts;
+    Py_ssize_t max_slots, max_entries;
+    if (!PyArg_ParseTuple(args, "w*y*y*y*nn", &file, &hs, &ph, &ts, &max_slots, &max_entries))
+        return NULL;
+    PyObject *result = NULL;
+    int64_t *newest = NULL;
+    Py_ssize_t n_keys = hs.len / 8;
+    const Py_ssize_t entries_at = 40 + 4 * max_slots;
+    if (hs.len % 8 || ph.len != hs.len || ts.len != hs.len || max_slots <= 0 ||
+        file.len < entries_at + 20 * max_entries) {
+        PyErr_SetString(PyExc_ValueError, "hashes, phys, store_ts: int64 of one length; file: a whole IndexFile");
+        goto done;
+    }
+    unsigned char *m = file.buf;
+    const int64_t *h = hs.buf, *p = ph.buf, *t = ts.buf;
+    int64_t begin_ts = be64(m), begin_phys = be64(m + 16);
+    int64_t slot_count = be32(m + 32), n0 = be32(m + 36);
+    int64_t k = n_keys < max_entries - n0 ? n_keys : max_entries - n0;
+    if (k <= 0) {
+        result = PyLong_FromLong(0);
+        goto done;
+    }
+    int64_t base = begin_ts > 0 ? begin_ts : t[0];
+    if (n0 <= 1) {
+        begin_ts = t[0];
+        begin_phys = p[0];
+    }
+    Py_ssize_t size = 16;                 /* slot -> its newest entry of this call (open addressing) */
+    while (size < 2 * k)
+        size <<= 1;
+    newest = PyMem_Malloc(2 * size * sizeof(int64_t));
+    if (!newest) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t j = 0; j < 2 * size; j++)
+        newest[j] = -1;
+    for (int64_t i = 0; i < k; i++) {
+        int64_t n = n0 + i, slot = ((h[i] % max_slots) + max_slots) % max_slots;
+        Py_ssize_t at = 40 + 4 * slot, j = (Py_ssize_t)((uint64_t)slot * 0x9E3779B97F4A7C15ULL >> 20) & (size - 1);
+        while (newest[2 * j] >= 0 && newest[2 * j] != slot)
+            j = (j + 1) & (size - 1);
+        int64_t prev;
+        if (newest[2 * j] == slot) {
+            prev = newest[2 * j + 1];
+        } else {
+            prev = be32(m + at);
+            if (prev >= n0) {                 /* an uncommitted batch's entry: back along its chain */
+                for (Py_ssize_t step = 0; step < max_entries && prev >= n0; step++)
+                    prev = prev < max_entries ? be32(m + entries_at + 20 * prev + 16) : 0;
+            }
+            if (prev <= 0) {
+                prev = 0;
+                slot_count++;
+            }
+        }
+        int64_t d = t[i] - base, diff;
+        diff = d < 0 ? 0 : d / 1000;          /* (Python's floor and C's truncation agree from 0 up) */
+        if (diff > 0x7FFFFFFF)
+            diff = 0x7FFFFFFF;
+        unsigned char *e = m + entries_at + 20 * n;
+        put_be32(e, (int32_t)h[i]);
+        put_be64(e + 4, p[i]);
+        put_be32(e + 12, (int32_t)diff);
+        put_be32(e + 16, (int32_t)prev);
+        put_be32(m + at, (int32_t)n);
+        newest[2 * j] = slot;
+        newest[2 * j + 1] = n;
+    }
+    put_be64(m, begin_ts);
+    put_be64(m + 8, t[k - 1]);
+    put_be64(m + 16, begin_phys);
+    put_be64(m + 24, p[k - 1]);
+    put_be32(m + 32, (int32_t)slot_count);
+    put_be32(m + 36, (int32_t)(n0 + k));
+    result = PyLong_FromLongLong(k);
+done:
+    PyMem_Free(newest);
+    PyBuffer_Release(&file);
+    PyBuffer_Release(&hs);
+    PyBuffer_Release(&ph);
+    PyBuffer_Release(&ts);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"records", records, METH_VARARGS, "Where one CommitLog file's records start (the dispatcher's pass)."},
     {"headers", headers, METH_VARARGS, "A CommitLog stream's record headers, checked (a slave's stream)."},
@@ -411,6 +515,7 @@ static PyMethodDef methods[] = {
     {"groups", groups, METH_VARARGS, "The records' (topic, queue id) groups, in order of first appearance."},
     {"props", props, METH_VARARGS, "Every record's properties gathered, and the wanted names' values found."},
     {"hashes", hashes, METH_VARARGS, "Java's String.hashCode of ASCII segments of a buffer, from seeds."},
+    {"index_put", index_put, METH_VARARGS, "Keys added to an IndexFile's bytes, as put_few writes them."},
     {NULL, NULL, 0, NULL},
 };
 

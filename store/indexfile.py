@@ -24,6 +24,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from rocketbox.native import compiled
 from rocketbox.store.errors import CorruptData
 from rocketbox.store.javahash import index_key_hash
 from rocketbox.store.mappedfile import RESERVE_CHUNK, MappedFile
@@ -160,6 +161,22 @@ class IndexFile:
         HEADER_S.pack_into(mm, 0, begin_ts, store_ts[k - 1], begin_phys, phys[k - 1], slot_count, n0 + k)
         return k
 
+    def put_compiled(self, hashes, phys, store_ts) -> int:
+        """``put_few``'s bytes from one compiled pass (``native/_native.c``), arrays or lists: the
+        entries' blocks and the slots' pieces are reserved first, then the keys written."""
+        n0 = self.h("index_count")
+        k = min(len(hashes), self.max_entries - n0)
+        if k <= 0:
+            return 0
+        hashes = np.ascontiguousarray(hashes[:k], dtype=np.int64)
+        entries_at = HEADER_SIZE + self.max_slots * 4
+        self.mf.reserve(entries_at + n0 * ENTRY.itemsize, entries_at + (n0 + k) * ENTRY.itemsize)
+        for piece in np.unique((HEADER_SIZE + hashes % self.max_slots * 4) // RESERVE_CHUNK).tolist():
+            self.mf.reserve_chunk(piece * RESERVE_CHUNK)
+        assert compiled is not None
+        return compiled.index_put(self.mf.mm, hashes, np.ascontiguousarray(phys[:k], dtype=np.int64),
+                                  np.ascontiguousarray(store_ts[:k], dtype=np.int64), self.max_slots, self.max_entries)
+
     def truncate(self, phys: int) -> int:
         """Drop the entries of records at or past ``phys`` (recovery: they are re-added by
         re-dispatch), so only what may be lost is rebuilt, not the whole file.  Entries are in
@@ -221,6 +238,12 @@ class IndexFile:
     def close(self) -> None:
         self.header = self.slots = self.entries = None  # type: ignore[assignment]
         self.mf.close()
+
+
+# how the dispatcher adds keys: a pass's many (arrays) and a few (lists); the compiled pass for
+# both when it is built, else the numpy and the struct twins (the three write the same bytes)
+PUT_MANY = IndexFile.put_compiled if compiled is not None else IndexFile.put_batch
+PUT_FEW = IndexFile.put_compiled if compiled is not None else IndexFile.put_few
 
 
 def list_index_files(directory: str) -> list[str]:

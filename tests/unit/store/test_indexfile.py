@@ -61,12 +61,14 @@ def test_uncommitted_batch_is_skipped_without_cutting_chains(tmp_path):
 
 
 def test_put_few_writes_the_bytes_put_batch_writes(tmp_path):
-    """Same keys, same calls: the struct path and the numpy path leave identical files, through
+    """Same keys, same calls: the struct path, the numpy path and the compiled pass (when built)
+    leave identical files, through
     slot collisions, chains across calls, an uncommitted batch after a crash, a clock gone back, and a
     full file."""
+    from rocketbox.native import compiled
     rng = np.random.default_rng(7)
-    files = [IndexFile(str(tmp_path / name), 5, 60, True).open(create=True) for name in ("batch", "few")]
-    batch, few = files
+    files = [IndexFile(str(tmp_path / name), 5, 60, True).open(create=True) for name in ("batch", "few", "compiled")]
+    batch, few, comp = files
     ts = 1_700_000_000_000
     for call in range(30):
         k = int(rng.integers(1, 9))
@@ -81,9 +83,10 @@ def test_put_few_writes_the_bytes_put_batch_writes(tmp_path):
                 ix.put_batch(hashes, phys, stamps)
                 for f, v in zip(("index_count", "end_phys", "end_ts", "slot_count"), saved):
                     ix.header[f] = v
-        got = (batch.put_batch(hashes, phys, stamps), few.put_few(hashes.tolist(), phys.tolist(), stamps.tolist()))
-        assert got[0] == got[1], call
-        assert batch.mf.mm[:] == few.mf.mm[:], call
+        got = (batch.put_batch(hashes, phys, stamps), few.put_few(hashes.tolist(), phys.tolist(), stamps.tolist()),
+               comp.put_compiled(hashes, phys, stamps) if compiled else comp.put_batch(hashes, phys, stamps))
+        assert got[0] == got[1] == got[2], call
+        assert batch.mf.mm[:] == few.mf.mm[:] == comp.mf.mm[:], call
     assert batch.is_full and few.is_full
     assert few.put_few([1], [1], [ts]) == 0
     for ix in files:
