@@ -109,11 +109,15 @@ def measure(batch: int, use_json: bool, rounds: int, base: str | None, per_read:
     cfg = small_config(root, "paths", mappedFileSizeCommitLog=1 << 28, maxMessageSize=4 << 20,
                        ringRequestBytes=16 << 20, maxIndexNum=5_000_000, maxHashSlotNum=500_000, shmQueueSlots=1024)
     try:
+        # the steppers' threads first: threads 2 and 3 under callgrind, whatever threads the store
+        # starts and ends later (a file thread that had not quite ended took number 2 at times)
+        writer = _Stepper("the writer found no slab")
+        dispatcher = _Stepper("the dispatcher found nothing written")
         with running_store(cfg) as (sh, w, d, _c):
             w.topics.upsert(topic_config(TOPIC, QUEUES, QUEUES))
-            w.topics.close()            # its file thread ends: callgrind gives its number to the next one
-            writer = _Stepper(w, "the writer found no slab")                 # thread 2 under callgrind
-            dispatcher = _Stepper(d, "the dispatcher found nothing written")  # thread 3
+            w.topics.close()
+            writer.attach(w)
+            dispatcher.attach(d)
 
             async def run() -> dict:
                 reader = ReaderContext(cfg, sh).open_context()    # its group_exists: as with autoCreateSubscriptionGroup
@@ -212,12 +216,19 @@ class _Stepper:
     reports its CPU time.  The hand-offs are C queues, so the harness adds little to any thread's
     instruction count (a thread pool's futures cost the reader's thread ~30k per round)."""
 
-    def __init__(self, service, idle: str):
+    def __init__(self, idle: str):
         self.inbox, self.outbox = queue.SimpleQueue(), queue.SimpleQueue()
-        self.thread = threading.Thread(target=self._run, args=(service, idle), daemon=True)
+        self.thread = threading.Thread(target=self._run, args=(idle,), daemon=True)
         self.thread.start()
 
-    def _run(self, service, idle: str) -> None:
+    def attach(self, service) -> None:
+        """What the thread steps (made after the thread, so that the thread's number is fixed)."""
+        self.inbox.put(service)
+
+    def _run(self, idle: str) -> None:
+        service = self.inbox.get()
+        if service is False:                    # closed before a service came
+            return
         while self.inbox.get():
             t0 = time.thread_time()
             try:

@@ -101,7 +101,8 @@ def test_a_lite_pull_consumer_moves_offsets_as_it_polls_and_commits_only_when_as
         return polled, again, sought, rest
 
     polled, again, sought, rest = asyncio.run(run())
-    assert polled == [b"m0", b"m1", b"m2", b"m3"]
+    assert polled[:4] == [b"m0", b"m1", b"m2", b"m3"]                  # (a poll may have brought a fifth)
+    assert polled == [b"m%d" % i for i in range(len(polled))]
     assert again == [b"m%d" % i for i in range(8)]                      # polled before, not committed: again
     assert sought == [b"m10", b"m11"]
     assert rest == [b"m8", b"m9", b"m10", b"m11"]                       # from the commit (8), not the seek
