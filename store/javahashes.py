@@ -83,14 +83,19 @@ class BufferHashes:
         out = h.view(np.int32)
         if self.high is not None:
             for i in np.flatnonzero(self.high[ends] != self.high[starts]).tolist():
-                text = bytes(self.buf[starts[i]:ends[i]]).decode("utf-8", "replace")
-                out[i] = string_hash(text, 0 if seed is None else int(seed[i]))
+                out[i] = _decoded_hash(self.buf, int(starts[i]), int(ends[i]), 0 if seed is None else int(seed[i]))
         return out
 
 
 def index_key_hashes_bytes(keys: list[bytes]) -> np.ndarray:
     """``index_key_hashes`` of UTF-8 keys."""
     return index_abs(bytes_hashes(keys))
+
+
+def _decoded_hash(buf: np.ndarray, start: int, end: int, seed: int) -> int:
+    """The hash of a segment holding non-ASCII UTF-8: decoded (invalid bytes replaced by U+FFFD),
+    then hashed by its UTF-16 units."""
+    return string_hash(bytes(buf[start:end]).decode("utf-8", "replace"), seed)
 
 
 def py_segment_hashes(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray, seeds=None) -> np.ndarray:
@@ -104,8 +109,7 @@ def _compiled_segment_hashes(buf: np.ndarray, starts: np.ndarray, lens: np.ndarr
     out = np.empty(len(starts), dtype=np.int32)
     assert compiled is not None
     for i in compiled.hashes(buf, starts, lens, seeds, out):       # non-ASCII: decoded, as BufferHashes does
-        text = bytes(buf[starts[i]:starts[i] + lens[i]]).decode("utf-8", "replace")
-        out[i] = string_hash(text, int(seeds[i]))
+        out[i] = _decoded_hash(buf, int(starts[i]), int(starts[i] + lens[i]), int(seeds[i]))
     return out
 
 
