@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "remoting.h"
+
 #define MAGIC ((int32_t)0xDAA320A7)
 #define BLANK_MAGIC ((int32_t)0xCBD43194)
 
@@ -516,6 +518,8 @@ static PyMethodDef methods[] = {
     {"props", props, METH_VARARGS, "Every record's properties gathered, and the wanted names' values found."},
     {"hashes", hashes, METH_VARARGS, "Java's String.hashCode of ASCII segments of a buffer, from seeds."},
     {"index_put", index_put, METH_VARARGS, "Keys added to an IndexFile's bytes, as put_few writes them."},
+    {"json_header", rbx_json_header, METH_O, "A remoting frame's JSON header's fields, or None (the twin decides)."},
+    {"typed_header", rbx_typed_header, METH_VARARGS, "A request's extFields typed by its schema, or None."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable
 from typing import NamedTuple
 
+from rocketbox.native import compiled
 from rocketbox.remoting.codes import RequestCode as R
 
 S, I, L, B = "S", "I", "L", "B"           # string, int32, int64, boolean  # noqa: E741 (the wire's letters)
@@ -163,14 +164,22 @@ def _compile(code: int, names: tuple[str, ...] | None = None):
 
 _DECODERS = {code: _compile(code) for code in SCHEMAS}
 _LAYOUT_DECODERS: dict[tuple[int, tuple[str, ...]], Callable[[tuple], dict]] = {}
+_KINDS = {S: 0, I: 1, L: 2, B: 3}
+# each schema as native.typed_header takes it: (name, short name or None, kind, required) a field
+_SPECS = {code: tuple((f.name, _SHORT_NAMES[f.name] if code in _V2_CODES else None, _KINDS[f.kind], f.required)
+                      for f in fields) for code, fields in SCHEMAS.items()}
+_typed: Callable[[dict, tuple], dict | None] | None = compiled.typed_header if compiled is not None else None
 
 
 def decode(cmd) -> dict:
     """Typed fields of request ``cmd``'s header (absent optional fields are None).  V2 codes
     take the one-letter names and, failing that, the long ones."""
     fields = cmd.fields
-    if fields is None:
-        return _DECODERS[cmd.code](cmd.ext)
+    if fields is None:          # extFields typed in C when every value is plain, else by the generated decoder
+        code, ext = cmd.code, cmd.ext
+        spec = _SPECS.get(code) if _typed is not None else None
+        typed = _typed(ext, spec) if _typed is not None and spec is not None else None
+        return typed if typed is not None else _DECODERS[code](ext)
     key = (cmd.code, fields[0])
     dec = _LAYOUT_DECODERS.get(key)
     if dec is None:
