@@ -23,8 +23,8 @@ CLIENT: dict[str, set[str] | None] = {
 }
 # The compiled hot paths (docs/decisions/2026-11-29-compiled-hot-paths.md): optional, so a box
 # without a compiler still installs, and everything then runs on their Python twins.
-NATIVE = Extension("rocketbox.native._native", ["native/_native.c", "native/remoting.c"], optional=True,
-                   depends=["native/remoting.h"],
+NATIVE = Extension("rocketbox.native._native", ["native/_native.c", "native/remoting.c", "native/records.c"], optional=True,
+                   depends=["native/native.h"],
                    extra_compile_args=["-O2", "-Wall", "-Werror"])
 
 

@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "remoting.h"
+#include "native.h"
 
 #define MAGIC ((int32_t)0xDAA320A7)
 #define BLANK_MAGIC ((int32_t)0xCBD43194)
@@ -520,6 +520,7 @@ static PyMethodDef methods[] = {
     {"index_put", index_put, METH_VARARGS, "Keys added to an IndexFile's bytes, as put_few writes them."},
     {"json_header", rbx_json_header, METH_O, "A remoting frame's JSON header's fields, or None (the twin decides)."},
     {"typed_header", rbx_typed_header, METH_VARARGS, "A request's extFields typed by its schema, or None."},
+    {"batch_records", rbx_batch_records, METH_VARARGS, "A client's batch as stored records, or None (the twin decides)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "remoting.h"
+#include "native.h"
 
 /* ------------------------------------------------------------------ JSON header */
 

@@ -39,6 +39,7 @@ from typing import NamedTuple
 
 from isal.isal_zlib import crc32  # zlib's CRC-32, with PCLMULQDQ: ~55 ns a KiB against zlib's ~310
 
+from rocketbox.native import compiled
 from rocketbox.remoting.codes import ResponseCode
 from rocketbox.store.errors import CorruptData, MessageRejected
 
@@ -397,8 +398,19 @@ class RecordTemplate:
                           body, self.tail.pack(len(self.topic), self.topic, plen), props, more))
 
 
-def encode_batch_records(batch: bytes, batch_props: bytes, max_body: int, t: RecordTemplate,
-                         born_ts: int) -> Records:
+def _compiled_batch_records(batch: bytes, batch_props: bytes, max_body: int, t: RecordTemplate,
+                            born_ts: int) -> Records:
+    """``py_encode_batch_records`` by the compiled ``batch_records`` (one piece, all the records),
+    which takes a batch that parses and whose sizes RocketMQ accepts; the twin reads any other."""
+    got = _batch_records(batch, batch_props, _SEP + batch_props, max_body, PROPERTIES_MAX_LEN, t.lead, t.rest,
+                         t.topic, t.queue_id, born_ts, t.fixed, crc32)
+    if got is None:
+        return py_encode_batch_records(batch, batch_props, max_body, t, born_ts)
+    return Records(got[0], [got[1]])
+
+
+def py_encode_batch_records(batch: bytes, batch_props: bytes, max_body: int, t: RecordTemplate,
+                            born_ts: int) -> Records:
     """The stored records of a SEND_BATCH_MESSAGE body (FACTS §4.2), in one pass: each message's
     flag, body and properties, then a separator unless they end with one, then ``batch_props``
     (the request's properties and CLUSTER), as RocketMQ's MessageExtBatchEncoder does.  Bodies
@@ -438,6 +450,13 @@ def encode_batch_records(batch: bytes, batch_props: bytes, max_body: int, t: Rec
     if bodies > max_body:
         raise MessageRejected(MESSAGE_ILLEGAL, f"batch body size exceeded maxMessageSize {max_body}")
     return out
+
+
+if compiled is not None:
+    _batch_records = compiled.batch_records
+    encode_batch_records = _compiled_batch_records
+else:
+    encode_batch_records = py_encode_batch_records
 
 
 # ---------------------------------------------------------------- decode
