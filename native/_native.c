@@ -12,13 +12,6 @@
 
 #include "native.h"
 
-#define MAGIC ((int32_t)0xDAA320A7)
-#define BLANK_MAGIC ((int32_t)0xCBD43194)
-
-static inline int32_t be32(const unsigned char *p) {
-    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3]);
-}
-
 /* records(buf, at, stop, limit, file_size, min_size) -> (starts, sizes, end, bad)
  *
  * The records of one CommitLog file's bytes ``buf`` from ``at`` (a record boundary): each starts
@@ -404,11 +397,6 @@ done:
     PyBuffer_Release(&sd);
     PyBuffer_Release(&out);
     return rows;
-}
-
-static inline void put_be32(unsigned char *p, int32_t v) {
-    uint32_t u = (uint32_t)v;
-    p[0] = u >> 24; p[1] = u >> 16; p[2] = u >> 8; p[3] = u;
 }
 
 static inline void put_be64(unsigned char *p, int64_t v) {

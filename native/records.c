@@ -11,17 +11,11 @@
 
 #include "native.h"
 
-#define MAGIC ((int32_t)0xDAA320A7)
 #define BATCH_HEAD 20                  /* totalSize, magic, bodyCRC, flag, bodyLen: five i32 */
 #define BODY_CRC_MASK 0x7FFFFFFF
 
-static inline int32_t rd32(const unsigned char *p) {
-    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3]);
-}
-
 static inline unsigned char *wr32(unsigned char *p, uint32_t v) {
-    p[0] = (unsigned char)(v >> 24), p[1] = (unsigned char)(v >> 16), p[2] = (unsigned char)(v >> 8);
-    p[3] = (unsigned char)v;
+    put_be32(p, (int32_t)v);
     return p + 4;
 }
 
@@ -72,7 +66,7 @@ PyObject *rbx_batch_records(PyObject *self, PyObject *args) {
         if (at + BATCH_HEAD + 2 > n)
             fits = 0;
         else {
-            int32_t size = rd32(in + at), blen = rd32(in + at + 16);
+            int32_t size = be32(in + at), blen = be32(in + at + 16);
             Py_ssize_t end_body = at + BATCH_HEAD + blen;
             if (blen < 0 || blen > max_body || end_body + 2 > n) {
                 fits = 0;
@@ -104,7 +98,7 @@ PyObject *rbx_batch_records(PyObject *self, PyObject *args) {
     unsigned char *o = (unsigned char *)PyBytes_AS_STRING(records);
     at = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
-        int32_t flag = rd32(in + at + 12), blen = rd32(in + at + 16);
+        int32_t flag = be32(in + at + 12), blen = be32(in + at + 16);
         const unsigned char *body = in + at + BATCH_HEAD;
         Py_ssize_t end_body = at + BATCH_HEAD + blen;
         int16_t plen = (int16_t)((in[end_body] << 8) | in[end_body + 1]);
