@@ -150,6 +150,7 @@ TABLE = (
     # rocketbox's own keys
     ("readerProcessNums", _int_in(1, 64), "2", "reader processes behind HAProxy"),
     ("readerPortBase", _int_in(0, 65535), "0", "reader i listens on 127.0.0.1:<base + i> (0: listenPort + 20)"),
+    ("metricsPort", _int_in(0, 65535), "5557", "the metrics role serves Prometheus' /metrics here (0: no metrics role)"),
     ("startNameServer", _bool, "true", "appliance start runs a name server on namesrvAddr's first address when it is "
                                        "on this host (false: this broker only registers there, e.g. a second broker "
                                        "on the host)"),
@@ -238,6 +239,7 @@ class BrokerConfig:
     accessMessageInMemoryMaxRatio: int
     readerProcessNums: int
     readerPortBase: int
+    metricsPort: int
     startNameServer: bool
     haproxyBinary: str
     shmPrefix: str

@@ -39,7 +39,8 @@ ROLES = {"nameserver": "rocketbox.nameserver.service:NameServer",
          "cleaner": "rocketbox.cleaner.service:CleanerService",
          "scheduler": "rocketbox.scheduler.service:SchedulerService",
          "reader": "rocketbox.readers.service:ReaderService",
-         "haproxy": "rocketbox.haproxy.service:HaproxyService"}
+         "haproxy": "rocketbox.haproxy.service:HaproxyService",
+         "metrics": "rocketbox.metrics.service:MetricsService"}
 INDEXED = {"reader"}                       # run as reader-0 .. reader-<readerProcessNums - 1>
 NO_STORE = {"nameserver", "haproxy"}       # roles that do not attach the store's shared memory
 FINISH_STOP = {"flusher", "dispatcher", "writer"}   # restarted during a stop if down: they finish it
@@ -91,8 +92,9 @@ def roles_for(cfg) -> list[str]:
     readers, HAProxy; the replicator (a master's HA service, a slave's copy of its master); the
     scheduler (delayed messages, transaction checks) on a master only, as RocketMQ's."""
     scheduler = [] if cfg.slave else ["scheduler"]
+    metrics = ["metrics"] if cfg.metricsPort else []
     out = ["flusher", "dispatcher", "writer", "replicator", "cleaner", *scheduler,
-           *(f"reader-{i}" for i in range(cfg.readerProcessNums)), "haproxy"]
+           *(f"reader-{i}" for i in range(cfg.readerProcessNums)), "haproxy", *metrics]
     from rocketbox.net.client import split_addrs
     if cfg.startNameServer and split_addrs(cfg.namesrvAddr):
         import psutil
@@ -117,6 +119,8 @@ def listeners(cfg, roles: list[str]) -> list[tuple[str, int, str]]:
                         f"{role}, readerPortBase (0: listenPort + 20) + {index}"))
         elif base == "nameserver":
             out.append((*nameserver_address(cfg), "the name server, namesrvAddr's first address"))
+        elif base == "metrics":
+            out.append(("0.0.0.0", cfg.metricsPort, "the metrics role's /metrics, metricsPort"))
         elif base == "replicator" and not cfg.slave:
             out.append(("0.0.0.0", cfg.listenPort + 1, "the HA service, listenPort + 1"))
     return out

@@ -202,7 +202,7 @@ class Supervisor:
         server holding the broker's routes."""
         missing = [role for role, p in self.procs.items() if not self._started(role, p, 0)]
         for host, port, what in listeners(self.cfg, self.roles):
-            broker = not what.startswith(("the name server", "the HA service"))   # HAProxy's ports and the readers'
+            broker = what.startswith(("HAProxy", "reader-"))        # the ports a remoting request is answered on
             if not answers("127.0.0.1" if host == "0.0.0.0" else host, port, broker):
                 missing.append(f"{what.split(',')[0]} on port {port}")
         if split_addrs(self.cfg.namesrvAddr) and not self.sh.control[C.REGISTERED_MS]:

@@ -27,6 +27,8 @@ class BenchAppliance:
         self.dir = tempfile.mkdtemp(prefix=prefix, dir=base)
         self.conf = os.path.join(self.dir, "broker.conf")
         self.log_path = os.path.join(self.dir, "appliance.log")
+        if "listenPort" in settings:         # the metrics role's port beside the broker's, not 5557 for every run
+            settings = {"metricsPort": int(settings["listenPort"]) + 31, **settings}
         with open(self.conf, "w") as f:
             f.writelines(f"{k}={v}\n" for k, v in {"storePathRootDir": f"{self.dir}/store", **settings}.items())
         self.proc: subprocess.Popen | None = None

@@ -34,6 +34,7 @@ from rocketbox.store.javahash import string_hash
 from rocketbox.store.topicconfig import PERM_READ
 
 COMMIT_OFFSET, SUSPEND, SUBSCRIPTION = 0x1, 0x2, 0x4
+UNCOUNTED_MAX = 4096       # (topic@group, queue)s counted ahead of their offset slot; more are not counted
 _ANSWER = codec.ResponseTemplate(("suggestWhichBrokerId", "nextBeginOffset", "minOffset", "maxOffset"), {})
 
 
@@ -73,6 +74,9 @@ class PullProcessor:
         # memoryviews (an int read and written per count, ~3x cheaper than a numpy scalar's)
         self.counts = memoryview(row)
         self.group_pulls = memoryview(broker.sh.views["offset_pulls"][broker.slot])
+        # messages found for a (topic@group, queue) with no offset slot yet (before the group's first
+        # commit there): added to the slot's count once it has one
+        self.uncounted: dict[tuple[bytes, int], int] = {}
 
     def handlers(self) -> dict:
         return {R.PULL_MESSAGE: self.pull}
@@ -118,7 +122,7 @@ class PullProcessor:
         key = offset_key(topic, group)
         if h["sysFlag"] & COMMIT_OFFSET and not self.slave:
             self.link.commit_offset(key, qid, h["commitOffset"])
-        counter = self.offsets.slot(key, qid)
+        counter = self._counter(key, qid)
         sg = self.b.group(group) if self.cfg.slaveReadEnable or self.slave else None
         code, pieces = self._run(cmd, topic, qid, h["queueOffset"], h["maxMsgNums"], codes, counter, keep, sg)
         if code == RC.PULL_NOT_FOUND and h["sysFlag"] & SUSPEND and h["suspendTimeoutMillis"] > 0:
@@ -131,17 +135,34 @@ class PullProcessor:
     def _held(self, cmd, conn, topic, qid, offset, max_nums, codes, key, keep, sg, _grew: bool) -> None:
         """A held pull's end (the queue grew, or the time-out): run it once more and answer."""
         try:
-            _code, pieces = self._run(cmd, topic, qid, offset, max_nums, codes, self.offsets.slot(key, qid), keep, sg)
+            _code, pieces = self._run(cmd, topic, qid, offset, max_nums, codes, self._counter(key, qid), keep, sg)
         except Exception as e:
             pieces = [codec.encode(conn.failure(cmd, e))]
         conn.reply_pieces(cmd, pieces)
 
+    def _counter(self, key: bytes, qid: int) -> int | tuple[bytes, int]:
+        """Where a pull of ``key`` (topic@group) on queue ``qid`` counts the messages it finds: the
+        group's consumer offset slot on the queue (what it found there before the slot existed
+        added now), or, with no slot yet, (key, qid) in ``uncounted``."""
+        slot = self.offsets.slot(key, qid)
+        if slot is None:
+            return key, qid
+        if self.uncounted:
+            self.group_pulls[slot] += self.uncounted.pop((key, qid), 0)
+        return slot
+
+    def count_uncounted(self) -> None:
+        """On the reader's tick: the counts kept for (topic@group, queue)s that have an offset
+        slot now (the group committed there) go to it."""
+        for key, qid in list(self.uncounted):
+            self._counter(key, qid)
+
     def _run(self, cmd, topic: str, qid: int, offset: int, max_nums: int, codes,
-             counter: int | None, keep=None, sg: dict | None = None) -> tuple[int, list]:
+             counter: int | tuple[bytes, int], keep=None, sg: dict | None = None) -> tuple[int, list]:
         """The pull's answer now: (response code, the response in pieces: its head, then the
-        records as views of the CommitLog); the messages found counted for the group's consumer
-        offset slot ``counter`` too, if it has one on the queue.  ``sg``: the group's config, given
-        when the answer suggests a broker (``slaveReadEnable``) or comes from a slave."""
+        records as views of the CommitLog); the messages found counted where ``counter`` says
+        (``_counter``).  ``sg``: the group's config, given when the answer suggests a broker
+        (``slaveReadEnable``) or comes from a slave."""
         count = max(1, min(max_nums, self.cfg.maxTransferCountOnMessageInMemory))
         p = self.view.pull(topic, qid, offset, count, codes, self.cfg.maxTransferBytesOnMessageInMemory,
                            self.disk_limits, keep)
@@ -150,8 +171,10 @@ class PullProcessor:
             code, status = RC.SUCCESS, "FOUND"
             row[S.PULLED_MSGS] += p.count
             row[S.PULLS_FOUND] += 1
-            if counter is not None:
+            if isinstance(counter, int):
                 self.group_pulls[counter] += p.count
+            elif counter in self.uncounted or len(self.uncounted) < UNCOUNTED_MAX:
+                self.uncounted[counter] = self.uncounted.get(counter, 0) + p.count
         elif p.status == SV.NO_MATCHED:
             code, status = RC.PULL_RETRY_IMMEDIATELY, "NO_MATCHED_MESSAGE"
         elif p.status == SV.NO_NEW:

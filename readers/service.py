@@ -94,6 +94,7 @@ class ReaderService(ReaderContext, ServerRole):
                     pending = self.loop.create_task(registrar.register_changes())
             await self.sleep(TICK_S)
             self.clients.tick(int(time.time() * 1000))
+            self.pulls.count_uncounted()
             self.rates.sample()
             self.settle()
 

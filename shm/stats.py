@@ -16,9 +16,10 @@ whichever reader answers.
 
 A consumer group's rate on a topic (GET_CONSUME_STATS' consumeTps, BrokerStatsManager's
 GROUP_GET_NUMS over its last minute) counts the messages its pulls found: each reader adds them to
-its row of ``offset_pulls``, in the column of the group's consumer offset slot on the queue (so a
-queue counts from the group's first committed offset on it, as a broadcasting group, whose offsets
-stay with its members, does not count).  Each reader samples the columns' sums over the rows every
+its row of ``offset_pulls``, in the column of the group's consumer offset slot on the queue; what
+its pulls found before the group's first commit on the queue made that slot is added once the
+slot exists (readers/pull.py ``_counter``), so a broadcasting group, whose offsets stay with its
+members, is not counted.  Each reader samples the columns' sums over the rows every
 10 s, as StatsItem samples a minute, and answers with the messages counted since its oldest sample
 (up to a minute old) per second.
 """

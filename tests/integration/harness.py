@@ -46,7 +46,7 @@ class Appliance:
                     "ringRequestBytes": 1024 * 1024, "ringResponseBytes": 256 * 1024, "listenPort": port,
                     "brokerName": "b1", "brokerIP1": "127.0.0.1", "shmPrefix": f"/rbxt-{os.getpid()}-{port}",
                     "maxHashSlotNum": 1000, "maxIndexNum": 4000, "shmQueueSlots": 1024, "shmTopicSlots": 256,
-                    "shmOffsetSlots": 1024, "namesrvAddr": ""}
+                    "shmOffsetSlots": 1024, "namesrvAddr": "", "metricsPort": port + 31}
         if namesrv:
             settings["namesrvAddr"] = f"127.0.0.1:{port + 30}"
         settings.update(overrides)

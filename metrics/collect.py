@@ -1,0 +1,194 @@
+"""One scrape's metric families, read from what the roles already publish (docs/METRICS.md): the
+shared state's control block, queue, offset, pull and member tables, and each role's process.
+Nothing here is counted on the send or pull path; a scrape costs the metrics role alone.
+
+RocketMQ 5.x's broker-native names come first (``rocketmq_*``, the labels of
+``BrokerMetricsConstant``: cluster, node_type, node_id, then topic and consumer_group), as
+counters where 5.x has counters, so its dashboards work; then what only this appliance has
+(``rocketbox_*``).
+
+Counts and their meaning:
+- messages in (a topic's): the sum of its queues' max offsets, every message ever stored in them
+  (a counter: it never goes down, and starts where the store left it);
+- messages out (a topic, a group): what the group's pulls found on its queues since this start
+  (``offset_pulls``, the figures of GET_CONSUME_STATS' consumeTps);
+- lag (a topic, a group): its queues' max offsets less the group's committed ones, on the queues
+  it has committed on.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+
+from rocketbox.metrics.exposition import Family
+from rocketbox.shm.layout import C, S
+from rocketbox.shm.tables import table_use
+from rocketbox.store import delay, timer, transaction
+
+SYSTEM_TOPICS = frozenset({delay.SCHEDULE_TOPIC, timer.TIMER_TOPIC, transaction.HALF_TOPIC, transaction.OP_TOPIC,
+                           transaction.CHECK_MAX_TOPIC, "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", "TBW102",
+                           "BenchmarkTest", "RMQ_SYS_TRACE_TOPIC"})
+RETRY, DLQ = "%RETRY%", "%DLQ%"
+
+
+def _is_system(topic: str) -> str:
+    return "true" if topic in SYSTEM_TOPICS or topic.startswith(("rmq_sys_", "RMQ_SYS_")) else "false"
+
+
+def _decoded(names) -> list[str]:
+    return [n.decode("utf-8", "replace") for n in names.tolist()]
+
+
+class Collector:
+    """Reads one appliance's state for each scrape.  ``roles``: the role names whose processes it
+    reports, found by their pid files in ``run_dir``."""
+
+    def __init__(self, cfg, sh, roles: list[str]):
+        self.cfg, self.sh, self.roles = cfg, sh, roles
+        self.common = {"cluster": cfg.brokerClusterName, "node_type": "broker", "node_id": cfg.brokerName}
+        self.procs: dict[str, psutil.Process] = {}
+
+    def families(self) -> list[Family]:
+        return [*self._messages(), *self._groups(), *self._store(), *self._roles()]
+
+    def _sample(self, family: Family, value, **labels: str) -> None:
+        family.add(value, **self.common, **labels)
+
+    # ------------------------------------------------------------ messages and topics
+    def _messages(self) -> list[Family]:
+        views, ctl = self.sh.views, self.sh.control
+        nq = int(ctl[C.QUEUE_COUNT])
+        by_topic: dict[str, int] = {}
+        for topic, count in zip(_decoded(views["queue_names"][:nq]), views["queue_max"][:nq].tolist()):
+            by_topic[topic] = by_topic.get(topic, 0) + count
+        msgs_in = Family("rocketmq_messages_in_total", "counter",
+                               "Messages stored in the topic's consume queues, ever (the sum of their max offsets)")
+        for topic, count in sorted(by_topic.items()):
+            self._sample(msgs_in, count, topic=topic, is_system=_is_system(topic))
+        topics = Family("rocketmq_topic_number", "gauge", "Topics in the broker's topic table")
+        self._sample(topics, int(ctl[C.TOPIC_COUNT]))
+        return [msgs_in, topics]
+
+    # ------------------------------------------------------------ consumer groups
+    def _groups(self) -> list[Family]:
+        views, ctl = self.sh.views, self.sh.control
+        nq, no = int(ctl[C.QUEUE_COUNT]), int(ctl[C.OFFSET_COUNT])
+        queue_max = dict(zip(zip(_decoded(views["queue_names"][:nq]), views["queue_ids"][:nq].tolist()),
+                             views["queue_max"][:nq].tolist()))
+        found = views["offset_pulls"][:, :no].sum(axis=0).tolist()
+        out: dict[tuple[str, str], list[int]] = {}           # (topic, group) -> [found, lag]
+        for key, qid, committed, n in zip(_decoded(views["offset_keys"][:no]), views["offset_qids"][:no].tolist(),
+                                          views["offset_values"][:no].tolist(), found):
+            topic, _, group = key.partition("@")
+            row = out.setdefault((topic, group), [0, 0])
+            row[0] += n
+            row[1] += max(0, queue_max.get((topic, qid), 0) - committed) if committed >= 0 else 0
+        msgs_out = Family("rocketmq_messages_out_total", "counter",
+                                "Messages the group's pulls found on the topic since the appliance started")
+        lag = Family("rocketmq_consumer_lag_messages", "gauge",
+                           "Messages in the topic's queues past the group's committed offsets")
+        for (topic, group), (n, behind) in sorted(out.items()):
+            labels = {"topic": topic, "consumer_group": group, "is_retry": "true" if topic.startswith(RETRY) else "false"}
+            self._sample(msgs_out, n, **labels)
+            self._sample(lag, behind, **labels)
+        members = views["clients"]
+        live = members[members["heartbeat_ms"] != 0]
+        by_group: dict[str, int] = {}
+        for group in _decoded(live["group"]):
+            by_group[group] = by_group.get(group, 0) + 1
+        connections = Family("rocketmq_consumer_connections", "gauge",
+                                   "Consumer clients of the group with a live heartbeat (over every reader)")
+        for group, n in sorted(by_group.items()):
+            self._sample(connections, n, consumer_group=group)
+        groups = Family("rocketmq_consumer_group_number", "gauge",
+                              "Consumer groups with committed offsets or live members")
+        self._sample(groups, len({g for _t, g in out} | set(by_group)))
+        return [msgs_out, lag, connections, groups]
+
+    # ------------------------------------------------------------ the store
+    def _store(self) -> list[Family]:
+        ctl, cfg = self.sh.control, self.cfg
+        written, dispatched, flushed = int(ctl[C.WRITTEN]), int(ctl[C.DISPATCHED]), int(ctl[C.FLUSHED])
+        offsets = Family("rocketbox_commitlog_offset_bytes", "gauge",
+                               "CommitLog offsets: written (the commit point), dispatched, flushed, min (oldest kept)")
+        for what, value in (("written", written), ("dispatched", dispatched), ("flushed", flushed),
+                            ("min", int(ctl[C.MIN_PHYS]))):
+            self._sample(offsets, value, offset=what)
+        lag = Family("rocketbox_dispatch_lag_bytes", "gauge", "CommitLog bytes written but not yet dispatched")
+        self._sample(lag, max(0, written - dispatched))
+        flush_lag = Family("rocketbox_flush_lag_bytes", "gauge", "CommitLog bytes written but not yet flushed")
+        self._sample(flush_lag, max(0, written - flushed))
+        disk = Family("rocketbox_disk_used_ratio", "gauge",
+                            "How full each store partition is (the cleaner's last look; -1: unknown)")
+        for part, field in (("commitlog", C.DISK_CL_PPM), ("consumequeue", C.DISK_CQ_PPM), ("index", C.DISK_INDEX_PPM)):
+            ppm = int(ctl[field])
+            self._sample(disk, -1.0 if ppm < 0 else ppm / 1e6, partition=part)
+        limits = Family("rocketbox_disk_limit_ratio", "gauge",
+                              "diskSpaceWarningLevelRatio (sends refused above it) and diskMaxUsedSpaceRatio")
+        self._sample(limits, cfg.diskSpaceWarningLevelRatio / 100, limit="warning")
+        self._sample(limits, cfg.diskMaxUsedSpaceRatio / 100, limit="retention")
+        refusing = Family("rocketbox_sends_refused", "gauge",
+                                "1 while sends are refused: a full disk, or no room for a consume-queue file")
+        self._sample(refusing, int(bool(ctl[C.DISK_FULL]) or bool(ctl[C.DISPATCH_NO_ROOM])))
+        contained = Family("rocketbox_records_contained_total", "counter",
+                                 "Records a role stepped over since this start (logged with their offsets)")
+        self._sample(contained, int(ctl[C.DISPATCH_UNINDEXED]), what="unindexed")
+        self._sample(contained, int(ctl[C.DISPATCH_UNQUEUED]), what="unqueued")
+        retention = Family("rocketbox_retention_unconsumed_total", "counter",
+                                 "Messages retention deleted before a subscribed group consumed them, since this start")
+        self._sample(retention, int(ctl[C.RETENTION_UNCONSUMED]))
+        tables = Family("rocketbox_table_entries", "gauge", "Shared tables: entries in use and capacity")
+        for t in table_use(self.sh.views, ctl):
+            self._sample(tables, t.used, table=t.name, of="used")
+            self._sample(tables, t.capacity, table=t.name, of="capacity")
+        slaves = Family("rocketbox_slave_lag_bytes", "gauge",
+                              "Bytes the slave furthest behind lacks (0: none connected)")
+        self._sample(slaves, int(ctl[C.SLAVE_LAG_BYTES]))
+        pulls = Family("rocketbox_pulls_total", "counter", "Pulls (each try of a held one) since this start")
+        slots = self.sh.slots
+        self._sample(pulls, int(slots[:, S.PULLS_FOUND].sum()), result="found")
+        self._sample(pulls, int(slots[:, S.PULLS_MISSED].sum()), result="missed")
+        return [offsets, lag, flush_lag, disk, limits, refusing, contained, retention, tables, slaves, pulls]
+
+    # ------------------------------------------------------------ the roles' processes
+    def _process(self, role: str) -> psutil.Process | None:
+        try:
+            with open(os.path.join(self.cfg.run_dir, f"{role}.pid")) as f:
+                pid = int(f.read().strip() or 0)
+        except (OSError, ValueError):
+            return None
+        proc = self.procs.get(role)
+        if proc is None or proc.pid != pid:
+            try:
+                proc = self.procs[role] = psutil.Process(pid)
+            except psutil.Error:
+                return None
+        return proc
+
+    def _roles(self) -> list[Family]:
+        cpu = Family("rocketbox_role_cpu_seconds_total", "counter", "CPU time of the role's process (user+system)")
+        rss = Family("rocketbox_role_memory_bytes", "gauge", "Resident memory of the role's process")
+        up = Family("rocketbox_role_up", "gauge", "1 while the role's process runs")
+        for role in self.roles:
+            proc = self._process(role)
+            try:
+                if proc is None or not proc.is_running():
+                    raise psutil.NoSuchProcess(0)
+                with proc.oneshot():
+                    times, mem = proc.cpu_times(), proc.memory_info()
+                    children = proc.children() if role == "haproxy" else []     # the haproxy binary
+                    for c in children:
+                        ct, cm = c.cpu_times(), c.memory_info()
+                        times = type(times)(*(a + b for a, b in zip(times, ct)))
+                        mem = type(mem)(*(a + b for a, b in zip(mem, cm)))
+            except psutil.Error:
+                self._sample(up, 0, role=role)
+                continue
+            self._sample(up, 1, role=role)
+            self._sample(cpu, round(times.user + times.system, 3), role=role)
+            self._sample(rss, mem.rss, role=role)
+        now = Family("rocketbox_scrape_timestamp_seconds", "gauge", "When this scrape was read")
+        self._sample(now, round(time.time(), 3))
+        return [cpu, rss, up, now]

@@ -1,0 +1,82 @@
+"""What a scrape reads from a real shared segment (metrics/collect.py): messages in per topic,
+messages out and lag per (topic, group), members, the store's offsets and disk, each role's
+process; every sample checked by value."""
+from __future__ import annotations
+
+import os
+import re
+
+from rocketbox.metrics.collect import Collector
+from rocketbox.metrics.exposition import render
+from rocketbox.shm.layout import C, S
+from rocketbox.shm.state import SharedState
+from tests.unit.writer.rig import small_config
+
+_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse(text: str) -> dict[tuple[str, frozenset], float]:
+    """Prometheus text -> {(name, labels): value}; every line a comment or a well-formed sample."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("#"):
+            assert re.match(r"# (HELP|TYPE) [a-zA-Z_:][a-zA-Z0-9_:]* \S", line), line
+            continue
+        m = _SAMPLE.match(line)
+        assert m, line
+        labels = frozenset(_LABEL.findall(m.group(2) or ""))
+        out[(m.group(1), labels)] = float(m.group(3))
+    return out
+
+
+def value(samples: dict, name: str, **labels: str) -> float:
+    """The one sample of ``name`` whose labels include ``labels``."""
+    found = [v for (n, ls), v in samples.items() if n == name and set(labels.items()) <= ls]
+    assert len(found) == 1, (name, labels, found)
+    return found[0]
+
+
+def test_a_scrape_reads_topics_groups_members_and_the_store(tmp_path):
+    cfg = small_config(tmp_path / "store", "mx")
+    sh = SharedState(cfg.geometry()).create()
+    try:
+        v, ctl = sh.views, sh.control
+        for i, (topic, qid, count) in enumerate([("Orders", 0, 10), ("Orders", 1, 5), ("%RETRY%g1", 0, 2),
+                                                 ("SCHEDULE_TOPIC_XXXX", 2, 7)]):
+            v["queue_names"][i], v["queue_ids"][i], v["queue_max"][i] = topic.encode(), qid, count
+        ctl[C.QUEUE_COUNT], ctl[C.TOPIC_COUNT] = 4, 3
+        for i, (key, qid, committed) in enumerate([("Orders@g1", 0, 8), ("Orders@g1", 1, 5), ("Orders@g2", 0, 0)]):
+            v["offset_keys"][i], v["offset_qids"][i], v["offset_values"][i] = key.encode(), qid, committed
+        ctl[C.OFFSET_COUNT] = 3
+        v["offset_pulls"][0, 0], v["offset_pulls"][1, 0], v["offset_pulls"][1, 1] = 6, 2, 5   # two readers' rows
+        v["clients"][0, 0] = (b"g1", b"c1", 1)
+        v["clients"][1, 3] = (b"g1", b"c2", 1)
+        v["clients"][1, 4] = (b"g3", b"c3", 1)
+        ctl[C.WRITTEN], ctl[C.DISPATCHED], ctl[C.FLUSHED], ctl[C.DISK_CL_PPM] = 5000, 4000, 3000, 250_000
+        sh.slots[0, S.PULLS_FOUND], sh.slots[1, S.PULLS_MISSED] = 3, 4
+        os.makedirs(cfg.run_dir, exist_ok=True)
+        with open(os.path.join(cfg.run_dir, "writer.pid"), "w") as f:
+            f.write(f"{os.getpid()}\n")                       # this process stands for the writer
+
+        samples = parse(render(Collector(cfg, sh, ["writer", "dispatcher"]).families()).decode())
+
+        assert value(samples, "rocketmq_messages_in_total", topic="Orders", is_system="false") == 15
+        assert value(samples, "rocketmq_messages_in_total", topic="SCHEDULE_TOPIC_XXXX", is_system="true") == 7
+        assert value(samples, "rocketmq_messages_out_total", topic="Orders", consumer_group="g1") == 13
+        assert value(samples, "rocketmq_consumer_lag_messages", topic="Orders", consumer_group="g1") == 2
+        assert value(samples, "rocketmq_consumer_lag_messages", topic="Orders", consumer_group="g2") == 10
+        assert value(samples, "rocketmq_consumer_connections", consumer_group="g1") == 2
+        assert value(samples, "rocketmq_consumer_group_number") == 3           # g1, g2 (offsets), g3 (members)
+        assert value(samples, "rocketmq_topic_number", cluster=cfg.brokerClusterName, node_id=cfg.brokerName) == 3
+        assert value(samples, "rocketbox_dispatch_lag_bytes") == 1000
+        assert value(samples, "rocketbox_flush_lag_bytes") == 2000
+        assert value(samples, "rocketbox_disk_used_ratio", partition="commitlog") == 0.25
+        assert value(samples, "rocketbox_pulls_total", result="missed") == 4
+        assert value(samples, "rocketbox_role_up", role="writer") == 1
+        assert value(samples, "rocketbox_role_up", role="dispatcher") == 0           # no pid file: not running
+        assert value(samples, "rocketbox_role_memory_bytes", role="writer") > 10 * 2**20
+        assert value(samples, "rocketbox_table_entries", table="queues", of="used") == 4
+    finally:
+        sh.close()
+        sh.unlink()
