@@ -51,6 +51,7 @@ class Box:
         """broker.conf as an operator writes it before the install (which keeps it): this test's
         ports, small files and rings; the store where the install puts it."""
         return "\n".join([f"storePathRootDir={STORE}", f"listenPort={self.port}", f"namesrvAddr={self.namesrv}",
+                          f"metricsPort={self.port + 31}",
                           "brokerName=rbxbox", "brokerIP1=127.0.0.1", "mappedFileSizeCommitLog=4194304",
                           "mappedFileSizeConsumeQueue=20000", "maxMessageSize=65536", "ringRequestBytes=1048576",
                           "ringResponseBytes=262144", "maxHashSlotNum=1000", "maxIndexNum=4000",
