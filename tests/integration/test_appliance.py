@@ -124,7 +124,7 @@ def test_ctrl_c_stops_role_by_role_and_roles_never_outlive_the_supervisor(applia
     assert check(app.cfg).clean and sum(stored_keys(app.cfg).values()) == 200
 
     app.start()                                    # now the supervisor alone dies
-    assert len(psutil.Process(app.proc.pid).children()) == len(roles_for(app.cfg)) == 9      # scheduler, replicator
+    assert len(psutil.Process(app.proc.pid).children()) == len(roles_for(app.cfg)) == 10     # scheduler, replicator, metrics
     roles = psutil.Process(app.proc.pid).children(recursive=True)        # haproxy itself too
     os.kill(app.proc.pid, signal.SIGKILL)
     app.proc.wait()
