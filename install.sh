@@ -16,7 +16,9 @@
 # Idempotent: running it again only fills in what is missing, and says what it changed.
 # --dev's Debian packages: python3-venv, python3-dev, gcc, haproxy, redis-server and valgrind (the
 # benchmarks: the comparison, and counting instructions; redis is not started by the install), and
-# systemd-container and debootstrap (the test that boots the units in a systemd-nspawn container).
+# systemd-container and debootstrap (the test that boots the units in a systemd-nspawn container);
+# prometheus without its recommends (a test scrapes the metrics role with it and runs promtool; the
+# service Debian starts with it is stopped and disabled again).
 # With npm on the box it also installs the Node client ali-ons into .venv/node (a test drives it).
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -28,7 +30,7 @@ for arg in "$@"; do
     --dev) mode=dev ;;
     --check) mode=check ;;
     --spark|--no-start|--uninstall|--purge) system_args+=("$arg") ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -68,10 +70,16 @@ command -v valgrind >/dev/null || need_apt+=(valgrind)                          
 command -v systemd-nspawn >/dev/null || need_apt+=(systemd-container)               # tests/system boots the units
 command -v debootstrap >/dev/null || [ -x /usr/sbin/debootstrap ] || need_apt+=(debootstrap)
 python3 -c 'import sysconfig,os,sys; sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_paths()["include"],"Python.h")) else 1)' || need_apt+=(python3-dev)
+sudo_cmd=""; [ "$(id -u)" -eq 0 ] || sudo_cmd=sudo
 if [ ${#need_apt[@]} -gt 0 ]; then
-  sudo_cmd=""; [ "$(id -u)" -eq 0 ] || sudo_cmd=sudo
   $sudo_cmd apt-get update -q
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q "${need_apt[@]}"
+fi
+if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then   # tests/integration/test_metrics.py
+  [ ${#need_apt[@]} -gt 0 ] || $sudo_cmd apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -q --no-install-recommends prometheus
+  # the test runs a Prometheus of its own: the service the package starts (under systemd) is not wanted
+  if [ -d /run/systemd/system ]; then $sudo_cmd systemctl disable --now prometheus >/dev/null 2>&1 || true; fi
 fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv

@@ -12,8 +12,8 @@ Counts and their meaning:
   (a counter: it never goes down, and starts where the store left it);
 - messages out (a topic, a group): what the group's pulls found on its queues since this start
   (``offset_pulls``, the figures of GET_CONSUME_STATS' consumeTps);
-- lag (a topic, a group): its queues' max offsets less the group's committed ones, on the queues
-  it has committed on.
+- lag (a topic, a group the topic has committed offsets of): its queues' max offsets less the
+  group's committed ones (0 on a queue it has not committed on), as GET_CONSUME_STATS reports it.
 """
 from __future__ import annotations
 
@@ -75,16 +75,21 @@ class Collector:
     def _groups(self) -> list[Family]:
         views, ctl = self.sh.views, self.sh.control
         nq, no = int(ctl[C.QUEUE_COUNT]), int(ctl[C.OFFSET_COUNT])
-        queue_max = dict(zip(zip(_decoded(views["queue_names"][:nq]), views["queue_ids"][:nq].tolist()),
-                             views["queue_max"][:nq].tolist()))
+        queues: dict[str, dict[int, int]] = {}                # topic -> {queue id: max offset}
+        for topic, qid, count in zip(_decoded(views["queue_names"][:nq]), views["queue_ids"][:nq].tolist(),
+                                     views["queue_max"][:nq].tolist()):
+            queues.setdefault(topic, {})[qid] = count
         found = views["offset_pulls"][:, :no].sum(axis=0).tolist()
-        out: dict[tuple[str, str], list[int]] = {}           # (topic, group) -> [found, lag]
+        out: dict[tuple[str, str], list] = {}                # (topic, group) -> [found, {queue id: committed}]
         for key, qid, committed, n in zip(_decoded(views["offset_keys"][:no]), views["offset_qids"][:no].tolist(),
                                           views["offset_values"][:no].tolist(), found):
             topic, _, group = key.partition("@")
-            row = out.setdefault((topic, group), [0, 0])
+            row = out.setdefault((topic, group), [0, {}])
             row[0] += n
-            row[1] += max(0, queue_max.get((topic, qid), 0) - committed) if committed >= 0 else 0
+            row[1][qid] = committed
+        for (topic, _group), row in out.items():           # lag over every queue of the topic, a queue the group
+            committed = row[1]                             # has not committed on from 0 (as GET_CONSUME_STATS)
+            row[1] = sum(max(0, hi - max(committed.get(qid, 0), 0)) for qid, hi in queues.get(topic, {}).items())
         msgs_out = Family("rocketmq_messages_out_total", "counter",
                                 "Messages the group's pulls found on the topic since the appliance started")
         lag = Family("rocketmq_consumer_lag_messages", "gauge",

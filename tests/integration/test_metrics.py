@@ -1,17 +1,25 @@
 """The metrics role in a whole appliance (#54): /metrics scraped over HTTP while our clients produce
-and consume; the counts are the messages sent and consumed, lag goes up and back to 0, every
-role is reported up with its CPU and memory, and a bad request gets its 4xx."""
+and consume, and by a real Prometheus (Debian's) while the Java 4.9.8 client does; the counts are
+the messages sent and consumed, lag goes up and back to 0, `promtool check metrics` takes the
+output, every role is reported up with its CPU and memory, and a bad request gets its 4xx."""
 from __future__ import annotations
 
 import asyncio
 import collections
+import json
+import shutil
 import socket
+import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
+import pytest
+
 from rocketbox.client.message import Message
-from tests.integration.harness import dispatched
+from tests.integration import javaclient
+from tests.integration.harness import create_topic, dispatched, wait_route
 from tests.integration.test_clients import consumer, make_topic
 from tests.unit.metrics.test_collect import parse, value
 
@@ -80,3 +88,68 @@ def test_a_request_that_is_not_a_scrape_gets_its_error_and_the_role_goes_on(appl
         s.sendall(b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03 tls hello\r\n\r\n")
         assert s.recv(100).startswith(b"HTTP/1.1 400 ")
     assert value(scrape(app), "rocketbox_role_up", role="writer") == 1            # still serving
+
+
+def _prometheus(app, tmp_path) -> tuple[subprocess.Popen, str]:
+    """A real Prometheus scraping the appliance's metrics role every second -> (process, its API's base)."""
+    port = app.cfg.listenPort + 32
+    conf = tmp_path / "prometheus.yml"
+    conf.write_text("global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+                    "scrape_configs:\n  - job_name: rocketbox\n"
+                    f"    static_configs: [{{targets: ['127.0.0.1:{app.cfg.metricsPort}']}}]\n")
+    log = open(tmp_path / "prometheus.log", "wb")
+    proc = subprocess.Popen(["prometheus", f"--config.file={conf}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                             f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def _query(base: str, promql: str) -> float | None:
+    """The one value of an instant query, or None when it has none (yet)."""
+    url = f"{base}/api/v1/query?{urllib.parse.urlencode({'query': promql})}"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            result = json.load(r)["data"]["result"]
+    except (OSError, ValueError, KeyError):
+        return None
+    return float(result[0]["value"][1]) if len(result) == 1 else None
+
+
+def _until(base: str, promql: str, ok, timeout: float = 30) -> float | None:
+    deadline, got = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        got = _query(base, promql)
+        if got is not None and ok(got):
+            return got
+        time.sleep(0.5)
+    return got
+
+
+@pytest.mark.skipif(shutil.which("prometheus") is None or shutil.which("promtool") is None,
+                    reason="no prometheus/promtool: ./install.sh --dev installs Debian's")
+def test_prometheus_scrapes_what_the_java_client_sent_and_consumed(appliance_factory, java_classes, tmp_path):
+    app = appliance_factory(namesrv=True).start()
+    create_topic(app, "JavaMetered", 4)
+    wait_route(app, "JavaMetered")
+    prom, base = _prometheus(app, tmp_path)
+    try:
+        assert _until(base, 'up{job="rocketbox"}', lambda v: v == 1) == 1, "Prometheus never scraped the role"
+        out = javaclient.run(java_classes, "MeteredRoundTrip", app.namesrv, "JavaMetered", "java-metered", "300",
+                             "2000", logs=str(tmp_path / "java-logs"), timeout=120)
+        assert "sent=300" in out and "consumed=300" in out, out
+        labels = 'topic="JavaMetered",consumer_group="java-metered"'
+        sent = _until(base, 'rocketmq_messages_in_total{topic="JavaMetered"}', lambda v: v >= 301)
+        taken = _until(base, f"rocketmq_messages_out_total{{{labels}}}", lambda v: v >= 301)
+        assert sent is not None and abs(sent - 301) <= 15, sent           # within 5% (the 300 and the first one)
+        assert taken is not None and abs(taken - 301) <= 15, taken
+        assert _until(base, f"rocketmq_consumer_lag_messages{{{labels}}}", lambda v: v == 0) == 0
+        peak = _query(base, f"max_over_time(rocketmq_consumer_lag_messages{{{labels}}}[5m])")
+        assert peak == 300                        # while the Java client held the 300 back, and back to 0 since
+        rate = _query(base, 'max_over_time(rate(rocketmq_messages_in_total{topic="JavaMetered"}[5s])[5m:1s])')
+        assert rate is not None and rate > 0                                           # it was graphed going up
+        with urllib.request.urlopen(f"http://127.0.0.1:{app.cfg.metricsPort}/metrics", timeout=10) as r:
+            text = r.read()
+        check = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, timeout=30)
+        assert check.returncode == 0, check.stdout.decode() + check.stderr.decode()
+    finally:
+        prom.terminate()
+        prom.wait(10)
