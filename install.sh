@@ -14,7 +14,7 @@
 #                        scheduler and read-ahead): wanted, actual, whether it holds; exit 1 if not.
 #
 # Idempotent: running it again only fills in what is missing, and says what it changed.
-# --dev's Debian packages: python3-venv, python3-dev, gcc, haproxy, redis-server and valgrind (the
+# --dev's Debian packages: python3-venv, python3-dev, gcc, haproxy, tmux, redis-server and valgrind (the
 # benchmarks: the comparison, and counting instructions; redis is not started by the install), and
 # systemd-container and debootstrap (the test that boots the units in a systemd-nspawn container);
 # prometheus without its recommends (a test scrapes the metrics role with it and runs promtool; the
@@ -69,6 +69,7 @@ command -v redis-server >/dev/null || need_apt+=(redis-server)                  
 command -v valgrind >/dev/null || need_apt+=(valgrind)                             # bench.paths counts instructions
 command -v systemd-nspawn >/dev/null || need_apt+=(systemd-container)               # tests/system boots the units
 command -v debootstrap >/dev/null || [ -x /usr/sbin/debootstrap ] || need_apt+=(debootstrap)
+command -v tmux >/dev/null || need_apt+=(tmux)                                     # a test drives appliance top in it
 python3 -c 'import sysconfig,os,sys; sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_paths()["include"],"Python.h")) else 1)' || need_apt+=(python3-dev)
 sudo_cmd=""; [ "$(id -u)" -eq 0 ] || sudo_cmd=sudo
 if [ ${#need_apt[@]} -gt 0 ]; then

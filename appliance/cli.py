@@ -206,6 +206,10 @@ def _main(argv) -> int:
                                                                  "that sizes it, its shared memory")
     from rocketbox.client import cli as client_cli
     client_cli.add_arguments(sub)
+    p = sub.add_parser("top", help="a live view: rates, lags, disk, each role's CPU and memory, topics, groups "
+                                   "(q or Ctrl-C quits)")
+    p.add_argument("-c", "--config")
+    p.add_argument("--once", action="store_true", help="print one screen (rates over a second) and exit")
     p = sub.add_parser("scrub", help="verify every CommitLog record now; damage is logged and quarantined")
     p.add_argument("-c", "--config")
     p.add_argument("--rate", type=float, default=0, help="MB/s at most (default: as fast as it reads)")
@@ -241,6 +245,9 @@ def _main(argv) -> int:
         return _status(cfg, args.tables)
     if args.cmd == "scrub":
         return _scrub(cfg, args.rate)
+    if args.cmd == "top":
+        from rocketbox.metrics import top
+        return top.run(cfg, args.once)
     if args.cmd in ("quarantine", "transactions", "check", "accept-gap"):
         return _REPORTS[args.cmd](cfg)
     if args.cmd == "host":

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -153,3 +154,55 @@ def test_prometheus_scrapes_what_the_java_client_sent_and_consumed(appliance_fac
     finally:
         prom.terminate()
         prom.wait(10)
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="no tmux: ./install.sh --dev installs it")
+def test_appliance_top_shows_a_running_load_and_quits_on_q(appliance_factory, tmp_path):
+    import sys
+    import threading
+
+    from tests.integration.harness import ROOT
+    app = appliance_factory(namesrv=True).start()
+    stop = threading.Event()
+    sent = [0]
+
+    def load():
+        async def run():
+            p = await make_topic(app, "LiveTop")
+            while not stop.is_set():
+                await p.send(Message("LiveTop", b"x" * 100))
+                sent[0] += 1
+            await p.shutdown()
+        asyncio.run(run())
+
+    producer = threading.Thread(target=load, daemon=True)
+    producer.start()
+    session = f"rbxtop-{os.getpid()}-{app.cfg.listenPort}"
+    env = {"TERM": "xterm-256color"}
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "150", "-y", "45",
+                    f"cd {ROOT} && {sys.executable} -m rocketbox.appliance top -c {app.conf}"],
+                   check=True, env={**os.environ, **env}, timeout=10)
+    try:
+        deadline, screen = time.monotonic() + 20, ""
+        while time.monotonic() < deadline:
+            time.sleep(1)
+            screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True,
+                                    text=True, timeout=10).stdout
+            row = next((line.split() for line in screen.splitlines() if line.startswith("LiveTop")), None)
+            if row and int(row[1].replace(",", "")) > 0:
+                break
+        assert screen.startswith("rocketbox top: broker b1"), screen
+        assert row is not None and int(row[1].replace(",", "")) > 0, screen          # its rate, live
+        assert any(line.split()[:2] == ["writer", "up"] for line in screen.splitlines()), screen
+        subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True, timeout=10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and subprocess.run(["tmux", "has-session", "-t", session],
+                                                             capture_output=True).returncode == 0:
+            time.sleep(0.2)
+        assert subprocess.run(["tmux", "has-session", "-t", session], capture_output=True).returncode != 0, \
+            "top did not quit on q"
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+        stop.set()
+        producer.join(20)
+    assert sent[0] > 0

@@ -1,0 +1,144 @@
+"""``appliance top``: a live terminal view of what ``/metrics`` serves, refreshed every second:
+rates in and out, lags, disk, each role's CPU and memory, topics, groups, tables.  It reads the
+shared state itself (the metrics role need not run), works over ssh in any terminal curses
+knows, and quits on ``q`` or Ctrl-C, leaving the terminal as it was.  ``--once`` prints one
+screen (rates over one second) without curses, for scripts.
+
+``screen`` turns two scrapes and the seconds between them into lines; the curses loop only draws
+them, so the view is tested without a terminal.
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+from rocketbox.metrics.collect import Collector
+
+Samples = dict[tuple[str, frozenset], float]
+
+
+def samples(families) -> Samples:
+    """A scrape's families -> {(name, labels): value} (histograms left out)."""
+    return {(f.name, frozenset(labels.items())): float(v) for f in families if f.kind != "histogram"
+            for labels, v in f.samples}
+
+
+def _by(s: Samples, name: str, key: str) -> dict[str, float]:
+    return {dict(labels)[key]: v for (n, labels), v in s.items() if n == name}
+
+
+def _one(s: Samples, name: str, **want: str) -> float:
+    for (n, labels), v in s.items():
+        if n == name and set(want.items()) <= labels:
+            return v
+    return 0.0
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def _rate(cur: float, prev: float | None, dt: float) -> float:
+    return max(0.0, cur - prev) / dt if prev is not None and dt > 0 else 0.0
+
+
+def screen(prev: Samples, cur: Samples, dt: float, title: str, width: int = 100) -> list[str]:
+    """The view's lines: ``cur`` against ``prev`` taken ``dt`` seconds before."""
+    msg_in = {(dict(ls)["topic"]): v for (n, ls), v in cur.items() if n == "rocketmq_messages_in_total"}
+    in_prev = {(dict(ls)["topic"]): v for (n, ls), v in prev.items() if n == "rocketmq_messages_in_total"}
+    outs = {(dict(ls)["consumer_group"], dict(ls)["topic"]): v for (n, ls), v in cur.items()
+            if n == "rocketmq_messages_out_total"}
+    outs_prev = {(dict(ls)["consumer_group"], dict(ls)["topic"]): v for (n, ls), v in prev.items()
+                 if n == "rocketmq_messages_out_total"}
+    lags = {(dict(ls)["consumer_group"], dict(ls)["topic"]): v for (n, ls), v in cur.items()
+            if n == "rocketmq_consumer_lag_messages"}
+    members = _by(cur, "rocketmq_consumer_connections", "consumer_group")
+    total_in = sum(_rate(v, in_prev.get(t), dt) for t, v in msg_in.items())
+    total_out = sum(_rate(v, outs_prev.get(k), dt) for k, v in outs.items())
+    disk = _by(cur, "rocketbox_disk_used_ratio", "partition")
+    limits = _by(cur, "rocketbox_disk_limit_ratio", "limit")
+    lines = [
+        f"{title}   {time.strftime('%H:%M:%S')}   q: quit",
+        f"messages in {total_in:,.0f}/s   out {total_out:,.0f}/s   dispatch lag "
+        f"{_size(_one(cur, 'rocketbox_dispatch_lag_bytes'))}   flush lag {_size(_one(cur, 'rocketbox_flush_lag_bytes'))}"
+        f"   sends refused: {'YES' if _one(cur, 'rocketbox_sends_refused') else 'no'}",
+        "disk used: " + "  ".join(f"{p} {'?' if r < 0 else f'{r:.1%}'}" for p, r in sorted(disk.items()))
+        + f"   (sends refused above {limits.get('warning', 0):.0%}, retention above {limits.get('retention', 0):.0%})",
+        "",
+        f"{'ROLE':<12} {'UP':<4} {'CPU%':>6} {'RSS':>10}",
+    ]
+    cpu, prev_cpu = _by(cur, "rocketbox_role_cpu_seconds_total", "role"), _by(prev, "rocketbox_role_cpu_seconds_total", "role")
+    rss = _by(cur, "rocketbox_role_memory_bytes", "role")
+    for role, up in _by(cur, "rocketbox_role_up", "role").items():
+        pct = _rate(cpu.get(role, 0), prev_cpu.get(role), dt) * 100
+        lines.append(f"{role:<12} {'up' if up else 'DOWN':<4} {pct:>6.1f} {_size(rss.get(role, 0)):>10}")
+    lines += ["", f"{'TOPIC':<40} {'IN/s':>10} {'TOTAL':>14}"]
+    busiest = sorted(msg_in, key=lambda t: (-_rate(msg_in[t], in_prev.get(t), dt), t))
+    lines += [f"{t[:40]:<40} {_rate(msg_in[t], in_prev.get(t), dt):>10,.0f} {msg_in[t]:>14,.0f}" for t in busiest[:15]]
+    lines += ["", f"{'GROUP':<28} {'TOPIC':<28} {'OUT/s':>9} {'LAG':>10} {'MEMBERS':>8}"]
+    for g, t in sorted(outs, key=lambda k: (-lags.get(k, 0), k))[:15]:
+        lines.append(f"{g[:28]:<28} {t[:28]:<28} {_rate(outs[(g, t)], outs_prev.get((g, t)), dt):>9,.0f} "
+                     f"{lags.get((g, t), 0):>10,.0f} {members.get(g, 0):>8.0f}")
+    used = {dict(ls)["table"]: v for (n, ls), v in cur.items() if n == "rocketbox_table_entries" and ("of", "used") in ls}
+    cap = {dict(ls)["table"]: v for (n, ls), v in cur.items() if n == "rocketbox_table_entries" and ("of", "capacity") in ls}
+    lines += ["", "tables: " + "   ".join(f"{t} {used[t]:,.0f}/{cap.get(t, 0):,.0f}" for t in used)]
+    return [line[:width] for line in lines]
+
+
+class Top:
+    def __init__(self, cfg, sh, roles: list[str]):
+        self.collector = Collector(cfg, sh, roles)
+        self.title = f"rocketbox top: broker {cfg.brokerName} (cluster {cfg.brokerClusterName})"
+        self.prev, self.at = samples(self.collector.families()), time.monotonic()
+
+    def lines(self, width: int) -> list[str]:
+        cur, now = samples(self.collector.families()), time.monotonic()
+        out = screen(self.prev, cur, now - self.at, self.title, width)
+        self.prev, self.at = cur, now
+        return out
+
+
+def run(cfg, once: bool = False) -> int:
+    from rocketbox.appliance.roles import roles_for
+    from rocketbox.shm.state import SharedState
+    try:
+        sh = SharedState(cfg.geometry()).attach()
+    except Exception as e:
+        print(f"appliance top: the appliance of {cfg.root} is not running ({e})", file=sys.stderr)
+        return 1
+    try:
+        top = Top(cfg, sh, roles_for(cfg))
+        if once:
+            time.sleep(1.0)
+            print("\n".join(top.lines(200)))
+            return 0
+        import curses
+        try:
+            curses.wrapper(_loop, top)
+        except KeyboardInterrupt:
+            pass
+        return 0
+    finally:
+        sh.close()
+
+
+def _loop(stdscr, top: Top) -> None:
+    import curses
+    curses.curs_set(0)
+    stdscr.timeout(1000)                    # a key, or the next refresh
+    lines = top.lines(stdscr.getmaxyx()[1] - 1)
+    while True:
+        height, width = stdscr.getmaxyx()
+        stdscr.erase()
+        for y, line in enumerate(lines[:height]):
+            stdscr.addnstr(y, 0, line, max(0, width - 1))
+        stdscr.refresh()
+        key = stdscr.getch()
+        if key in (ord("q"), ord("Q")):
+            return
+        if key == -1:                       # the second is up
+            lines = top.lines(width - 1)
