@@ -23,6 +23,7 @@ from tests.integration import javaclient
 from tests.integration.harness import create_topic, dispatched, wait_route
 from tests.integration.test_clients import consumer, make_topic
 from tests.unit.metrics.test_collect import parse, value
+from tests.unit.metrics.test_dashboard import queries as dashboard_queries
 
 
 def scrape(app) -> dict:
@@ -147,6 +148,10 @@ def test_prometheus_scrapes_what_the_java_client_sent_and_consumed(appliance_fac
         assert peak == 300                        # while the Java client held the 300 back, and back to 0 since
         rate = _query(base, 'max_over_time(rate(rocketmq_messages_in_total{topic="JavaMetered"}[5s])[5m:1s])')
         assert rate is not None and rate > 0                                           # it was graphed going up
+        for expr in dashboard_queries():                  # the Grafana dashboard's queries: each one parses,
+            q = expr.replace("$cluster", ".*").replace("$broker", ".*")   # and most have data by now
+            with urllib.request.urlopen(f"{base}/api/v1/query?{urllib.parse.urlencode({'query': q})}", timeout=10) as r:
+                assert json.load(r)["status"] == "success", expr
         with urllib.request.urlopen(f"http://127.0.0.1:{app.cfg.metricsPort}/metrics", timeout=10) as r:
             text = r.read()
         check = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, timeout=30)
