@@ -30,7 +30,9 @@ row, the servers' CPU per acknowledged message, by process (rocketbox by role), 
 run, and how much of a core that was; beside it, the load generator's share of a core (it runs
 on the same two cores, so what it takes is not the server's).  Before the rows, ``bench.hiccups``'
 CPU steadiness for ``--box-seconds``: how fast this box runs Python right now (its speed moves by
-~2x over a day on the project's VM, and every row with it).
+~2x over a day on the project's VM, and every row with it).  rocketbox's metrics role is scraped
+every ``--metrics-every`` s (1) all along, as a Prometheus would; 0 runs the appliance without it,
+so the two can be compared.
 
     .venv/bin/python -m bench.e2e [--seconds 5] [--procs 2] [--conns 4] [--window 16] [--batch 32] [--binary]
                                   [--no-rocketmq] [--rocketmq DIR] [--rocketmq-warmup 8]
@@ -55,13 +57,16 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 
 import numpy as np
 import psutil
 
 from bench import hiccups
 from bench.appliance import BenchAppliance, wait_port
+from rocketbox.appliance import config
 from rocketbox.remoting import codec
 from rocketbox.remoting.codec import Command
 from rocketbox.remoting.codes import RequestCode as R
@@ -428,17 +433,35 @@ def with_cpu(server, run, *args, **kwargs) -> dict:
 class RocketboxServer:
     name = "rocketbox"
 
-    def __init__(self, mode: str, base: str, port: int, readers: int):
-        self.port, self.mode = port, mode
+    def __init__(self, mode: str, base: str, port: int, readers: int, metrics_every: float = 1.0):
+        """``metrics_every``: seconds between two scrapes of the metrics role's /metrics, as a
+        Prometheus would make them, all along (0: no metrics role)."""
+        self.port, self.mode, self.metrics_every = port, mode, metrics_every
         self.app = BenchAppliance(f"rbx-e2e-{mode}-", base, {
             "flushDiskType": mode, "listenPort": port, "brokerName": "bench", "brokerIP1": "127.0.0.1",
-            "shmPrefix": "/rbx-e2e", "namesrvAddr": "", "readerProcessNums": readers})
+            "shmPrefix": "/rbx-e2e", "namesrvAddr": "", "readerProcessNums": readers,
+            **({} if metrics_every > 0 else {"metricsPort": 0})})
         self.dir, self.conf = self.app.dir, self.app.conf
+        self.scraping = threading.Event()
+        self.scrapes, self.scrape_failures = 0, 0
 
     def start(self) -> "RocketboxServer":
         self.app.start(ready=self._ready)
         self.proc = self.app.proc
+        if self.metrics_every > 0:
+            threading.Thread(target=self._scrape, daemon=True).start()
         return self
+
+    def _scrape(self) -> None:
+        url = f"http://127.0.0.1:{config.load(self.conf).metricsPort}/metrics"
+        while not self.scraping.wait(self.metrics_every):
+            try:
+                with urllib.request.urlopen(url, timeout=5) as r:
+                    r.read()
+                self.scrapes += 1
+            except OSError:
+                if not self.scraping.is_set():      # (not the appliance stopping)
+                    self.scrape_failures += 1
 
     def _ready(self) -> None:
         self.app.wait_serving()
@@ -451,6 +474,7 @@ class RocketboxServer:
         return self.app.role_cpu()
 
     def stop(self) -> None:
+        self.scraping.set()
         self.app.stop()
 
 
@@ -596,6 +620,8 @@ def main() -> None:
     ap.add_argument("--rocketmq-warmup", type=float, default=8,
                     help="RocketMQ's warm-up per row, for its JIT (at least 8 s for figures worth quoting)")
     ap.add_argument("--box-seconds", type=float, default=2, help="bench.hiccups' CPU steadiness check first (0: skip)")
+    ap.add_argument("--metrics-every", type=float, default=1.0,
+                    help="seconds between scrapes of rocketbox's /metrics during its rows (0: no metrics role)")
     args = ap.parse_args()
     unknown = [m for m in args.modes.split(",") if m not in PAIRS]
     if unknown:
@@ -609,7 +635,8 @@ def main() -> None:
     redis_version = subprocess.run([args.redis_server, "--version"], capture_output=True, text=True).stdout.strip()
     print(f"# e2e benchmark: body={args.body}B seconds={args.seconds} warmup={args.warmup} procs={args.procs} "
           f"conns/proc={args.conns} window={args.window} batch={args.batch}x{args.batch_window} rate={args.rate:.0f} "
-          f"readers={args.readers} send-headers={'ROCKETMQ' if args.binary else 'JSON'} cpus={os.cpu_count()} "
+          f"readers={args.readers} send-headers={'ROCKETMQ' if args.binary else 'JSON'} "
+          f"metrics={f'scraped every {args.metrics_every:g} s' if args.metrics_every > 0 else 'off'} cpus={os.cpu_count()} "
           f"store={args.dir or tempfile.gettempdir()}")
     print(f"# {redis_version}; appendonly yes; " + (f"Apache RocketMQ 4.9.8 ({args.rocketmq}), 1 GiB heap, "
                                                    f"warm-up {max(args.warmup, args.rocketmq_warmup):g} s per row; "
@@ -627,7 +654,7 @@ def main() -> None:
     for mode in args.modes.split(","):
         fsync = PAIRS[mode]
         rows: dict = collections.defaultdict(dict)
-        servers = [RocketboxServer(mode, args.dir, args.port, args.readers)]
+        servers = [RocketboxServer(mode, args.dir, args.port, args.readers, args.metrics_every)]
         if with_rmq:
             servers.append(RocketMQServer(mode, args.dir, args.port + 200, args.rocketmq))
         servers.append(RedisServer(fsync, args.dir, args.port + 100, args.redis_server))
@@ -666,6 +693,10 @@ def main() -> None:
                 f"{name}: " + " ".join(f"{k} {v:.1f}" for k, v in sorted(r[name]["cpu"].items()) if v >= 0.05)
                 + f" ({r[name]['cpu_pct']:.0f}% of a core; load generator {r[name]['gen_pct']:.0f}%)"
                 for name in names), flush=True)
+        rbx = servers[0]
+        if isinstance(rbx, RocketboxServer) and rbx.metrics_every > 0:
+            print(f"#   rocketbox's /metrics (its metrics role): {rbx.scrapes} scrapes answered, "
+                  f"{rbx.scrape_failures} failed", flush=True)
 
 
 if __name__ == "__main__":

@@ -11,17 +11,17 @@ import pytest
 from tests.integration.harness import ROOT
 
 
-@pytest.mark.parametrize("headers", ["ROCKETMQ", "JSON"])
-def test_e2e_bench_prints_every_row_for_the_three_servers(tmp_path, headers):
-    """rocketbox, the real Apache RocketMQ 4.9.8 and Redis, side by side (RocketMQ's warm-up cut
-    short here: the test checks the rows, not the figures)."""
+def test_e2e_bench_prints_every_row_for_the_three_servers(tmp_path):
+    """rocketbox, the real Apache RocketMQ 4.9.8 and Redis, side by side, JSON headers, rocketbox's
+    metrics role scraped every second (RocketMQ's warm-up cut short here: the test checks the rows,
+    not the figures)."""
     from tests.integration import javaclient
     if javaclient.missing():
         pytest.skip(javaclient.missing())
     port = 29000 + (os.getpid() % 10) * 300     # its own ports: above the harness's, below the ephemeral range
     r = subprocess.run([sys.executable, "-m", "bench.e2e", "--seconds", "0.5", "--warmup", "0.2",
                         "--rocketmq-warmup", "1", "--modes", "ASYNC_FLUSH", "--rate", "2000", "--port", str(port),
-                        "--dir", str(tmp_path), "--box-seconds", "0.5", *(["--binary"] if headers == "ROCKETMQ" else [])],
+                        "--dir", str(tmp_path), "--box-seconds", "0.5"],
                        cwd=ROOT, capture_output=True, text=True, timeout=170)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "errors" not in r.stdout, r.stdout
@@ -29,7 +29,7 @@ def test_e2e_bench_prints_every_row_for_the_three_servers(tmp_path, headers):
             for m in re.finditer(r"^ASYNC_FLUSH (.+?)\s{2,}(\d+)\s+(\d+)\s+(\d+)\s+[\d.]+\s+[\d.]+", r.stdout, re.M)}
     assert set(rows) == {"send single", "send batch of 32", "send single at 2000/s", "consume"}, r.stdout
     assert all(rb > 0 and rmq > 0 and rd > 0 for rb, rmq, rd in rows.values()), rows
-    assert "# e2e benchmark: body=1024B" in r.stdout and f"send-headers={headers} " in r.stdout  # its configuration
+    assert "# e2e benchmark: body=1024B" in r.stdout and "send-headers=JSON metrics=scraped every 1 s " in r.stdout
     assert "Apache RocketMQ 4.9.8" in r.stdout and "warm-up 1 s per row" in r.stdout
     box = re.search(r"^# box: bench.hiccups median chunk (\d+) us CPU over 0.5 s, (\d+) slow windows", r.stdout, re.M)
     assert box and 1 <= int(box.group(1)) < 100_000, r.stdout   # and how fast the box ran first
@@ -45,6 +45,28 @@ def test_e2e_bench_prints_every_row_for_the_three_servers(tmp_path, headers):
         assert int(gen) > 0 and int(redis_gen) > 0, cpu         # the generator's share of the box
     sends = [dict(re.findall(r"(\S+) ([\d.]+)", roles)) for roles, *_ in cpu[:3]]
     assert all(float(s["writer"]) > 0 and float(s["dispatcher"]) > 0 for s in sends), sends
+    scrapes = re.search(r"^#   rocketbox's /metrics \(its metrics role\): (\d+) scrapes answered, (\d+) failed$",
+                        r.stdout, re.M)
+    assert scrapes and int(scrapes.group(1)) >= 2 and scrapes.group(2) == "0", r.stdout   # scraped all along
+
+
+def test_e2e_bench_with_binary_headers_and_no_metrics_role(tmp_path):
+    """The ROCKETMQ binary headers, rocketbox without its metrics role (``--metrics-every 0``), and
+    Redis alone beside it (``--no-rocketmq``)."""
+    port = 29000 + (os.getpid() % 10) * 300 + 100
+    r = subprocess.run([sys.executable, "-m", "bench.e2e", "--seconds", "0.5", "--warmup", "0.2", "--no-rocketmq",
+                        "--modes", "ASYNC_FLUSH", "--rate", "2000", "--port", str(port), "--dir", str(tmp_path),
+                        "--box-seconds", "0", "--binary", "--metrics-every", "0"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "errors" not in r.stdout and "send-headers=ROCKETMQ metrics=off " in r.stdout, r.stdout
+    rows = {m.group(1).strip(): (float(m.group(2)), float(m.group(3)))
+            for m in re.finditer(r"^ASYNC_FLUSH (.+?)\s{2,}(\d+)\s+(\d+)\s+[\d.]+\s", r.stdout, re.M)}
+    assert set(rows) == {"send single", "send batch of 32", "send single at 2000/s", "consume"}, r.stdout
+    assert all(rb > 0 and rd > 0 for rb, rd in rows.values()), rows
+    roles = re.findall(r"^#   CPU µs/msg rocketbox: (.+?) \(", r.stdout, re.M)
+    assert len(roles) == 4 and all("reader-0" in line for line in roles), roles
+    assert "/metrics" not in r.stdout                             # no metrics role, nothing scraped
 
 
 def test_client_bench_prints_the_python_and_java_clients_cpu_per_message(tmp_path):
