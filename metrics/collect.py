@@ -64,7 +64,7 @@ class Collector:
         for topic, count in zip(_decoded(views["queue_names"][:nq]), views["queue_max"][:nq].tolist()):
             by_topic[topic] = by_topic.get(topic, 0) + count
         msgs_in = Family("rocketmq_messages_in_total", "counter",
-                               "Messages stored in the topic's consume queues, ever (the sum of their max offsets)")
+                         "Messages stored in the topic's consume queues, ever (the sum of their max offsets)")
         for topic, count in sorted(by_topic.items()):
             self._sample(msgs_in, count, topic=topic, is_system=_is_system(topic))
         topics = Family("rocketmq_topic_number", "gauge", "Topics in the broker's topic table")
@@ -91,9 +91,9 @@ class Collector:
             committed = row[1]                             # has not committed on from 0 (as GET_CONSUME_STATS)
             row[1] = sum(max(0, hi - max(committed.get(qid, 0), 0)) for qid, hi in queues.get(topic, {}).items())
         msgs_out = Family("rocketmq_messages_out_total", "counter",
-                                "Messages the group's pulls found on the topic since the appliance started")
+                          "Messages the group's pulls found on the topic since the appliance started")
         lag = Family("rocketmq_consumer_lag_messages", "gauge",
-                           "Messages in the topic's queues past the group's committed offsets")
+                     "Messages in the topic's queues past the group's committed offsets")
         for (topic, group), (n, behind) in sorted(out.items()):
             labels = {"topic": topic, "consumer_group": group, "is_retry": "true" if topic.startswith(RETRY) else "false"}
             self._sample(msgs_out, n, **labels)
@@ -104,11 +104,11 @@ class Collector:
         for group in _decoded(live["group"]):
             by_group[group] = by_group.get(group, 0) + 1
         connections = Family("rocketmq_consumer_connections", "gauge",
-                                   "Consumer clients of the group with a live heartbeat (over every reader)")
+                             "Consumer clients of the group with a live heartbeat (over every reader)")
         for group, n in sorted(by_group.items()):
             self._sample(connections, n, consumer_group=group)
         groups = Family("rocketmq_consumer_group_number", "gauge",
-                              "Consumer groups with committed offsets or live members")
+                        "Consumer groups with committed offsets or live members")
         self._sample(groups, len({g for _t, g in out} | set(by_group)))
         return [msgs_out, lag, connections, groups]
 
@@ -117,7 +117,7 @@ class Collector:
         ctl, cfg = self.sh.control, self.cfg
         written, dispatched, flushed = int(ctl[C.WRITTEN]), int(ctl[C.DISPATCHED]), int(ctl[C.FLUSHED])
         offsets = Family("rocketbox_commitlog_offset_bytes", "gauge",
-                               "CommitLog offsets: written (the commit point), dispatched, flushed, min (oldest kept)")
+                         "CommitLog offsets: written (the commit point), dispatched, flushed, min (oldest kept)")
         for what, value in (("written", written), ("dispatched", dispatched), ("flushed", flushed),
                             ("min", int(ctl[C.MIN_PHYS]))):
             self._sample(offsets, value, offset=what)
@@ -126,30 +126,30 @@ class Collector:
         flush_lag = Family("rocketbox_flush_lag_bytes", "gauge", "CommitLog bytes written but not yet flushed")
         self._sample(flush_lag, max(0, written - flushed))
         disk = Family("rocketbox_disk_used_ratio", "gauge",
-                            "How full each store partition is (the cleaner's last look; -1: unknown)")
+                      "How full each store partition is (the cleaner's last look; -1: unknown)")
         for part, field in (("commitlog", C.DISK_CL_PPM), ("consumequeue", C.DISK_CQ_PPM), ("index", C.DISK_INDEX_PPM)):
             ppm = int(ctl[field])
             self._sample(disk, -1.0 if ppm < 0 else ppm / 1e6, partition=part)
         limits = Family("rocketbox_disk_limit_ratio", "gauge",
-                              "diskSpaceWarningLevelRatio (sends refused above it) and diskMaxUsedSpaceRatio")
+                        "diskSpaceWarningLevelRatio (sends refused above it) and diskMaxUsedSpaceRatio")
         self._sample(limits, cfg.diskSpaceWarningLevelRatio / 100, limit="warning")
         self._sample(limits, cfg.diskMaxUsedSpaceRatio / 100, limit="retention")
         refusing = Family("rocketbox_sends_refused", "gauge",
-                                "1 while sends are refused: a full disk, or no room for a consume-queue file")
+                          "1 while sends are refused: a full disk, or no room for a consume-queue file")
         self._sample(refusing, int(bool(ctl[C.DISK_FULL]) or bool(ctl[C.DISPATCH_NO_ROOM])))
         contained = Family("rocketbox_records_contained_total", "counter",
-                                 "Records a role stepped over since this start (logged with their offsets)")
+                           "Records a role stepped over since this start (logged with their offsets)")
         self._sample(contained, int(ctl[C.DISPATCH_UNINDEXED]), what="unindexed")
         self._sample(contained, int(ctl[C.DISPATCH_UNQUEUED]), what="unqueued")
         retention = Family("rocketbox_retention_unconsumed_total", "counter",
-                                 "Messages retention deleted before a subscribed group consumed them, since this start")
+                           "Messages retention deleted before a subscribed group consumed them, since this start")
         self._sample(retention, int(ctl[C.RETENTION_UNCONSUMED]))
         tables = Family("rocketbox_table_entries", "gauge", "Shared tables: entries in use and capacity")
         for t in table_use(self.sh.views, ctl):
             self._sample(tables, t.used, table=t.name, of="used")
             self._sample(tables, t.capacity, table=t.name, of="capacity")
         slaves = Family("rocketbox_slave_lag_bytes", "gauge",
-                              "Bytes the slave furthest behind lacks (0: none connected)")
+                        "Bytes the slave furthest behind lacks (0: none connected)")
         self._sample(slaves, int(ctl[C.SLAVE_LAG_BYTES]))
         pulls = Family("rocketbox_pulls_total", "counter", "Pulls (each try of a held one) since this start")
         slots = self.sh.slots
