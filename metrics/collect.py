@@ -51,7 +51,7 @@ class Collector:
         self.procs: dict[str, psutil.Process] = {}
 
     def families(self) -> list[Family]:
-        return [*self._messages(), *self._groups(), *self._store(), *self._roles()]
+        return [*self._messages(), *self._groups(), *self._store(), *self._haproxy(), *self._roles()]
 
     def _sample(self, family: Family, value, **labels: str) -> None:
         family.add(value, **self.common, **labels)
@@ -156,6 +156,26 @@ class Collector:
         self._sample(pulls, int(slots[:, S.PULLS_FOUND].sum()), result="found")
         self._sample(pulls, int(slots[:, S.PULLS_MISSED].sum()), result="missed")
         return [offsets, lag, flush_lag, disk, limits, refusing, contained, retention, tables, slaves, pulls]
+
+    # ------------------------------------------------------------ HAProxy, the front door
+    def _haproxy(self) -> list[Family]:
+        """Its client connections now, its limit and those refused at it, from its stats socket
+        (what ``appliance status`` prints); nothing when HAProxy does not answer."""
+        if "haproxy" not in self.roles:
+            return []
+        from rocketbox.haproxy.service import admission_limit, connections, frontend_stats
+        row = frontend_stats(self.cfg, timeout_s=0.5)
+        if row is None:
+            return []
+        refused, now, maxconn = connections(row)
+        current = Family("rocketbox_client_connections", "gauge",
+                         "Client connections through HAProxy now, and how many it takes (its admission limit)")
+        self._sample(current, now, of="open")
+        self._sample(current, admission_limit(maxconn), of="limit")
+        turned = Family("rocketbox_client_connections_refused_total", "counter",
+                        "Client connections HAProxy closed at its admission limit since it started")
+        self._sample(turned, refused)
+        return [current, turned]
 
     # ------------------------------------------------------------ the roles' processes
     def _process(self, role: str) -> psutil.Process | None:

@@ -42,6 +42,11 @@ def _size(n: float) -> str:
     return f"{n:.1f} GiB"
 
 
+def _clients(s: Samples) -> str:
+    conns = _by(s, "rocketbox_client_connections", "of")
+    return f"   clients {conns['open']:,.0f} of {conns['limit']:,.0f}" if "open" in conns and "limit" in conns else ""
+
+
 def _rate(cur: float, prev: float | None, dt: float) -> float:
     return max(0.0, cur - prev) / dt if prev is not None and dt > 0 else 0.0
 
@@ -65,7 +70,7 @@ def screen(prev: Samples, cur: Samples, dt: float, title: str, width: int = 100)
         f"{title}   {time.strftime('%H:%M:%S')}   q: quit",
         f"messages in {total_in:,.0f}/s   out {total_out:,.0f}/s   dispatch lag "
         f"{_size(_one(cur, 'rocketbox_dispatch_lag_bytes'))}   flush lag {_size(_one(cur, 'rocketbox_flush_lag_bytes'))}"
-        f"   sends refused: {'YES' if _one(cur, 'rocketbox_sends_refused') else 'no'}",
+        f"   sends refused: {'YES' if _one(cur, 'rocketbox_sends_refused') else 'no'}" + _clients(cur),
         "disk used: " + "  ".join(f"{p} {'?' if r < 0 else f'{r:.1%}'}" for p, r in sorted(disk.items()))
         + f"   (sends refused above {limits.get('warning', 0):.0%}, retention above {limits.get('retention', 0):.0%})",
         "",

@@ -69,6 +69,9 @@ def test_a_scrape_counts_what_was_sent_and_consumed_lag_comes_back_to_zero_and_b
     assert value(after, "rocketmq_messages_out_total", topic="Metered", consumer_group="metered-group") == 101
     assert value(after, "rocketmq_consumer_lag_messages", topic="Metered", consumer_group="metered-group") == 0
     assert value(after, "rocketmq_consumer_connections", consumer_group="metered-group") == 1
+    assert value(after, "rocketbox_client_connections", of="open") >= 2          # the producer's, the consumer's
+    assert value(after, "rocketbox_client_connections", of="limit") > 100
+    assert value(after, "rocketbox_client_connections_refused_total") == 0
     for role in ("writer", "dispatcher", "flusher", "reader-0", "reader-1", "haproxy"):
         assert value(after, "rocketbox_role_up", role=role) == 1
         assert value(after, "rocketbox_role_memory_bytes", role=role) > 5 * 2**20

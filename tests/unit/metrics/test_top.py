@@ -16,6 +16,7 @@ def _scrape(msgs_in: int, msgs_out: int, writer_cpu: float) -> dict:
         Family("rocketbox_dispatch_lag_bytes", "gauge", "h").add(2048),
         Family("rocketbox_flush_lag_bytes", "gauge", "h").add(0),
         Family("rocketbox_sends_refused", "gauge", "h").add(0),
+        Family("rocketbox_client_connections", "gauge", "h").add(3, of="open").add(1900, of="limit"),
         Family("rocketbox_disk_used_ratio", "gauge", "h").add(0.25, partition="commitlog").add(-1.0, partition="index"),
         Family("rocketbox_disk_limit_ratio", "gauge", "h").add(0.9, limit="warning").add(0.75, limit="retention"),
         Family("rocketbox_role_up", "gauge", "h").add(1, role="writer").add(0, role="dispatcher"),
@@ -27,10 +28,11 @@ def _scrape(msgs_in: int, msgs_out: int, writer_cpu: float) -> dict:
 
 
 def test_the_screen_shows_rates_lags_roles_and_tables():
-    lines = screen(_scrape(1000, 900, 10.0), _scrape(3000, 2400, 10.5), 2.0, "rocketbox top: broker b")
+    lines = screen(_scrape(1000, 900, 10.0), _scrape(3000, 2400, 10.5), 2.0, "rocketbox top: broker b", width=200)
     text = "\n".join(lines)
     assert lines[0].startswith("rocketbox top: broker b")
-    assert "messages in 1,000/s   out 750/s   dispatch lag 2.0 KiB   flush lag 0 B   sends refused: no" in text
+    assert "messages in 1,000/s   out 750/s   dispatch lag 2.0 KiB   flush lag 0 B   sends refused: no   clients 3 of " \
+        "1,900" in text
     assert "disk used: commitlog 25.0%  index ?   (sends refused above 90%, retention above 75%)" in text
     writer = next(line for line in lines if line.startswith("writer"))
     assert writer.split() == ["writer", "up", "25.0", "30.0", "MiB"]
