@@ -57,10 +57,8 @@ class MetricsService(ServerRole):
         from rocketbox.appliance.roles import roles_for  # (the role table names this module: imported late)
         self.cfg = cfg
         self.collector = Collector(cfg, shared, [r for r in roles_for(cfg) if r != "metrics"])
-        self.scrapes = 0
 
     def scrape(self) -> bytes:
-        self.scrapes += 1
         return render(self.collector.families())
 
     async def serve(self) -> None:
@@ -84,13 +82,13 @@ class MetricsService(ServerRole):
                 out = _response(500, "text/plain", b"the scrape failed: see the metrics role's log\n")
         except asyncio.LimitOverrunError:
             out = _response(431, "text/plain", b"request head over 8 KiB\n")
-        except (asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionError):
-            writer.close()
+        except (asyncio.IncompleteReadError, asyncio.TimeoutError, ConnectionError, asyncio.CancelledError):
+            writer.close()            # (cancelled: the role stops with this connection still idle)
             return
         try:
             writer.write(out)
             await writer.drain()
-        except ConnectionError:
+        except (ConnectionError, asyncio.CancelledError):
             pass
         finally:
             writer.close()

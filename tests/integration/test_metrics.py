@@ -77,6 +77,11 @@ def test_a_scrape_counts_what_was_sent_and_consumed_lag_comes_back_to_zero_and_b
         assert value(after, "rocketbox_role_memory_bytes", role=role) > 5 * 2**20
     assert value(after, "rocketbox_dispatch_lag_bytes") == 0
     _bad_requests_get_their_error(app)
+    with socket.create_connection(("127.0.0.1", app.cfg.metricsPort), timeout=10):   # idle as the role stops
+        time.sleep(0.3)
+        assert app.stop() == 0
+    assert not [line for line in app.log_text().splitlines() if "metrics[" in line and " ERROR " in line], \
+        app.log_text()[-3000:]
 
 
 def _bad_requests_get_their_error(app) -> None:
