@@ -51,53 +51,52 @@ class Collector:
         self.procs: dict[str, psutil.Process] = {}
 
     def families(self) -> list[Family]:
-        return [*self._messages(), *self._groups(), *self._store(), *self._haproxy(), *self._roles()]
+        queues = self._queues()
+        return [*self._messages(queues), *self._groups(queues), *self._store(), *self._haproxy(), *self._roles()]
+
+    def _queues(self) -> dict[str, dict[int, int]]:
+        """The queue table, read once a scrape: topic -> {queue id: max offset}."""
+        views, nq = self.sh.views, int(self.sh.control[C.QUEUE_COUNT])
+        queues: dict[str, dict[int, int]] = {}
+        for topic, qid, count in zip(_decoded(views["queue_names"][:nq]), views["queue_ids"][:nq].tolist(),
+                                     views["queue_max"][:nq].tolist()):
+            queues.setdefault(topic, {})[qid] = count
+        return queues
 
     def _sample(self, family: Family, value, **labels: str) -> None:
         family.add(value, **self.common, **labels)
 
     # ------------------------------------------------------------ messages and topics
-    def _messages(self) -> list[Family]:
-        views, ctl = self.sh.views, self.sh.control
-        nq = int(ctl[C.QUEUE_COUNT])
-        by_topic: dict[str, int] = {}
-        for topic, count in zip(_decoded(views["queue_names"][:nq]), views["queue_max"][:nq].tolist()):
-            by_topic[topic] = by_topic.get(topic, 0) + count
+    def _messages(self, queues: dict[str, dict[int, int]]) -> list[Family]:
         msgs_in = Family("rocketmq_messages_in_total", "counter",
                          "Messages stored in the topic's consume queues, ever (the sum of their max offsets)")
-        for topic, count in sorted(by_topic.items()):
-            self._sample(msgs_in, count, topic=topic, is_system=_is_system(topic))
+        for topic, maxes in sorted(queues.items()):
+            self._sample(msgs_in, sum(maxes.values()), topic=topic, is_system=_is_system(topic))
         topics = Family("rocketmq_topic_number", "gauge", "Topics in the broker's topic table")
-        self._sample(topics, int(ctl[C.TOPIC_COUNT]))
+        self._sample(topics, int(self.sh.control[C.TOPIC_COUNT]))
         return [msgs_in, topics]
 
     # ------------------------------------------------------------ consumer groups
-    def _groups(self) -> list[Family]:
-        views, ctl = self.sh.views, self.sh.control
-        nq, no = int(ctl[C.QUEUE_COUNT]), int(ctl[C.OFFSET_COUNT])
-        queues: dict[str, dict[int, int]] = {}                # topic -> {queue id: max offset}
-        for topic, qid, count in zip(_decoded(views["queue_names"][:nq]), views["queue_ids"][:nq].tolist(),
-                                     views["queue_max"][:nq].tolist()):
-            queues.setdefault(topic, {})[qid] = count
-        found = views["offset_pulls"][:, :no].sum(axis=0).tolist()
-        out: dict[tuple[str, str], list] = {}                # (topic, group) -> [found, {queue id: committed}]
-        for key, qid, committed, n in zip(_decoded(views["offset_keys"][:no]), views["offset_qids"][:no].tolist(),
-                                          views["offset_values"][:no].tolist(), found):
+    def _groups(self, queues: dict[str, dict[int, int]]) -> list[Family]:
+        views, no = self.sh.views, int(self.sh.control[C.OFFSET_COUNT])
+        pulls = views["offset_pulls"][:, :no].sum(axis=0).tolist()
+        found: dict[tuple[str, str], int] = {}                   # (topic, group) -> messages its pulls found
+        committed: dict[tuple[str, str], dict[int, int]] = {}    # (topic, group) -> {queue id: committed offset}
+        for key, qid, offset, n in zip(_decoded(views["offset_keys"][:no]), views["offset_qids"][:no].tolist(),
+                                       views["offset_values"][:no].tolist(), pulls):
             topic, _, group = key.partition("@")
-            row = out.setdefault((topic, group), [0, {}])
-            row[0] += n
-            row[1][qid] = committed
-        for (topic, _group), row in out.items():           # lag over every queue of the topic, a queue the group
-            committed = row[1]                             # has not committed on from 0 (as GET_CONSUME_STATS)
-            row[1] = sum(max(0, hi - max(committed.get(qid, 0), 0)) for qid, hi in queues.get(topic, {}).items())
+            found[(topic, group)] = found.get((topic, group), 0) + n
+            committed.setdefault((topic, group), {})[qid] = offset
         msgs_out = Family("rocketmq_messages_out_total", "counter",
                           "Messages the group's pulls found on the topic since the appliance started")
         lag = Family("rocketmq_consumer_lag_messages", "gauge",
                      "Messages in the topic's queues past the group's committed offsets")
-        for (topic, group), (n, behind) in sorted(out.items()):
+        for (topic, group), done in sorted(committed.items()):
             labels = {"topic": topic, "consumer_group": group, "is_retry": "true" if topic.startswith(RETRY) else "false"}
-            self._sample(msgs_out, n, **labels)
-            self._sample(lag, behind, **labels)
+            self._sample(msgs_out, found[(topic, group)], **labels)
+            # over every queue of the topic, one the group has not committed on from 0 (as GET_CONSUME_STATS)
+            self._sample(lag, sum(max(0, hi - max(done.get(qid, 0), 0)) for qid, hi in queues.get(topic, {}).items()),
+                         **labels)
         members = views["clients"]
         live = members[members["heartbeat_ms"] != 0]
         by_group: dict[str, int] = {}
@@ -109,7 +108,7 @@ class Collector:
             self._sample(connections, n, consumer_group=group)
         groups = Family("rocketmq_consumer_group_number", "gauge",
                         "Consumer groups with committed offsets or live members")
-        self._sample(groups, len({g for _t, g in out} | set(by_group)))
+        self._sample(groups, len({g for _t, g in committed} | set(by_group)))
         return [msgs_out, lag, connections, groups]
 
     # ------------------------------------------------------------ the store

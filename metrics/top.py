@@ -23,8 +23,15 @@ def samples(families) -> Samples:
             for labels, v in f.samples}
 
 
-def _by(s: Samples, name: str, key: str) -> dict[str, float]:
-    return {dict(labels)[key]: v for (n, labels), v in s.items() if n == name}
+def _by(s: Samples, name: str, *keys: str, **want: str) -> dict:
+    """``name``'s samples (those whose labels include ``want``) by the value of label ``keys[0]``,
+    or by the tuple of several labels' values."""
+    out = {}
+    for (n, labels), v in s.items():
+        if n == name and set(want.items()) <= labels:
+            d = dict(labels)
+            out[d[keys[0]] if len(keys) == 1 else tuple(d[k] for k in keys)] = v
+    return out
 
 
 def _one(s: Samples, name: str, **want: str) -> float:
@@ -53,14 +60,9 @@ def _rate(cur: float, prev: float | None, dt: float) -> float:
 
 def screen(prev: Samples, cur: Samples, dt: float, title: str, width: int = 100) -> list[str]:
     """The view's lines: ``cur`` against ``prev`` taken ``dt`` seconds before."""
-    msg_in = {(dict(ls)["topic"]): v for (n, ls), v in cur.items() if n == "rocketmq_messages_in_total"}
-    in_prev = {(dict(ls)["topic"]): v for (n, ls), v in prev.items() if n == "rocketmq_messages_in_total"}
-    outs = {(dict(ls)["consumer_group"], dict(ls)["topic"]): v for (n, ls), v in cur.items()
-            if n == "rocketmq_messages_out_total"}
-    outs_prev = {(dict(ls)["consumer_group"], dict(ls)["topic"]): v for (n, ls), v in prev.items()
-                 if n == "rocketmq_messages_out_total"}
-    lags = {(dict(ls)["consumer_group"], dict(ls)["topic"]): v for (n, ls), v in cur.items()
-            if n == "rocketmq_consumer_lag_messages"}
+    msg_in, in_prev = (_by(s, "rocketmq_messages_in_total", "topic") for s in (cur, prev))
+    outs, outs_prev = (_by(s, "rocketmq_messages_out_total", "consumer_group", "topic") for s in (cur, prev))
+    lags = _by(cur, "rocketmq_consumer_lag_messages", "consumer_group", "topic")
     members = _by(cur, "rocketmq_consumer_connections", "consumer_group")
     total_in = sum(_rate(v, in_prev.get(t), dt) for t, v in msg_in.items())
     total_out = sum(_rate(v, outs_prev.get(k), dt) for k, v in outs.items())
@@ -88,8 +90,7 @@ def screen(prev: Samples, cur: Samples, dt: float, title: str, width: int = 100)
     for g, t in sorted(outs, key=lambda k: (-lags.get(k, 0), k))[:15]:
         lines.append(f"{g[:28]:<28} {t[:28]:<28} {_rate(outs[(g, t)], outs_prev.get((g, t)), dt):>9,.0f} "
                      f"{lags.get((g, t), 0):>10,.0f} {members.get(g, 0):>8.0f}")
-    used = {dict(ls)["table"]: v for (n, ls), v in cur.items() if n == "rocketbox_table_entries" and ("of", "used") in ls}
-    cap = {dict(ls)["table"]: v for (n, ls), v in cur.items() if n == "rocketbox_table_entries" and ("of", "capacity") in ls}
+    used, cap = (_by(cur, "rocketbox_table_entries", "table", of=of) for of in ("used", "capacity"))
     lines += ["", "tables: " + "   ".join(f"{t} {used[t]:,.0f}/{cap.get(t, 0):,.0f}" for t in used)]
     return [line[:width] for line in lines]
 
