@@ -30,12 +30,11 @@ recovery has set it, ``min_phys``.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import threading
 import time
 
-from rocketbox.shm.disk import disk_remark
+from rocketbox.shm.disk import disk_remark, used_ratio
 from rocketbox.shm.layout import C
 from rocketbox.shm.role import LoopRole
 from rocketbox.store import quarantine, salvage
@@ -47,22 +46,6 @@ log = logging.getLogger("rocketbox.cleaner")
 CHECK_S = 1.0          # RocketMQ checks every 10 s; a statvfs a second costs nothing and refuses sooner
 SCRUB_FIRST_AFTER = 0.05   # of scrubIntervalHours: the first pass after a start (72 min with the default)
 DELETE_MAX = 10        # CommitLog files deleted in one pass (RocketMQ's deleteFileBatchMax)
-
-
-def used_ratio(path: str) -> float:
-    """How full the partition holding ``path`` (or its nearest existing parent) is, 0..1, as
-    ``df`` and RocketMQ compute it; -1 when it cannot be told."""
-    while path and not os.path.exists(path):
-        path = os.path.dirname(path)
-    try:
-        st = os.statvfs(path or "/")
-    except OSError:
-        return -1.0
-    used = (st.f_blocks - st.f_bfree) * st.f_frsize
-    usable = st.f_bavail * st.f_frsize
-    if used + usable <= 0:
-        return -1.0
-    return math.ceil(used * 100 / (used + usable)) / 100
 
 
 class CleanerService(LoopRole):

@@ -23,7 +23,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from rocketbox.dispatcher.retention import Retention
-from rocketbox.shm.layout import C, S
+from rocketbox.shm.histogram import Histogram
+from rocketbox.shm.layout import C, H, S
 from rocketbox.shm.role import IDLE_S, LoopRole
 from rocketbox.shm.tables import QueueIndex, append_queue
 from rocketbox.store import fields, indexfile, message, propscan, salvage, timer, walk
@@ -97,6 +98,8 @@ class DispatcherService(LoopRole):
         self.few_records = FEW_RECORDS
         self.short = False                                    # the last pass stopped short of written
         self.redone = 0                                       # passes redone record by record (_contain)
+        self.sizes = Histogram(shared.views, H.MESSAGE_SIZE)
+        self.put_sizes: list[np.ndarray] = []                 # sizes of the records this pass put in queues
         self.index: indexfile.IndexFile | None = None
 
     def open(self) -> "DispatcherService":
@@ -140,6 +143,9 @@ class DispatcherService(LoopRole):
                     raise
                 self.ctl[C.DISPATCHED_TS] = self._contain(mf, starts, e)
         self.ctl[C.DISPATCHED] = end
+        if self.put_sizes:
+            self.sizes.observe_many(np.concatenate(self.put_sizes))
+            self.put_sizes = []
         self.short = end < written           # stopped at a file end or max_pass_bytes
         self._wake_waiters()
         return True
@@ -443,9 +449,15 @@ class DispatcherService(LoopRole):
         cq = self._cq(self.slot_key[slot])
         if queue_offset > cq.max_offset and self.tombstones and cq.files.files:
             self._fill_gap(cq, queue_offset, int(phys[0]))
+        before = cq.max_offset
         cq.put(queue_offset, phys, size, tags)
-        self.sh.views["queue_min"][slot] = cq.min_offset
-        self.sh.views["queue_max"][slot] = cq.max_offset
+        v = self.sh.views
+        v["queue_min"][slot] = cq.min_offset
+        v["queue_max"][slot] = cq.max_offset
+        if (new := cq.max_offset - before) > 0:        # (a redone pass finds its first entries there: not counted again)
+            added = np.asarray(size[len(size) - min(new, len(size)):], dtype=np.int64)
+            v["queue_bytes"][slot] += int(added.sum())
+            self.put_sizes.append(added)              # (message_size: observed once the pass is published)
 
     def _fill_gap(self, cq: ConsumeQueue, queue_offset: int, phys: int) -> None:
         """Recovery: the queue's records before ``queue_offset`` were lost in a damaged span; their

@@ -19,7 +19,8 @@ import time
 
 import numpy as np
 
-from rocketbox.shm.layout import C, S
+from rocketbox.shm.histogram import Histogram
+from rocketbox.shm.layout import C, H, S
 from rocketbox.shm.role import LoopRole
 from rocketbox.store import indexfile
 from rocketbox.store.checkpoint import Checkpoint
@@ -45,6 +46,7 @@ class FlusherService(LoopRole):
         self.last_thorough = self.last_cq = time.monotonic()
         self.cq_flushed = None
         self.flush_count = 0
+        self.latency = Histogram(shared.views, H.FLUSH_LATENCY)
 
     def open(self) -> "FlusherService":
         self.checkpoint.load()
@@ -83,7 +85,7 @@ class FlusherService(LoopRole):
             waiting = bool((self._waiters() > flushed).any())
             if dirty_pages < self.cfg.flushCommitLogLeastPages and not thorough and not waiting:
                 return False
-        start = flushed - flushed % self.fsize
+        start, began = flushed - flushed % self.fsize, time.monotonic_ns()
         for file_start in range(start, written, self.fsize):
             try:
                 fdatasync(os.path.join(self.cfg.commitlog_dir, offset_to_name(file_start)))
@@ -91,6 +93,7 @@ class FlusherService(LoopRole):
                 if self.slave and file_start < self._first_file():
                     continue                 # (a slave whose CommitLog starts where its master's last file did)
                 raise
+        self.latency.observe((time.monotonic_ns() - began) // 1000)
         self.ctl[C.FLUSHED] = written
         self.checkpoint.physic_ts, self.checkpoint.physic_offset = ts, written
         self.last_thorough = time.monotonic()

@@ -23,9 +23,10 @@ import time
 import psutil
 
 from rocketbox.metrics.exposition import Family
-from rocketbox.shm.layout import C, S
+from rocketbox.shm import histogram, roster
+from rocketbox.shm.layout import HIST_HEAD, HISTOGRAMS, C, H, S
 from rocketbox.shm.tables import table_use
-from rocketbox.store import delay, timer, transaction
+from rocketbox.store import delay, scheduled, timer, transaction
 
 SYSTEM_TOPICS = frozenset({delay.SCHEDULE_TOPIC, timer.TIMER_TOPIC, transaction.HALF_TOPIC, transaction.OP_TOPIC,
                            transaction.CHECK_MAX_TOPIC, "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", "TBW102",
@@ -51,30 +52,65 @@ class Collector:
         self.procs: dict[str, psutil.Process] = {}
 
     def families(self) -> list[Family]:
-        queues = self._queues()
-        return [*self._messages(queues), *self._groups(queues), *self._store(), *self._haproxy(), *self._roles()]
+        queues, nbytes = self._queues()
+        return [*self._messages(queues, nbytes), *self._groups(queues), *self._clients(), *self._store(),
+                *self._histograms(), *self._rings(), *self._schedule(queues), *self._haproxy(), *self._roles()]
 
-    def _queues(self) -> dict[str, dict[int, int]]:
-        """The queue table, read once a scrape: topic -> {queue id: max offset}."""
+    def _queues(self) -> tuple[dict[str, dict[int, int]], dict[str, int]]:
+        """The queue table, read once a scrape: topic -> {queue id: max offset}, and topic -> the
+        bytes put in its queues since this start."""
         views, nq = self.sh.views, int(self.sh.control[C.QUEUE_COUNT])
         queues: dict[str, dict[int, int]] = {}
-        for topic, qid, count in zip(_decoded(views["queue_names"][:nq]), views["queue_ids"][:nq].tolist(),
-                                     views["queue_max"][:nq].tolist()):
+        nbytes: dict[str, int] = {}
+        for topic, qid, count, size in zip(_decoded(views["queue_names"][:nq]), views["queue_ids"][:nq].tolist(),
+                                           views["queue_max"][:nq].tolist(), views["queue_bytes"][:nq].tolist()):
             queues.setdefault(topic, {})[qid] = count
-        return queues
+            nbytes[topic] = nbytes.get(topic, 0) + size
+        return queues, nbytes
 
     def _sample(self, family: Family, value, **labels: str) -> None:
         family.add(value, **self.common, **labels)
 
     # ------------------------------------------------------------ messages and topics
-    def _messages(self, queues: dict[str, dict[int, int]]) -> list[Family]:
+    def _messages(self, queues: dict[str, dict[int, int]], nbytes: dict[str, int]) -> list[Family]:
         msgs_in = Family("rocketmq_messages_in_total", "counter",
                          "Messages stored in the topic's consume queues, ever (the sum of their max offsets)")
+        bytes_in = Family("rocketmq_throughput_in_total", "counter",
+                          "Bytes of the records put in the topic's consume queues since the appliance started")
+        dlq = Family("rocketmq_send_to_dlq_messages_total", "counter",
+                     "Messages the group's consumers gave up on, stored in its dead-letter topic, ever")
         for topic, maxes in sorted(queues.items()):
-            self._sample(msgs_in, sum(maxes.values()), topic=topic, is_system=_is_system(topic))
+            labels = {"topic": topic, "is_system": _is_system(topic)}
+            self._sample(msgs_in, sum(maxes.values()), **labels)
+            self._sample(bytes_in, nbytes.get(topic, 0), **labels)
+            if topic.startswith(DLQ):
+                self._sample(dlq, sum(maxes.values()), consumer_group=topic[len(DLQ):])
+        bytes_out = Family("rocketmq_throughput_out_total", "counter",
+                           "Bytes the pulls transferred since the appliance started (all topics and groups)")
+        self._sample(bytes_out, int(self.sh.slots[:, S.PULLED_BYTES].sum()))
         topics = Family("rocketmq_topic_number", "gauge", "Topics in the broker's topic table")
         self._sample(topics, int(self.sh.control[C.TOPIC_COUNT]))
-        return [msgs_in, topics]
+        return [msgs_in, bytes_in, bytes_out, dlq, topics]
+
+    # ------------------------------------------------------------ producers
+    def _clients(self) -> list[Family]:
+        """Producer clients (each once, over every reader), by language and version, from what
+        the readers publish of their clients (``shm/roster.py``)."""
+        slots = self.sh.slots
+        owners = {i: pid for i, pid in enumerate(slots[:, S.OWNER_PID].tolist()) if pid}
+        seen: dict[str, tuple[str, str]] = {}
+        for doc in roster.published(self.sh.roster_dir, owners):
+            for conns in (doc.get("producers") or {}).values():
+                for c in conns:
+                    seen.setdefault(str(c.get("clientId")), (str(c.get("language", "")), str(c.get("version", ""))))
+        by: dict[tuple[str, str], int] = {}
+        for who in seen.values():
+            by[who] = by.get(who, 0) + 1
+        producers = Family("rocketmq_producer_connections", "gauge",
+                           "Producer clients with a live heartbeat (over every reader), by language and version")
+        for (language, version), n in sorted(by.items()):
+            self._sample(producers, n, language=language, version=version)
+        return [producers]
 
     # ------------------------------------------------------------ consumer groups
     def _groups(self, queues: dict[str, dict[int, int]]) -> list[Family]:
@@ -122,6 +158,10 @@ class Collector:
             self._sample(offsets, value, offset=what)
         lag = Family("rocketbox_dispatch_lag_bytes", "gauge", "CommitLog bytes written but not yet dispatched")
         self._sample(lag, max(0, written - dispatched))
+        lag_s = Family("rocketbox_dispatch_lag_seconds", "gauge",
+                       "How much older the last dispatched record is than the last written one (0: caught up)")
+        behind = written > dispatched and int(ctl[C.DISPATCHED_TS])
+        self._sample(lag_s, max(0, int(ctl[C.WRITTEN_TS]) - int(ctl[C.DISPATCHED_TS])) / 1000 if behind else 0.0)
         flush_lag = Family("rocketbox_flush_lag_bytes", "gauge", "CommitLog bytes written but not yet flushed")
         self._sample(flush_lag, max(0, written - flushed))
         disk = Family("rocketbox_disk_used_ratio", "gauge",
@@ -154,7 +194,61 @@ class Collector:
         slots = self.sh.slots
         self._sample(pulls, int(slots[:, S.PULLS_FOUND].sum()), result="found")
         self._sample(pulls, int(slots[:, S.PULLS_MISSED].sum()), result="missed")
-        return [offsets, lag, flush_lag, disk, limits, refusing, contained, retention, tables, slaves, pulls]
+        return [offsets, lag, lag_s, flush_lag, disk, limits, refusing, contained, retention, tables, slaves, pulls]
+
+    # ------------------------------------------------------------ histograms, rings, the scheduler
+    def _histograms(self) -> list[Family]:
+        """The roles' histograms (``shm/histogram.py``); latencies in seconds."""
+        out = []
+        for index, name, what in ((H.PUT_LATENCY, "rocketbox_put_latency_seconds",
+                                   "A commit pass (rings read to commit point), once for each record it appended"),
+                                  (H.COMMIT_RECORDS, "rocketbox_commit_records",
+                                   "Records a commit pass was asked to append (the group commit's size)"),
+                                  (H.FLUSH_LATENCY, "rocketbox_flush_latency_seconds", "A CommitLog flush's fdatasyncs"),
+                                  (H.MESSAGE_SIZE, "rocketmq_message_size",
+                                   "Stored size in bytes of each record put in a consume queue since this start")):
+            _n, _w, unit, bounds, _m = HISTOGRAMS[index]
+            scale = 10**6 if unit == "us" else 1
+            words = self.sh.views["histograms"][index]
+            family = Family(name, "histogram", what, buckets=tuple(b / scale if scale != 1 else b for b in bounds))
+            sum_ = int(words[histogram.SUM])
+            self._sample(family, (words[HIST_HEAD:HIST_HEAD + len(bounds) + 1].tolist(),
+                                  sum_ / scale if scale != 1 else sum_))
+            out.append(family)
+        return out
+
+    def _rings(self) -> list[Family]:
+        """Each claimed slot's request and response rings: bytes waiting in them, and their size."""
+        rings = Family("rocketbox_ring_bytes", "gauge",
+                       "A claimed slot's ring: bytes waiting (used) and its size (capacity); request: to the "
+                       "writer, response: back")
+        owners = self.sh.slots[:, S.OWNER_PID].tolist()
+        names = self._pid_roles()
+        for i, pid in enumerate(owners):
+            if not pid:
+                continue
+            owner = names.get(pid, "other")
+            for kind, ring in (("request", self.sh.request_rings[i]), ("response", self.sh.response_rings[i])):
+                self._sample(rings, ring.used(), slot=str(i), owner=owner, ring=kind, of="used")
+                self._sample(rings, ring.capacity, slot=str(i), owner=owner, ring=kind, of="capacity")
+        return [rings]
+
+    def _schedule(self, queues: dict[str, dict[int, int]]) -> list[Family]:
+        """Delayed messages not yet delivered, by level; timers pending and the next one's due time
+        (what the scheduler has written: ``store/scheduled.py``)."""
+        p = scheduled.read(self.cfg.config_dir)
+        levels = queues.get(delay.SCHEDULE_TOPIC, {})
+        backlog = Family("rocketbox_delay_backlog_messages", "gauge",
+                         "Delayed messages stored but not yet delivered, by delay level")
+        for level in sorted(set(p.delivered) | {qid + 1 for qid in levels}):
+            self._sample(backlog, max(0, levels.get(level - 1, 0) - p.delivered.get(level, 0)), level=str(level))
+        timers = Family("rocketbox_timers_pending", "gauge", "Timer messages waiting for their time")
+        due = Family("rocketbox_timer_next_due_timestamp_seconds", "gauge",
+                     "When the next pending timer is due (0: none pending)")
+        if p.timers_pending is not None:
+            self._sample(timers, p.timers_pending)
+            self._sample(due, p.timer_next_due_ms / 1000)
+        return [backlog, timers, due]
 
     # ------------------------------------------------------------ HAProxy, the front door
     def _haproxy(self) -> list[Family]:
@@ -177,11 +271,19 @@ class Collector:
         return [current, turned]
 
     # ------------------------------------------------------------ the roles' processes
-    def _process(self, role: str) -> psutil.Process | None:
+    def _pid(self, role: str) -> int | None:
         try:
             with open(os.path.join(self.cfg.run_dir, f"{role}.pid")) as f:
-                pid = int(f.read().strip() or 0)
+                return int(f.read().strip() or 0)
         except (OSError, ValueError):
+            return None
+
+    def _pid_roles(self) -> dict[int, str]:
+        return {pid: role for role in self.roles if (pid := self._pid(role))}
+
+    def _process(self, role: str) -> psutil.Process | None:
+        pid = self._pid(role)
+        if pid is None:
             return None
         proc = self.procs.get(role)
         if proc is None or proc.pid != pid:

@@ -14,12 +14,17 @@ from rocketbox.remoting import headers, mqtable
 from rocketbox.remoting.codes import SERVER_VERSION, SERVER_VERSION_DESC
 from rocketbox.remoting.codes import RequestCode as R
 from rocketbox.remoting.codes import ResponseCode as RC
+from rocketbox.shm import disk, stats
 from rocketbox.shm.layout import C, T
-from rocketbox.store import configfile, delay, message, topicjournal
+from rocketbox.store import delay, message, scheduled, topicjournal
 from rocketbox.store.errors import StoreError
 from rocketbox.store.topicconfig import QueueNumsOutOfRange, check_queue_nums, topic_config
 
 SYSTEM_TOPICS_FOR_ADMIN = SYSTEM_TOPICS | {"TBW102"}
+# the thread pools' keys: nothing waits in a pool here (0), and RocketMQ's default capacities
+_POOLS = {f"{pool}ThreadPoolQueue{what}": "0" for pool in ("send", "pull", "query") for what in ("Size", "HeadWaitTimeMills")}
+_POOLS.update(sendThreadPoolQueueCapacity="10000", pullThreadPoolQueueCapacity="100000",
+              queryThreadPoolQueueCapacity="20000")
 
 
 class AdminProcessor:
@@ -31,7 +36,7 @@ class AdminProcessor:
         return {R.VIEW_MESSAGE_BY_ID: self.view_message, R.UPDATE_AND_CREATE_TOPIC: self.create_topic,
                 R.GET_ALL_TOPIC_CONFIG: self.all_topics, R.GET_BROKER_RUNTIME_INFO: self.runtime_info,
                 R.GET_TOPIC_STATS_INFO: self.topic_stats, R.GET_CONSUME_STATS: self.consume_stats,
-                R.CONSUME_MESSAGE_DIRECTLY: self.consume_directly}
+                R.CONSUME_MESSAGE_DIRECTLY: self.consume_directly, R.VIEW_BROKER_STATS_DATA: self.broker_stats}
 
     def _stored(self, phys: int) -> bytes:
         """The whole record at CommitLog offset ``phys``; ValueError naming the offset if none is."""
@@ -139,46 +144,86 @@ class AdminProcessor:
                     "lastTimestamp": (stored_at(self.view, topic, qid, consumed - 1) or 0) if consumed > 0 else 0}
         return cmd.response(body=mqtable.encode({"consumeTps": self.b.rates.group_tps(counters)}, "offsetTable", table))
 
+    def broker_stats(self, cmd, _conn):
+        """VIEW_BROKER_STATS_DATA (315, what rocketmq-exporter reads for its TPS figures): one of
+        BrokerStatsManager's counts over its minute, hour and day (``Rates.stats``), or 1 "The stats
+        <name> <key> not exist" for a count this broker does not keep or a key it has not seen."""
+        h = headers.decode(cmd)
+        name, key = h["statsName"], h["statsKey"]
+        count = self._stats_count(name, key)
+        if count is None:
+            return cmd.response(RC.SYSTEM_ERROR, f"The stats <{name}> <{key}> not exist")
+        return cmd.response(body=json.dumps(self.b.rates.stats(count), sort_keys=True).encode())
+
+    def _stats_count(self, name: str, key: str):
+        """What a count of VIEW_BROKER_STATS_DATA reads from a sample (``shm.stats.Snap``): the
+        broker's puts and gets (key: the cluster's name), a topic's puts and their bytes, the
+        messages a group's pulls found on a topic (key: topic@group, once it has committed there);
+        None for the others."""
+        if name in ("BROKER_PUT_NUMS", "BROKER_GET_NUMS"):
+            if key != self.cfg.brokerClusterName:
+                return None
+            return (lambda s: s.puts) if name == "BROKER_PUT_NUMS" else (lambda s: s.gets)
+        if name in ("TOPIC_PUT_NUMS", "TOPIC_PUT_SIZE"):
+            meta = self.topics.live(key)[1]
+            if meta is None:
+                return None
+            queues = self.view.queues
+            slots = [s for qid in range(max(meta[T.READ_QUEUE_NUMS], meta[T.WRITE_QUEUE_NUMS]))
+                     if (s := queues.slot(key, qid)) is not None]
+            if name == "TOPIC_PUT_NUMS":
+                return lambda s: stats.since_start(s.queue_max, slots)
+            return lambda s: stats.since_start(s.queue_bytes, slots)
+        if name == "GROUP_GET_NUMS" and "@" in key:
+            topic, group = key.split("@", 1)
+            meta = self.topics.live(topic)[1]
+            counters = [] if meta is None else [
+                c for qid in range(meta[T.READ_QUEUE_NUMS]) if (c := self.offsets.slot(offset_key(topic, group), qid)) is not None]
+            if not counters:
+                return None
+            return lambda s: stats.since_start(s.group_pulls, counters)
+        return None
+
     def _schedule_offsets(self) -> dict:
         """``scheduleMessageOffset_<level>`` = "<delivered up to>,<queue's max offset>" of each
-        level in delayOffset.json (what rocketmq-exporter reads; the scheduler writes the file)."""
-        try:
-            table = (configfile.read(os.path.join(self.cfg.config_dir, "delayOffset.json")) or {}).get("offsetTable") or {}
-        except Exception:
-            return {}
+        level in delayOffset.json (what rocketmq-exporter reads), and rocketbox's pending timers
+        (``store/scheduled.py``: what the scheduler has written)."""
+        p = scheduled.read(self.cfg.config_dir)
         out = {}
-        for level, done in table.items():
-            off = self.view.offsets(delay.SCHEDULE_TOPIC, int(level) - 1)
+        for level, done in p.delivered.items():
+            off = self.view.offsets(delay.SCHEDULE_TOPIC, level - 1)
             out[f"scheduleMessageOffset_{level}"] = f"{done},{off[1] if off else 0}"
-        try:                          # the pending timers (rocketbox's keys; the scheduler's checkpoint)
-            cp = configfile.read(os.path.join(self.cfg.config_dir, "timerCheckpoint.json")) or {}
-        except Exception:
-            cp = {}
-        if cp:
-            out["timerPending"], out["timerNextDueMs"] = str(cp.get("pending", 0)), str(cp.get("nextDueMs", 0))
+        if p.timers_pending is not None:
+            out["timerPending"], out["timerNextDueMs"] = str(p.timers_pending), str(p.timer_next_due_ms)
         return out
 
     def runtime_info(self, cmd, _conn):
-        """KVTable of BrokerController.prepareRuntimeInfo's keys that this broker has, among them
-        every one ``mqadmin clusterList`` reads (counts and rates: ``shm.stats``).  A send waits
-        in no thread pool here (in its reader's slab, then the writer's ring), so the pools'
-        queue sizes and waits are 0, as is pageCacheLockTimeMills (no lock is held across a put)."""
+        """KVTable of BrokerController.prepareRuntimeInfo's keys that this broker has: every one
+        ``mqadmin clusterList`` reads and every one rocketmq-exporter parses strictly, in the real
+        4.9.8 broker's formats (counts, rates, put latency and sizes: ``shm.stats``).  A send waits
+        in no thread pool here (in its reader's slab, then the writer's ring: the put latency
+        covers that), so the pools' queue sizes and waits are 0, and their capacities RocketMQ's
+        defaults; pageCacheLockTimeMills is 0 (no lock is held across a put), as are
+        dispatchMaxBuffer and startAcceptSendRequestTimeStamp (4.9.8's too), and
+        remainTransientStoreBufferNumbs is Integer.MAX_VALUE (no transient store pool, as 4.9.8's
+        default)."""
         ctl = self.ctl
         lo, hi = int(ctl[C.MIN_PHYS]), int(ctl[C.WRITTEN])
         earliest = record_ts(self.view, lo) if hi > lo else None
-        fs = os.statvfs(self.cfg.commitlog_dir)
+        total, free = disk.capacity(self.cfg.commitlog_dir)
         table = {
             "brokerVersion": str(SERVER_VERSION), "brokerVersionDesc": SERVER_VERSION_DESC,
             "commitLogMinOffset": str(lo), "commitLogMaxOffset": str(hi),
-            "commitLogDiskRatio": repr((fs.f_blocks - fs.f_bfree) / fs.f_blocks if fs.f_blocks else 0.0),
+            "commitLogDiskRatio": repr(disk.used_ratio(self.cfg.commitlog_dir)),
+            "consumeQueueDiskRatio": repr(disk.used_ratio(os.path.join(self.cfg.root, "consumequeue"))),
+            "commitLogDirCapacity": f"Total : {disk.human_bytes(total)}, Free : {disk.human_bytes(free)}.",
             "earliestMessageTimeStamp": str(earliest if earliest is not None else -1),
-            "dispatchBehindBytes": str(hi - int(ctl[C.DISPATCHED])),
-            "remainHowManyDataToFlush": str(hi - int(ctl[C.FLUSHED])),
+            "dispatchBehindBytes": str(hi - int(ctl[C.DISPATCHED])), "dispatchMaxBuffer": "0",
+            "remainHowManyDataToFlush": disk.human_bytes(max(0, hi - int(ctl[C.FLUSHED]))),
             "flushDiskType": self.cfg.flushDiskType, "brokerRole": self.cfg.brokerRole,
             "readerProcessNums": str(self.cfg.readerProcessNums),
-            "sendThreadPoolQueueSize": "0", "sendThreadPoolQueueHeadWaitTimeMills": "0",
-            "pullThreadPoolQueueSize": "0", "pullThreadPoolQueueHeadWaitTimeMills": "0",
-            "pageCacheLockTimeMills": "0", **self.b.rates.runtime(), **self._schedule_offsets(),
+            "startAcceptSendRequestTimeStamp": "0", "remainTransientStoreBufferNumbs": str(2**31 - 1),
+            "pageCacheLockTimeMills": "0", **_POOLS, **self.b.rates.runtime(), **self._schedule_offsets(),
         }
         if not self.cfg.slave:                  # rocketbox's own: replication as the master sees it
             table.update({"haSlaveCount": str(int(ctl[C.SLAVE_COUNT])), "haPush2SlaveMaxOffset": str(int(ctl[C.SLAVE_ACKED])),

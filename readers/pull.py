@@ -18,6 +18,7 @@ strings, so the result is the same and the consumer does not stall for a heartbe
 from __future__ import annotations
 
 import functools
+import time
 
 from rocketbox.net.server import DEFERRED
 from rocketbox.readers.holds import HeldPulls
@@ -164,12 +165,16 @@ class PullProcessor:
         (``_counter``).  ``sg``: the group's config, given when the answer suggests a broker
         (``slaveReadEnable``) or comes from a slave."""
         count = max(1, min(max_nums, self.cfg.maxTransferCountOnMessageInMemory))
+        began = time.monotonic_ns()
         p = self.view.pull(topic, qid, offset, count, codes, self.cfg.maxTransferBytesOnMessageInMemory,
                            self.disk_limits, keep)
         row = self.counts                # (getTransferedTps, getFoundTps, getMissTps, consumeTps)
+        if (took_ms := (time.monotonic_ns() - began) // 1_000_000) > row[S.PULL_MS_MAX]:
+            row[S.PULL_MS_MAX] = took_ms         # (getMessageEntireTimeMax)
         if p.status == SV.FOUND:
             code, status = RC.SUCCESS, "FOUND"
             row[S.PULLED_MSGS] += p.count
+            row[S.PULLED_BYTES] += sum(map(len, p.parts))
             row[S.PULLS_FOUND] += 1
             if isinstance(counter, int):
                 self.group_pulls[counter] += p.count

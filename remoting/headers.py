@@ -64,6 +64,7 @@ SCHEMAS: dict[int, tuple[Field, ...]] = {
     R.GET_CONSUMER_LIST_BY_GROUP: _f("consumerGroup:S!"),
     R.GET_TOPIC_STATS_INFO: _f("topic:S!"),
     R.GET_CONSUME_STATS: _f("consumerGroup:S! topic:S"),
+    R.VIEW_BROKER_STATS_DATA: _f("statsName:S! statsKey:S!"),
     R.GET_CONSUMER_CONNECTION_LIST: _f("consumerGroup:S!"),
     R.GET_PRODUCER_CONNECTION_LIST: _f("producerGroup:S!"),
     R.QUERY_TOPIC_CONSUME_BY_WHO: _f("topic:S!"),

@@ -8,6 +8,8 @@ Segment ``/<prefix>.state`` (in this order):
     slots        max_slots x SLOT_LEN x int64         one per producer ring pair (readers, tools)
     queue max    queue_slots x int64      (dispatcher) entries in the consume queue (max offset)
     queue min    queue_slots x int64      (dispatcher) first queue offset still stored
+    queue bytes  queue_slots x int64      (dispatcher) bytes of the records put in each queue since this start
+    histograms   len(HISTOGRAMS) x HIST_LEN x int64   each written by its one process (shm/histogram.py)
     queue names  queue_slots x 128 bytes  (writer)    topic of each queue slot, NUL-padded
     queue ids    queue_slots x int32      (writer)    queueId of each queue slot (both, and queue_count:
                                                       the dispatcher on a slave, the writer on a master)
@@ -94,11 +96,12 @@ CONTROL_FIELDS = (
 C: Any = type("C", (), {name.upper(): i for i, (name, _w, _m) in enumerate(CONTROL_FIELDS)})
 CONTROL_LEN = 64      # int64 words reserved; room to grow without moving what follows
 assert len(CONTROL_FIELDS) <= CONTROL_LEN
-LAYOUT_MAGIC = 0x52424F580B       # "RBOX" v11 (v3: group names of 255 bytes, client ids of 248; v4: epoch_read_pos;
+LAYOUT_MAGIC = 0x52424F580C       # "RBOX" v12 (v3: group names of 255 bytes, client ids of 248; v4: epoch_read_pos;
                                   # v5: offset pulls; v6: slots of 16 words, pulls found and missed; v7: boot_written,
                                   # disk ratios; v8: registered_ms; v9: dispatch_unindexed, dispatch_unqueued,
                                   # retention_unconsumed; v10: slave_count, slave_lag_*, replica_wait;
-                                  # v11: cut_*, ha_sent)
+                                  # v11: cut_*, ha_sent; v12: queue bytes, histograms, pulled_bytes,
+                                  # pull_ms_max)
 
 SLOT_FIELDS = (
     ("owner_pid", "slot owner", "pid holding the slot (flock'ed), 0 = free"),
@@ -114,6 +117,8 @@ SLOT_FIELDS = (
     ("pulls_found", "slot owner", "its pulls (each try of a held one) that found messages, kept across owners"),
     ("pulls_missed", "slot owner", "its pulls (each try of a held one) that found none, kept across owners"),
     ("replica_wait", "slot owner", "CommitLog offset this owner waits for a slave to have (SYNC_MASTER), 0 = none"),
+    ("pulled_bytes", "slot owner", "bytes its pulls transferred, kept across owners"),
+    ("pull_ms_max", "slot owner", "the longest a pull of its took to answer, ms (getMessageEntireTimeMax)"),
 )
 S: Any = type("S", (), {name.upper(): i for i, (name, _w, _m) in enumerate(SLOT_FIELDS)})
 SLOT_LEN = 16
@@ -127,8 +132,29 @@ OFFSET_KEY_BYTES = 384   # "topic@group": topic <= 127 bytes, group <= 255 bytes
 CLIENT = np.dtype([("group", "S256"), ("client_id", "S248"), ("heartbeat_ms", "<i8")])   # heartbeat_ms 0 = free
 
 
+_LATENCY_US = (100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 200_000, 500_000, 1_000_000,
+               2_000_000, 3_000_000, 4_000_000, 5_000_000, 10_000_000)   # (RocketMQ's putMessageDistributeTime
+                                                                         # bounds among them: 1, 10, 50 ... 10,000 ms)
+# (name, the one process that writes it, unit of its values, upper bounds of its buckets, what it counts)
+HISTOGRAMS = (
+    ("put_latency", "writer", "us", _LATENCY_US,
+     "a commit pass, from its rings read to its commit point published; once for each record it was asked to append"),
+    ("commit_records", "writer", "records", (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1_024, 2_048, 4_096),
+     "records a commit pass was asked to append (the group commit's size)"),
+    ("flush_latency", "flusher", "us", _LATENCY_US, "a CommitLog flush: its files' fdatasyncs"),
+    ("message_size", "dispatcher", "bytes", (1_024, 4_096, 16_384, 65_536, 262_144, 524_288, 1_048_576,
+                                             2_097_152, 4_194_304),
+     "stored size of each record put in a consume queue"),
+)
+H: Any = type("H", (), {name.upper(): i for i, (name, *_rest) in enumerate(HISTOGRAMS)})
+HIST_LEN = 24         # int64 words each: count, sum, max, then a count per bucket (the last one +Inf)
+HIST_HEAD = 3
+assert all(HIST_HEAD + len(bounds) + 1 <= HIST_LEN for _n, _w, _u, bounds, _m in HISTOGRAMS)
+
+
 def state_size(max_slots: int, queue_slots: int, topic_slots: int, offset_slots: int, client_rows: int) -> int:
-    return (CONTROL_LEN * 8 + max_slots * SLOT_LEN * 8 + queue_slots * (NAME_BYTES + 4 + 8 + 8)
+    return (CONTROL_LEN * 8 + max_slots * SLOT_LEN * 8 + queue_slots * (NAME_BYTES + 4 + 8 + 8 + 8)
+            + len(HISTOGRAMS) * HIST_LEN * 8
             + topic_slots * (NAME_BYTES + TOPIC_LEN * 4) + offset_slots * (OFFSET_KEY_BYTES + 4 + 8 + max_slots * 8)
             + max_slots * client_rows * CLIENT.itemsize)
 
@@ -149,6 +175,8 @@ def state_views(buf: np.ndarray, max_slots: int, queue_slots: int, topic_slots: 
     take("slots", max_slots * SLOT_LEN, "<i8", (max_slots, SLOT_LEN))
     take("queue_max", queue_slots, "<i8")
     take("queue_min", queue_slots, "<i8")
+    take("queue_bytes", queue_slots, "<i8")
+    take("histograms", len(HISTOGRAMS) * HIST_LEN, "<i8", (len(HISTOGRAMS), HIST_LEN))
     take("queue_names", queue_slots, f"S{NAME_BYTES}")
     take("queue_ids", queue_slots, "<i4")
     take("topic_names", topic_slots, f"S{NAME_BYTES}")

@@ -27,14 +27,21 @@ from __future__ import annotations
 
 import collections
 import time
+from typing import NamedTuple
 
 import numpy as np
 
-from rocketbox.shm.layout import C, S
+from rocketbox.shm import histogram
+from rocketbox.shm.layout import HISTOGRAMS, C, H, S
 
 WINDOWS_S = (10, 60, 600)          # StoreStatsService's three windows
 PUT, GOT, FOUND, MISSED, PULLS = 1, 2, 3, 4, 5     # what a sample holds after its time (Rates.tps)
-GROUP_SAMPLE_TICKS, GROUP_SAMPLES = 10, 7     # StatsItem's minute: a sample every 10 s, the last 7
+# putMessageDistributeTime's buckets: (its name, its upper bound in µs, one of the put latency histogram's bounds)
+DISTRIBUTION = (("<=0ms", 1_000), ("0~10ms", 10_000), ("10~50ms", 50_000), ("50~100ms", 100_000),
+                ("100~200ms", 200_000), ("200~500ms", 500_000), ("500ms~1s", 1_000_000), ("1~2s", 2_000_000),
+                ("2~3s", 3_000_000), ("3~4s", 4_000_000), ("4~5s", 5_000_000), ("5~10s", 10_000_000), ("10s~", None))
+WINDOWS = (("statsMinute", 10, 7), ("statsHour", 600, 7), ("statsDay", 3600, 25))   # StatsItem's: (name, a
+                                                  # sample every so many 1 s ticks, the last so many kept)
 
 
 def _queued(sh) -> int:
@@ -75,38 +82,79 @@ def mark_day(sh, day: int) -> bool:
     return True
 
 
+class Snap(NamedTuple):
+    """The counts a window's sample holds (the arrays cover the slots in use then)."""
+    puts: int
+    gets: int
+    queue_max: np.ndarray        # per queue slot: messages in the queue, ever
+    queue_bytes: np.ndarray      # per queue slot: their bytes, since this start
+    group_pulls: np.ndarray      # per consumer offset slot: messages its group's pulls found
+    put_latency: list            # the put latency histogram's buckets
+
+
+def since_start(counts: np.ndarray, which: list[int]) -> int:
+    """The slots ``which`` of a sample's ``counts`` summed (a slot taken after the sample counts 0)."""
+    return int(counts[[i for i in which if i < len(counts)]].sum())
+
+
 class Rates:
-    """A reader's samples of the counts, one per tick, for the last 600 s."""
+    """A reader's samples of the counts: one per tick for the last 600 s (the TPS windows), and
+    BrokerStatsManager's three StatsItem windows: a sample every 10 s for a minute, every 10 min
+    for an hour, every hour for a day (``WINDOWS``)."""
 
     def __init__(self, sh):
         self.sh = sh
         self.samples: collections.deque = collections.deque(maxlen=WINDOWS_S[-1] + 1)
-        self.group_samples: collections.deque = collections.deque(maxlen=GROUP_SAMPLES)
+        self.windows = {name: collections.deque(maxlen=keep) for name, _every, keep in WINDOWS}
         self.ticks = 0
         self.sample()
 
     def sample(self) -> None:
         found, missed = pulls(self.sh)
-        self.samples.append((time.monotonic(), *totals(self.sh), found, missed, found + missed))
-        if self.ticks % GROUP_SAMPLE_TICKS == 0:
-            self.group_samples.append((time.monotonic(), self._group_pulls()))
+        now = time.monotonic()
+        self.samples.append((now, *totals(self.sh), found, missed, found + missed))
+        snap = None
+        for name, every, _keep in WINDOWS:
+            if self.ticks % every == 0:
+                snap = snap or self.snap()
+                self.windows[name].append((now, snap))
         self.ticks += 1
 
-    def _group_pulls(self) -> np.ndarray:
-        """Messages found for each consumer offset slot in use, over every reader slot's row."""
-        return self.sh.views["offset_pulls"][:, :int(self.sh.control[C.OFFSET_COUNT])].sum(axis=0)
+    def snap(self) -> Snap:
+        sh, v = self.sh, self.sh.views
+        nq, no = int(sh.control[C.QUEUE_COUNT]), int(sh.control[C.OFFSET_COUNT])
+        puts, gets = totals(sh)
+        return Snap(puts, gets, v["queue_max"][:nq].copy(), v["queue_bytes"][:nq].copy(),
+                    v["offset_pulls"][:, :no].sum(axis=0), histogram.snapshot(v, H.PUT_LATENCY).cumulative)
 
     def group_tps(self, offset_slots: list[int]) -> float:
         """Messages per second the pulls of the offset slots ``offset_slots`` (a group's queues of a
-        topic) found since the oldest sample: 0.0 until one is a second old."""
-        since, then = self.group_samples[0]
+        topic) found since the minute window's oldest sample: 0.0 until one is a second old."""
+        since, then = self.windows["statsMinute"][0]
         span = time.monotonic() - since
         if span < 1.0 or not offset_slots:
             return 0.0
-        now = self._group_pulls()              # (read after the slots were looked up: it covers them)
-        before = np.zeros_like(now)
-        before[:len(then)] = then               # (slots taken since the sample counted from 0)
-        return round(float((now[offset_slots] - before[offset_slots]).sum()) / span, 2)
+        now = self.snap()                 # (read after the slots were looked up: it covers them)
+        return round((since_start(now.group_pulls, offset_slots) - since_start(then.group_pulls, offset_slots)) / span, 2)
+
+    def stats(self, count) -> dict:
+        """VIEW_BROKER_STATS_DATA's body for a count: ``count(snap) -> int`` over each window,
+        from its oldest sample to now: the sum, and it per second (RocketMQ's avgpt, the count per
+        call, is 0.0: calls are not counted, only what they carried)."""
+        now_t, now = time.monotonic(), self.snap()
+        out = {}
+        for name, samples in self.windows.items():
+            since, then = samples[0]
+            total = count(now) - count(then)
+            span = now_t - since
+            out[name] = {"avgpt": 0.0, "sum": total, "tps": total / span if span > 0 and total else 0.0}
+        return out
+
+    def latency_last_minute(self) -> histogram.Snapshot:
+        """The put latency histogram over the minute window (putMessageDistributeTime)."""
+        _since_t, then = self.windows["statsMinute"][0]
+        bounds = HISTOGRAMS[H.PUT_LATENCY][3]
+        return histogram.snapshot(self.sh.views, H.PUT_LATENCY).minus(histogram.Snapshot(bounds, then.put_latency, 0, 0))
 
     def tps(self, which: int) -> str:
         """StoreStatsService's putTps (``which`` PUT), getTransferedTps (GOT), getFoundTps (FOUND),
@@ -136,5 +184,27 @@ class Rates:
             "msgPutTotalTodayNow": str(puts),
             "msgGetTotalYesterdayMorning": str(int(ctl[C.GET_YESTERDAY_MORNING])),
             "msgGetTotalTodayMorning": str(int(ctl[C.GET_TODAY_MORNING])),
-            "msgGetTotalTodayNow": str(gets),
+            "msgGetTotalTodayNow": str(gets), **self._puts(),
+        }
+
+    def _puts(self) -> dict[str, str]:
+        """The put latency and size keys: from the writer's put latency histogram (its last
+        minute for the distribution and the percentiles, the largest ever), the dispatcher's
+        message sizes, and the readers' longest pull."""
+        views = self.sh.views
+        minute = self.latency_last_minute()
+        at = dict(zip(minute.bounds, minute.cumulative))
+        below, parts = 0, []
+        for name, bound in DISTRIBUTION:
+            upto = minute.total if bound is None else at[bound]
+            parts.append(f"[{name}]:{upto - below}")
+            below = upto
+        sizes = histogram.snapshot(views, H.MESSAGE_SIZE)
+        return {
+            "putMessageDistributeTime": " ".join(parts) + " ",
+            "putLatency99": f"{minute.quantile(0.99) / 1000:.2f}", "putLatency999": f"{minute.quantile(0.999) / 1000:.2f}",
+            "putMessageEntireTimeMax": str(histogram.snapshot(views, H.PUT_LATENCY).max // 1000),
+            "putMessageTimesTotal": str(sizes.total), "putMessageSizeTotal": str(sizes.sum),
+            "putMessageAverageSize": repr(sizes.sum / sizes.total if sizes.total else 0.0),
+            "getMessageEntireTimeMax": str(int(self.sh.slots[:, S.PULL_MS_MAX].max())),
         }

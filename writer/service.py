@@ -32,7 +32,8 @@ import time
 import numpy as np
 
 from rocketbox.shm import protocol as P
-from rocketbox.shm.layout import C, S
+from rocketbox.shm.histogram import Histogram
+from rocketbox.shm.layout import C, H, S
 from rocketbox.shm.ring import RingCorrupt
 from rocketbox.shm.role import IDLE_S, LoopRole
 from rocketbox.shm.tables import TableFull
@@ -57,6 +58,8 @@ class WriterService(LoopRole):
         self.commitlog: MappedFileQueue | None = None
         self.appender: Appender | None = None
         self.ledger = Ledger(cfg, shared)
+        self.put_latency = Histogram(shared.views, H.PUT_LATENCY)
+        self.commit_records = Histogram(shared.views, H.COMMIT_RECORDS)
 
     # ------------------------------------------------------------ lifecycle
     def open(self) -> "WriterService":
@@ -102,6 +105,7 @@ class WriterService(LoopRole):
     # ------------------------------------------------------------ one pass
     def step(self) -> bool:
         sh = self.sh
+        began = time.monotonic_ns()
         drained, taken = [], []          # (slot, end position); (slot, kind, payload) in ring order
         self.ledger.begin()
         settled = self._topics_written()
@@ -133,7 +137,22 @@ class WriterService(LoopRole):
             return settled
         ts = int(time.time() * 1000)     # after the rings were read: no record is stamped before it was asked
         self._commit(drained, taken, self._handle(taken, ts), ts)
+        self._observe(taken, time.monotonic_ns() - began)
         return True
+
+    def _observe(self, taken, elapsed_ns: int) -> None:
+        """The pass's put latency (once for each record it was asked to append) and group-commit size."""
+        records = 0
+        for _i, kind, payload in taken:
+            if kind == P.TX_END:
+                payload = payload[P.TX_END_HEAD.itemsize:]
+            elif kind != P.PUT:
+                continue
+            if len(payload) >= P.SLAB_HEAD.itemsize:
+                records += P.SLAB_HEAD_S.unpack_from(payload.data, 0)[1]
+        if records:
+            self.put_latency.observe(elapsed_ns // 1000, records)
+            self.commit_records.observe(records)
 
     def _response_size(self, kind: int, payload: np.ndarray) -> int:
         if kind == P.TX_END:

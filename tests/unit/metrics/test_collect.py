@@ -8,7 +8,9 @@ import re
 
 from rocketbox.metrics.collect import Collector
 from rocketbox.metrics.exposition import render
-from rocketbox.shm.layout import C, S
+from rocketbox.shm.histogram import Histogram
+from rocketbox.shm.layout import C, H, S
+from rocketbox.shm.roster import Roster
 from rocketbox.shm.state import SharedState
 from tests.unit.writer.rig import small_config
 
@@ -78,6 +80,60 @@ def test_a_scrape_reads_topics_groups_members_and_the_store(tmp_path):
         assert value(samples, "rocketbox_role_up", role="dispatcher") == 0           # no pid file: not running
         assert value(samples, "rocketbox_role_memory_bytes", role="writer") > 10 * 2**20
         assert value(samples, "rocketbox_table_entries", table="queues", of="used") == 4
+    finally:
+        sh.close()
+        sh.unlink()
+
+
+def test_a_scrape_reads_histograms_rings_the_scheduler_and_producers(tmp_path):
+    cfg = small_config(tmp_path / "store", "mh")
+    sh = SharedState(cfg.geometry()).create()
+    try:
+        v, ctl = sh.views, sh.control
+        for i, (topic, qid, count, size) in enumerate([("Orders", 0, 3, 600), ("%DLQ%g1", 0, 2, 400),
+                                                       ("SCHEDULE_TOPIC_XXXX", 2, 9, 0)]):
+            v["queue_names"][i], v["queue_ids"][i], v["queue_max"][i], v["queue_bytes"][i] = topic.encode(), qid, count, size
+        ctl[C.QUEUE_COUNT] = 3
+        Histogram(v, H.PUT_LATENCY).observe(700, 3)                  # 3 records, 0.7 ms each
+        Histogram(v, H.MESSAGE_SIZE).observe_many([100, 2000, 5_000_000])
+        ctl[C.WRITTEN], ctl[C.DISPATCHED], ctl[C.WRITTEN_TS], ctl[C.DISPATCHED_TS] = 900, 800, 10_500, 10_000
+        sh.slots[2, S.OWNER_PID], sh.slots[2, S.PULLED_BYTES] = os.getpid(), 1234
+        assert sh.request_rings[2].try_push(1, [b"x" * 40])
+        os.makedirs(cfg.config_dir, exist_ok=True)
+        with open(os.path.join(cfg.config_dir, "delayOffset.json"), "w") as f:
+            f.write('{"offsetTable":{3:4,1:0}}')
+        with open(os.path.join(cfg.config_dir, "timerCheckpoint.json"), "w") as f:
+            f.write('{"pending": 5, "nextDueMs": 1700000000000}')
+        Roster(sh.roster_dir, 2).publish({"pid": os.getpid(), "port": 1, "consumers": {}, "producers": {
+            "P1": [{"clientId": "a", "language": "JAVA", "version": 409}],
+            "CLIENT_INNER_PRODUCER": [{"clientId": "a", "language": "JAVA", "version": 409},
+                                      {"clientId": "b", "language": "CPP", "version": 409}]}})
+
+        text = render(Collector(cfg, sh, []).families()).decode()
+        samples = parse(text)
+
+        assert value(samples, "rocketmq_throughput_in_total", topic="Orders") == 600
+        assert value(samples, "rocketmq_throughput_out_total") == 1234
+        assert value(samples, "rocketmq_send_to_dlq_messages_total", consumer_group="g1") == 2
+        assert value(samples, "rocketbox_put_latency_seconds_bucket", le="0.0005") == 0
+        assert value(samples, "rocketbox_put_latency_seconds_bucket", le="0.001") == 3
+        assert value(samples, "rocketbox_put_latency_seconds_count") == 3
+        assert abs(value(samples, "rocketbox_put_latency_seconds_sum") - 0.0021) < 1e-9
+        assert value(samples, "rocketmq_message_size_bucket", le="1024.0") == 1
+        assert value(samples, "rocketmq_message_size_bucket", le="4096.0") == 2
+        assert value(samples, "rocketmq_message_size_bucket", le="4194304.0") == 2
+        assert value(samples, "rocketmq_message_size_bucket", le="+Inf") == 3
+        assert value(samples, "rocketmq_message_size_sum") == 5_002_100
+        assert value(samples, "rocketbox_flush_latency_seconds_count") == 0
+        assert value(samples, "rocketbox_dispatch_lag_seconds") == 0.5
+        assert value(samples, "rocketbox_ring_bytes", slot="2", ring="request", of="used") == 48   # 8-byte head + 40
+        assert value(samples, "rocketbox_ring_bytes", slot="2", ring="response", of="used") == 0
+        assert value(samples, "rocketbox_delay_backlog_messages", level="3") == 5     # 9 stored, 4 delivered
+        assert value(samples, "rocketbox_delay_backlog_messages", level="1") == 0
+        assert value(samples, "rocketbox_timers_pending") == 5
+        assert value(samples, "rocketbox_timer_next_due_timestamp_seconds") == 1_700_000_000
+        assert value(samples, "rocketmq_producer_connections", language="JAVA") == 1      # "a" once, in two groups
+        assert value(samples, "rocketmq_producer_connections", language="CPP") == 1
     finally:
         sh.close()
         sh.unlink()
