@@ -25,6 +25,7 @@ from rocketbox.remoting.codes import RequestCode as R
 from rocketbox.remoting.codes import ResponseCode as RC
 from rocketbox.store import message
 from rocketbox.store.javahash import string_hash
+from tests.integration import exporter
 from tests.integration.harness import create_topic, dispatched, owned
 from tests.integration.wire import Wire
 
@@ -367,6 +368,28 @@ def test_runtime_info_has_what_mqadmin_cluster_list_reads(appliance_factory):
         assert all(abs(t - (f + m)) <= 0.011 for t, f, m in zip(total, found, miss)), info
         assert int(info["bootTimestamp"]) <= int(time.time() * 1000) and info["runtime"].startswith("[ 0 days")
     assert infos[0]["msgPutTotalTodayNow"] == infos[1]["msgPutTotalTodayNow"]
+    # what rocketmq-exporter parses strictly: every key, in its form; the puts' figures from the histograms
+    sizes = [h.total_size for q in (0, 1) for h, *_rest in message.record_fields(w.call(R.PULL_MESSAGE, {
+        "consumerGroup": "probe", "topic": TOPIC, "queueId": str(q), "queueOffset": "0", "maxMsgNums": "32",
+        "sysFlag": "0", "commitOffset": "0", "suspendTimeoutMillis": "0", "subVersion": "0"}).body)]
+    for info in infos:
+        got = exporter.parse(info)
+        assert (got["putMessageTimesTotal"], got["putMessageSizeTotal"]) == (12, sum(sizes))
+        assert got["putMessageAverageSize"] == sum(sizes) / 12
+        assert sum(got["putMessageDistributeTime"].values()) == 12 and len(got["putMessageDistributeTime"]) == 13
+        assert 0 <= got["putLatency99"] <= got["putMessageEntireTimeMax"] + 1000
+        assert got["getMessageEntireTimeMax"] >= 0 and got["commitLogDirCapacity"][0] > got["commitLogDirCapacity"][1] > 0
+    # VIEW_BROKER_STATS_DATA: BrokerStatsManager's counts over a minute, an hour, a day
+    gets = int(json.loads(w.call(R.GET_BROKER_RUNTIME_INFO).body)["table"]["msgGetTotalTodayNow"])   # (the probes' too)
+    for name, key, total in (("BROKER_PUT_NUMS", app.cfg.brokerClusterName, 12), ("TOPIC_PUT_NUMS", TOPIC, 12),
+                             ("TOPIC_PUT_SIZE", TOPIC, sum(sizes)), ("BROKER_GET_NUMS", app.cfg.brokerClusterName, gets)):
+        resp = w.call(R.VIEW_BROKER_STATS_DATA, {"statsName": name, "statsKey": key})
+        body = json.loads(resp.body)
+        assert sorted(body) == ["statsDay", "statsHour", "statsMinute"], (name, body)
+        assert all(v["sum"] == total and v["tps"] > 0 and v["avgpt"] == 0.0 for v in body.values()), (name, body)
+    for name, key in (("GROUP_GET_NUMS", f"{TOPIC}@g"), ("TOPIC_PUT_NUMS", "NoSuchTopic"), ("SNDBCK_PUT_NUMS", "x@y")):
+        resp = w.call(R.VIEW_BROKER_STATS_DATA, {"statsName": name, "statsKey": key})   # g never committed
+        assert (resp.code, resp.remark) == (RC.SYSTEM_ERROR, f"The stats <{name}> <{key}> not exist")
 
 
 def _asked(w: Wire, code: int = R.GET_CONSUMER_RUNNING_INFO) -> Command:
