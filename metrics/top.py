@@ -18,9 +18,17 @@ Samples = dict[tuple[str, frozenset], float]
 
 
 def samples(families) -> Samples:
-    """A scrape's families -> {(name, labels): value} (histograms left out)."""
-    return {(f.name, frozenset(labels.items())): float(v) for f in families if f.kind != "histogram"
-            for labels, v in f.samples}
+    """A scrape's families -> {(name, labels): value} (a histogram by its ``_sum`` and ``_count``)."""
+    out: Samples = {}
+    for f in families:
+        for labels, v in f.samples:
+            key = frozenset(labels.items())
+            if f.kind != "histogram":
+                out[(f.name, key)] = float(v)    # type: ignore[arg-type]
+                continue
+            counts, total = v                    # type: ignore[misc]
+            out[(f.name + "_sum", key)], out[(f.name + "_count", key)] = float(total), float(sum(counts))
+    return out
 
 
 def _by(s: Samples, name: str, *keys: str, **want: str) -> dict:
@@ -58,6 +66,28 @@ def _rate(cur: float, prev: float | None, dt: float) -> float:
     return max(0.0, cur - prev) / dt if prev is not None and dt > 0 else 0.0
 
 
+def _mean(cur: Samples, prev: Samples, name: str) -> float | None:
+    """A histogram's mean over the values observed between the two scrapes; None without any."""
+    n = _one(cur, name + "_count") - _one(prev, name + "_count")
+    return (_one(cur, name + "_sum") - _one(prev, name + "_sum")) / n if n > 0 else None
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v * 1000:.2f} ms"
+
+
+def _latencies(cur: Samples, prev: Samples) -> str:
+    put, flush, batch = (_mean(cur, prev, n) for n in ("rocketbox_put_latency_seconds", "rocketbox_flush_latency_seconds",
+                                                       "rocketbox_commit_records"))
+    return (f"put latency {_ms(put)}   flush {_ms(flush)}   group commit {'-' if batch is None else f'{batch:.1f}'} "
+            "records   (means over the last refresh)")
+
+
+def _rings(cur: Samples) -> str:
+    used, cap = (_by(cur, "rocketbox_ring_bytes", "owner", "ring", of=of) for of in ("used", "capacity"))
+    return "rings: " + "   ".join(f"{o} {r[:3]} {_size(v)}/{_size(cap.get((o, r), 0))}" for (o, r), v in sorted(used.items()))
+
+
 def screen(prev: Samples, cur: Samples, dt: float, title: str, width: int = 100) -> list[str]:
     """The view's lines: ``cur`` against ``prev`` taken ``dt`` seconds before."""
     msg_in, in_prev = (_by(s, "rocketmq_messages_in_total", "topic") for s in (cur, prev))
@@ -75,6 +105,8 @@ def screen(prev: Samples, cur: Samples, dt: float, title: str, width: int = 100)
         f"   sends refused: {'YES' if _one(cur, 'rocketbox_sends_refused') else 'no'}" + _clients(cur),
         "disk used: " + "  ".join(f"{p} {'?' if r < 0 else f'{r:.1%}'}" for p, r in sorted(disk.items()))
         + f"   (sends refused above {limits.get('warning', 0):.0%}, retention above {limits.get('retention', 0):.0%})",
+        _latencies(cur, prev),
+        _rings(cur),
         "",
         f"{'ROLE':<12} {'UP':<4} {'CPU%':>6} {'RSS':>10}",
     ]

@@ -156,6 +156,13 @@ def test_prometheus_scrapes_what_the_java_client_sent_and_consumed(appliance_fac
         assert peak == 300                        # while the Java client held the 300 back, and back to 0 since
         rate = _query(base, 'max_over_time(rate(rocketmq_messages_in_total{topic="JavaMetered"}[5s])[5m:1s])')
         assert rate is not None and rate > 0                                           # it was graphed going up
+        # the histograms: every record put counted once, a put latency quantile, a producer seen
+        assert (_query(base, "sum(rocketbox_put_latency_seconds_count)") or 0) >= 301
+        assert (_query(base, "sum(rocketmq_message_size_count)") or 0) >= 301
+        p99 = _query(base, "histogram_quantile(0.99, sum by (le) (rate(rocketbox_put_latency_seconds_bucket[5m])))")
+        assert p99 is not None and 0 < p99 < 10, p99
+        assert (_query(base, 'sum(rocketmq_throughput_in_total{topic="JavaMetered"})') or 0) > 301 * 100
+        assert (_query(base, "max_over_time(sum(rocketmq_producer_connections)[5m:1s])") or 0) >= 1
         for expr in dashboard_queries():                  # the Grafana dashboard's queries: each one parses,
             q = expr.replace("$cluster", ".*").replace("$broker", ".*")   # and most have data by now
             with urllib.request.urlopen(f"{base}/api/v1/query?{urllib.parse.urlencode({'query': q})}", timeout=10) as r:
