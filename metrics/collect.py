@@ -27,6 +27,7 @@ from rocketbox.shm import histogram, roster
 from rocketbox.shm.layout import HIST_HEAD, HISTOGRAMS, C, H, S
 from rocketbox.shm.tables import table_use
 from rocketbox.store import delay, scheduled, timer, transaction
+from rocketbox.store.view import StoreView
 
 SYSTEM_TOPICS = frozenset({delay.SCHEDULE_TOPIC, timer.TIMER_TOPIC, transaction.HALF_TOPIC, transaction.OP_TOPIC,
                            transaction.CHECK_MAX_TOPIC, "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", "TBW102",
@@ -50,6 +51,7 @@ class Collector:
         self.cfg, self.sh, self.roles = cfg, sh, roles
         self.common = {"cluster": cfg.brokerClusterName, "node_type": "broker", "node_id": cfg.brokerName}
         self.procs: dict[str, psutil.Process] = {}
+        self.view: StoreView | None = None        # opened at the first lag to time (rocketmq_consumer_lag_latency)
 
     def families(self) -> list[Family]:
         queues, nbytes = self._queues()
@@ -127,12 +129,18 @@ class Collector:
                           "Messages the group's pulls found on the topic since the appliance started")
         lag = Family("rocketmq_consumer_lag_messages", "gauge",
                      "Messages in the topic's queues past the group's committed offsets")
+        latency = Family("rocketmq_consumer_lag_latency", "gauge",
+                         "How long the oldest message the group has not consumed on the topic has waited, ms (0: none)")
+        now_ms = int(time.time() * 1000)
         for (topic, group), done in sorted(committed.items()):
             labels = {"topic": topic, "consumer_group": group, "is_retry": "true" if topic.startswith(RETRY) else "false"}
             self._sample(msgs_out, found[(topic, group)], **labels)
             # over every queue of the topic, one the group has not committed on from 0 (as GET_CONSUME_STATS)
-            self._sample(lag, sum(max(0, hi - max(done.get(qid, 0), 0)) for qid, hi in queues.get(topic, {}).items()),
-                         **labels)
+            behind = {qid: max(done.get(qid, 0), 0) for qid, hi in queues.get(topic, {}).items()
+                      if hi > max(done.get(qid, 0), 0)}
+            self._sample(lag, sum(queues[topic][qid] - at for qid, at in behind.items()), **labels)
+            oldest = self._oldest(topic, behind)
+            self._sample(latency, max(0, now_ms - oldest) if oldest is not None else 0, **labels)
         members = views["clients"]
         live = members[members["heartbeat_ms"] != 0]
         by_group: dict[str, int] = {}
@@ -145,7 +153,26 @@ class Collector:
         groups = Family("rocketmq_consumer_group_number", "gauge",
                         "Consumer groups with committed offsets or live members")
         self._sample(groups, len({g for _t, g in committed} | set(by_group)))
-        return [msgs_out, lag, connections, groups]
+        return [msgs_out, lag, latency, connections, groups]
+
+    def _oldest(self, topic: str, behind: dict[int, int]) -> int | None:
+        """The earliest store time of the messages at the offsets ``behind`` (queue id -> the first
+        offset not consumed; past retention: the queue's first kept), read from the store."""
+        if not behind:
+            return None
+        if self.view is None:
+            self.view = StoreView(self.cfg, self.sh, name="metrics").open()
+        times = []
+        for qid, at in behind.items():
+            lo = (self.view.offsets(topic, qid) or (0, 0))[0]
+            if (ts := self.view.stored_at(topic, qid, max(at, lo))) is not None:
+                times.append(ts)
+        return min(times, default=None)
+
+    def close(self) -> None:
+        if self.view is not None:
+            self.view.close()
+            self.view = None
 
     # ------------------------------------------------------------ the store
     def _store(self) -> list[Family]:
@@ -202,6 +229,8 @@ class Collector:
         out = []
         for index, name, what in ((H.PUT_LATENCY, "rocketbox_put_latency_seconds",
                                    "A commit pass (rings read to commit point), once for each record it appended"),
+                                  (H.RING_WAIT, "rocketbox_ring_wait_seconds",
+                                   "A PUT slab's wait in its request ring before the writer's pass, once per record"),
                                   (H.COMMIT_RECORDS, "rocketbox_commit_records",
                                    "Records a commit pass was asked to append (the group commit's size)"),
                                   (H.FLUSH_LATENCY, "rocketbox_flush_latency_seconds", "A CommitLog flush's fdatasyncs"),

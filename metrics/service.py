@@ -71,6 +71,7 @@ class MetricsService(ServerRole):
         finally:
             server.close()
             await server.wait_closed()
+            self.collector.close()
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

@@ -77,10 +77,11 @@ def _ms(v: float | None) -> str:
 
 
 def _latencies(cur: Samples, prev: Samples) -> str:
-    put, flush, batch = (_mean(cur, prev, n) for n in ("rocketbox_put_latency_seconds", "rocketbox_flush_latency_seconds",
-                                                       "rocketbox_commit_records"))
-    return (f"put latency {_ms(put)}   flush {_ms(flush)}   group commit {'-' if batch is None else f'{batch:.1f}'} "
-            "records   (means over the last refresh)")
+    wait, put, flush, batch = (_mean(cur, prev, n) for n in ("rocketbox_ring_wait_seconds", "rocketbox_put_latency_seconds",
+                                                             "rocketbox_flush_latency_seconds", "rocketbox_commit_records"))
+    size = "-" if batch is None else f"{batch:.1f}"
+    return (f"ring wait {_ms(wait)}   put latency {_ms(put)}   flush {_ms(flush)}   group commit {size} records"
+            "   (means over the last refresh)")
 
 
 def _rings(cur: Samples) -> str:
@@ -148,6 +149,7 @@ def run(cfg, once: bool = False) -> int:
     except Exception as e:
         print(f"appliance top: the appliance of {cfg.root} is not running ({e})", file=sys.stderr)
         return 1
+    top = None
     try:
         top = Top(cfg, sh, roles_for(cfg))
         if once:
@@ -161,6 +163,8 @@ def run(cfg, once: bool = False) -> int:
             pass
         return 0
     finally:
+        if top is not None:
+            top.collector.close()
         sh.close()
 
 

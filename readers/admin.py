@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 
-from rocketbox.readers.offsets import offset_key, record_ts, stored_at
+from rocketbox.readers.offsets import offset_key
 from rocketbox.readers.send import SYSTEM_TOPICS
 from rocketbox.remoting import headers, mqtable
 from rocketbox.remoting.codes import SERVER_VERSION, SERVER_VERSION_DESC
@@ -116,7 +116,7 @@ class AdminProcessor:
         for qid in range(meta[T.WRITE_QUEUE_NUMS]):
             lo, hi = self.view.offsets(topic, qid) or (0, 0)
             table[(topic, self.cfg.brokerName, qid)] = {
-                "lastUpdateTimestamp": (stored_at(self.view, topic, qid, hi - 1) or 0) if hi > 0 else 0,
+                "lastUpdateTimestamp": (self.view.stored_at(topic, qid, hi - 1) or 0) if hi > 0 else 0,
                 "maxOffset": max(hi, 0), "minOffset": max(lo, 0)}
         return cmd.response(body=mqtable.encode({}, "offsetTable", table))
 
@@ -141,7 +141,7 @@ class AdminProcessor:
                 consumed = max(self.link.committed_offset(key, qid) or 0, 0)
                 table[(topic, self.cfg.brokerName, qid)] = {
                     "brokerOffset": max(hi, 0), "consumerOffset": consumed,
-                    "lastTimestamp": (stored_at(self.view, topic, qid, consumed - 1) or 0) if consumed > 0 else 0}
+                    "lastTimestamp": (self.view.stored_at(topic, qid, consumed - 1) or 0) if consumed > 0 else 0}
         return cmd.response(body=mqtable.encode({"consumeTps": self.b.rates.group_tps(counters)}, "offsetTable", table))
 
     def broker_stats(self, cmd, _conn):
@@ -209,7 +209,7 @@ class AdminProcessor:
         default)."""
         ctl = self.ctl
         lo, hi = int(ctl[C.MIN_PHYS]), int(ctl[C.WRITTEN])
-        earliest = record_ts(self.view, lo) if hi > lo else None
+        earliest = self.view.record_ts(lo) if hi > lo else None
         total, free = disk.capacity(self.cfg.commitlog_dir)
         table = {
             "brokerVersion": str(SERVER_VERSION), "brokerVersionDesc": SERVER_VERSION_DESC,

@@ -15,7 +15,7 @@ from rocketbox.remoting.codes import RequestCode as R
 from rocketbox.remoting.codes import ResponseCode as RC
 from rocketbox.remoting.headers import HeaderError
 from rocketbox.shm.layout import T
-from rocketbox.store import groupconfig, message
+from rocketbox.store import groupconfig
 
 
 def offset_key(topic: str, group: str) -> bytes:
@@ -25,21 +25,6 @@ def offset_key(topic: str, group: str) -> bytes:
         return groupconfig.offset_key(topic, group)
     except ValueError as e:
         raise HeaderError(str(e)) from None
-
-
-def stored_at(view, topic: str, qid: int, offset: int) -> int | None:
-    """The store time of the queue's message at ``offset``; None if it has none there."""
-    e = view.entries(topic, qid, offset, 1)
-    return record_ts(view, int(e["phys"][0]), int(e["size"][0])) if len(e) else None
-
-
-def record_ts(view, phys: int, size: int | None = None) -> int | None:
-    """The store time of the CommitLog's record at ``phys``; None if there is none there."""
-    try:
-        rec = view.record(phys, size)
-    except ValueError:
-        return None
-    return message.store_ts_of(rec, 0)
 
 
 class OffsetProcessor:
@@ -154,7 +139,7 @@ class OffsetProcessor:
 
     def earliest_time(self, cmd, _conn):
         h, (lo, hi) = self._bounds(cmd)
-        ts = stored_at(self.view, h["topic"], h["queueId"], lo) if hi > lo else None
+        ts = self.view.stored_at(h["topic"], h["queueId"], lo) if hi > lo else None
         return cmd.response(ext={"timestamp": str(ts if ts is not None else -1)})
 
     def search_offset(self, cmd, _conn):
@@ -171,14 +156,14 @@ class OffsetProcessor:
         a, b = lo, hi
         while a < b:                                  # a: the first offset stored at or after want
             mid = (a + b) // 2
-            ts = stored_at(self.view, topic, qid, mid)
+            ts = self.view.stored_at(topic, qid, mid)
             if ts is None or ts >= want:
                 b = mid
             else:
                 a = mid + 1
         if a > lo:                                    # an earlier neighbour: nearer, or as near?
-            before = stored_at(self.view, topic, qid, a - 1)
-            after = stored_at(self.view, topic, qid, a) if a < hi else None
+            before = self.view.stored_at(topic, qid, a - 1)
+            after = self.view.stored_at(topic, qid, a) if a < hi else None
             if before is not None and (after is None or (after != want and want - before <= after - want)):
                 a -= 1
         return a

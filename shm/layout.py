@@ -101,7 +101,7 @@ LAYOUT_MAGIC = 0x52424F580C       # "RBOX" v12 (v3: group names of 255 bytes, cl
                                   # disk ratios; v8: registered_ms; v9: dispatch_unindexed, dispatch_unqueued,
                                   # retention_unconsumed; v10: slave_count, slave_lag_*, replica_wait;
                                   # v11: cut_*, ha_sent; v12: queue bytes, histograms, pulled_bytes,
-                                  # pull_ms_max)
+                                  # pull_ms_max, a slab's pushed_ns)
 
 SLOT_FIELDS = (
     ("owner_pid", "slot owner", "pid holding the slot (flock'ed), 0 = free"),
@@ -139,6 +139,8 @@ _LATENCY_US = (100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_0
 HISTOGRAMS = (
     ("put_latency", "writer", "us", _LATENCY_US,
      "a commit pass, from its rings read to its commit point published; once for each record it was asked to append"),
+    ("ring_wait", "writer", "us", _LATENCY_US,
+     "a PUT slab's wait in its request ring, from its push to the start of the pass that took it; once per record"),
     ("commit_records", "writer", "records", (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1_024, 2_048, 4_096),
      "records a commit pass was asked to append (the group commit's size)"),
     ("flush_latency", "flusher", "us", _LATENCY_US, "a CommitLog flush: its files' fdatasyncs"),

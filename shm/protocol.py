@@ -41,7 +41,8 @@ from rocketbox.shm.ring import align8
 
 PUT, PUT_RESULT, TOPIC, TOPIC_RESULT, OFFSET, GROUP, TX_END, REPLICA, REPLICA_RESULT, CUT = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
 
-SLAB_HEAD = np.dtype([("n_requests", "<u4"), ("n_records", "<u4"), ("records_bytes", "<u8")])
+SLAB_HEAD = np.dtype([("n_requests", "<u4"), ("n_records", "<u4"), ("records_bytes", "<u8"),
+                      ("pushed_ns", "<i8")])    # CLOCK_MONOTONIC (one clock for the box) when it was pushed
 REQUEST = np.dtype([
     ("req_id", "<u8"),        # (claim_epoch << 40) | sequence, echoed in the RESULT
     ("topic_idx", "<i4"),     # index in the shared topic table
@@ -104,18 +105,18 @@ REQUEST_AT: Any = collections.namedtuple("RequestAt", names_of(REQUEST))(*range(
 RESULT_AT: Any = collections.namedtuple("ResultAt", names_of(RESULT))(*range(len(names_of(RESULT))))
 
 
-def slab_parts(requests: np.ndarray, sizes: np.ndarray, records: bytes) -> list:
+def slab_parts(requests: np.ndarray, sizes: np.ndarray, records: bytes, pushed_ns: int) -> list:
     head = np.zeros(1, SLAB_HEAD)
-    head[0] = (len(requests), len(sizes), len(records))
+    head[0] = (len(requests), len(sizes), len(records), pushed_ns)
     sizes = np.ascontiguousarray(sizes, dtype="<u4")
     lead = SLAB_HEAD.itemsize + requests.nbytes + sizes.nbytes
     return [head, requests, sizes, b"\0" * (align8(lead) - lead), records]
 
 
-def slab_bytes(rows: list[tuple], sizes: list[int], records: bytes) -> list:
+def slab_bytes(rows: list[tuple], sizes: list[int], records: bytes, pushed_ns: int) -> list:
     """``slab_parts`` from Python rows (P.REQUEST tuples, req_id filled in): the same bytes."""
     lead = SLAB_HEAD.itemsize + len(rows) * REQUEST.itemsize + 4 * len(sizes)
-    return [SLAB_HEAD_S.pack(len(rows), len(sizes), len(records)), b"".join(REQUEST_S.pack(*r) for r in rows),
+    return [SLAB_HEAD_S.pack(len(rows), len(sizes), len(records), pushed_ns), b"".join(REQUEST_S.pack(*r) for r in rows),
             struct.pack(f"<{len(sizes)}I", *sizes), b"\0" * (align8(lead) - lead), records]
 
 
@@ -148,7 +149,7 @@ def parse_slab(payload: np.ndarray):
     do not add up to the record bytes."""
     if len(payload) < SLAB_HEAD.itemsize:
         raise BadSlab(f"slab of {len(payload)} bytes has no head")
-    nq, nr, nb = SLAB_HEAD_S.unpack_from(payload, 0)     # type: ignore[arg-type]  # an ndarray is a buffer
+    nq, nr, nb, _pushed = SLAB_HEAD_S.unpack_from(payload, 0)     # type: ignore[arg-type]  # an ndarray is a buffer
     at = SLAB_HEAD.itemsize
     lead = align8(at + nq * REQUEST.itemsize + nr * 4)
     if lead + nb > len(payload):

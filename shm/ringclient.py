@@ -299,7 +299,7 @@ class RingClient:
             ticket.missing = 1 if len(arr) else 0
             answered = functools.partial(ticket.fill, 0, 0, len(arr))
         arr["req_id"] = self._next_ids(len(arr))
-        end = self._push(P.PUT, P.slab_parts(arr, sizes, records))
+        end = self._push(P.PUT, P.slab_parts(arr, sizes, records, time.monotonic_ns()))
         if len(arr):                        # (waited for once pushed: a refused push leaves nothing behind)
             rid = int(arr["req_id"][0])
             self.in_flight[rid] = answered
@@ -314,7 +314,7 @@ class RingClient:
         ``half_offset``: a TX_END entry, the records that end the transaction of that half."""
         rid = self._reserve_ids(len(rows))
         rows = [(rid + i, *r[1:]) for i, r in enumerate(rows)]
-        parts = P.slab_bytes(rows, sizes, records)
+        parts = P.slab_bytes(rows, sizes, records, time.monotonic_ns())
         kind = P.PUT
         if half_offset is not None:
             kind, parts = P.TX_END, [np.array([half_offset], P.TX_END_HEAD).tobytes(), *parts]

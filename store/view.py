@@ -132,6 +132,19 @@ class StoreView:
             start += len(e)
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
+    def record_ts(self, phys: int, size: int | None = None) -> int | None:
+        """The store time of the CommitLog's record at ``phys``; None if there is none there."""
+        try:
+            rec = self.record(phys, size)
+        except ValueError:
+            return None
+        return message.store_ts_of(rec, 0)
+
+    def stored_at(self, topic: str, qid: int, offset: int) -> int | None:
+        """The store time of the queue's message at ``offset``; None if it has none there."""
+        e = self.entries(topic, qid, offset, 1)
+        return self.record_ts(int(e["phys"][0]), int(e["size"][0])) if len(e) else None
+
     def record(self, phys: int, size: int | None = None) -> np.ndarray:
         """The stored record at ``phys`` as a read-only uint8 view of the mmap."""
         if size is None:

@@ -60,6 +60,7 @@ class WriterService(LoopRole):
         self.ledger = Ledger(cfg, shared)
         self.put_latency = Histogram(shared.views, H.PUT_LATENCY)
         self.commit_records = Histogram(shared.views, H.COMMIT_RECORDS)
+        self.ring_wait = Histogram(shared.views, H.RING_WAIT)
 
     # ------------------------------------------------------------ lifecycle
     def open(self) -> "WriterService":
@@ -137,21 +138,26 @@ class WriterService(LoopRole):
             return settled
         ts = int(time.time() * 1000)     # after the rings were read: no record is stamped before it was asked
         self._commit(drained, taken, self._handle(taken, ts), ts)
-        self._observe(taken, time.monotonic_ns() - began)
+        self._observe(taken, began)
         return True
 
-    def _observe(self, taken, elapsed_ns: int) -> None:
-        """The pass's put latency (once for each record it was asked to append) and group-commit size."""
+    def _observe(self, taken, began_ns: int) -> None:
+        """The pass's put latency (once for each record it was asked to append), each slab's wait
+        in its ring before the pass (once per record), and the group commit's size."""
         records = 0
+        wait = self.ring_wait
         for _i, kind, payload in taken:
             if kind == P.TX_END:
                 payload = payload[P.TX_END_HEAD.itemsize:]
             elif kind != P.PUT:
                 continue
             if len(payload) >= P.SLAB_HEAD.itemsize:
-                records += P.SLAB_HEAD_S.unpack_from(payload.data, 0)[1]
+                _nq, n, _nb, pushed_ns = P.SLAB_HEAD_S.unpack_from(payload.data, 0)
+                if n:
+                    wait.observe(max(0, began_ns - pushed_ns) // 1000, n)
+                    records += n
         if records:
-            self.put_latency.observe(elapsed_ns // 1000, records)
+            self.put_latency.observe((time.monotonic_ns() - began_ns) // 1000, records)
             self.commit_records.observe(records)
 
     def _response_size(self, kind: int, payload: np.ndarray) -> int:
@@ -159,7 +165,7 @@ class WriterService(LoopRole):
             payload = payload[P.TX_END_HEAD.itemsize:]
             kind = P.PUT
         if kind == P.PUT and len(payload) >= P.SLAB_HEAD.itemsize:
-            n_requests, n_records, _bytes = P.SLAB_HEAD_S.unpack_from(payload.data, 0)
+            n_requests, n_records, _bytes, _pushed = P.SLAB_HEAD_S.unpack_from(payload.data, 0)
             n = P.RESULT_HEAD.itemsize + n_requests * P.RESULT.itemsize + n_records * 8
         elif kind in (P.OFFSET, P.GROUP):
             return 0

@@ -154,10 +154,15 @@ def test_prometheus_scrapes_what_the_java_client_sent_and_consumed(appliance_fac
         assert _until(base, f"rocketmq_consumer_lag_messages{{{labels}}}", lambda v: v == 0) == 0
         peak = _query(base, f"max_over_time(rocketmq_consumer_lag_messages{{{labels}}}[5m])")
         assert peak == 300                        # while the Java client held the 300 back, and back to 0 since
+        # how long the oldest unconsumed message waited: about the 2 s it was held back, then 0
+        waited = _query(base, f"max_over_time(rocketmq_consumer_lag_latency{{{labels}}}[5m])")
+        assert waited is not None and 1000 <= waited <= 60_000, waited
+        assert _until(base, f"rocketmq_consumer_lag_latency{{{labels}}}", lambda v: v == 0) == 0
         rate = _query(base, 'max_over_time(rate(rocketmq_messages_in_total{topic="JavaMetered"}[5s])[5m:1s])')
         assert rate is not None and rate > 0                                           # it was graphed going up
         # the histograms: every record put counted once, a put latency quantile, a producer seen
         assert (_query(base, "sum(rocketbox_put_latency_seconds_count)") or 0) >= 301
+        assert (_query(base, "sum(rocketbox_ring_wait_seconds_count)") or 0) >= 301
         assert (_query(base, "sum(rocketmq_message_size_count)") or 0) >= 301
         p99 = _query(base, "histogram_quantile(0.99, sum by (le) (rate(rocketbox_put_latency_seconds_bucket[5m])))")
         assert p99 is not None and 0 < p99 < 10, p99

@@ -25,6 +25,7 @@ def _scrape(msgs_in: int, msgs_out: int, writer_cpu: float) -> dict:
         Family("rocketbox_table_entries", "gauge", "h").add(3, table="topics", of="used").add(100, table="topics",
                                                                                                of="capacity"),
         Family("rocketbox_put_latency_seconds", "histogram", "h", buckets=(0.001,)).add(([msgs_in, 0], msgs_in * 0.0005)),
+        Family("rocketbox_ring_wait_seconds", "histogram", "h", buckets=(0.001,)).add(([msgs_in, 0], msgs_in * 0.0001)),
         Family("rocketbox_commit_records", "histogram", "h", buckets=(8,)).add(([msgs_in // 4, 0], msgs_in)),
         Family("rocketbox_flush_latency_seconds", "histogram", "h", buckets=(0.001,)).add(([0, 0], 0.0)),
         Family("rocketbox_ring_bytes", "gauge", "h").add(4096, owner="reader-0", ring="request", of="used")
@@ -40,7 +41,7 @@ def test_the_screen_shows_rates_lags_roles_and_tables():
         "1,900" in text
     assert "disk used: commitlog 25.0%  index ?   (sends refused above 90%, retention above 75%)" in text
     # 2,000 records in 500 commits over the refresh, each 0.5 ms; no flush then
-    assert "put latency 0.50 ms   flush -   group commit 4.0 records" in text
+    assert "ring wait 0.10 ms   put latency 0.50 ms   flush -   group commit 4.0 records" in text
     assert "rings: reader-0 req 4.0 KiB/1.0 MiB" in text
     writer = next(line for line in lines if line.startswith("writer"))
     assert writer.split() == ["writer", "up", "25.0", "30.0", "MiB"]

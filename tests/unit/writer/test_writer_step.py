@@ -324,8 +324,8 @@ def test_struct_built_slabs_and_results_are_the_numpy_bytes(put_path):
     rows = [(11, 0, 3, 0, 1, 1, 0), (12, 2, 1, 0x10, 3, 0, 0)]
     sizes, records = [100, 120, 130, 140], bytes(range(256)) * 2
     arr = np.array(rows, dtype=P.REQUEST)
-    assert b"".join(P.slab_bytes(rows, sizes, records)) == b"".join(
-        bytes(memoryview(p).cast("B")) for p in P.slab_parts(arr, np.array(sizes, dtype="<u4"), records))
+    assert b"".join(P.slab_bytes(rows, sizes, records, 1234567)) == b"".join(
+        bytes(memoryview(p).cast("B")) for p in P.slab_parts(arr, np.array(sizes, dtype="<u4"), records, 1234567))
     results = [(11, 0, 3, 7, 1000, 1100, 123456789, 1, 0), (12, 13, 1, 0, 0, 0, 0, 3, 0)]
     head = np.zeros(1, P.RESULT_HEAD)
     head[0] = (2, 4)
