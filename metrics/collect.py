@@ -92,7 +92,19 @@ class Collector:
         self._sample(bytes_out, int(self.sh.slots[:, S.PULLED_BYTES].sum()))
         topics = Family("rocketmq_topic_number", "gauge", "Topics in the broker's topic table")
         self._sample(topics, int(self.sh.control[C.TOPIC_COUNT]))
-        return [msgs_in, bytes_in, bytes_out, dlq, topics]
+        return [msgs_in, bytes_in, bytes_out, dlq, topics, *self._transactions(queues)]
+
+    def _transactions(self, queues: dict[str, dict[int, int]]) -> list[Family]:
+        """Half messages not yet ended (each half is stored once and ended by one op record), and
+        the transactions END_TRANSACTION committed and rolled back since this start."""
+        half = Family("rocketmq_half_messages", "gauge", "Transactions' half messages neither committed nor rolled back")
+        stored, ended = (sum(queues.get(t, {}).values()) for t in (transaction.HALF_TOPIC, transaction.OP_TOPIC))
+        self._sample(half, max(0, stored - ended))
+        commits = Family("rocketmq_commit_messages_total", "counter", "Transactions committed since this start")
+        self._sample(commits, int(self.sh.slots[:, S.TX_COMMITS].sum()))
+        rollbacks = Family("rocketmq_rollback_messages_total", "counter", "Transactions rolled back since this start")
+        self._sample(rollbacks, int(self.sh.slots[:, S.TX_ROLLBACKS].sum()))
+        return [half, commits, rollbacks]
 
     # ------------------------------------------------------------ producers
     def _clients(self) -> list[Family]:

@@ -26,6 +26,7 @@ from rocketbox.remoting.codec import RPC_ONEWAY, Command
 from rocketbox.remoting.codes import RequestCode as R
 from rocketbox.remoting.codes import ResponseCode as RC
 from rocketbox.shm import protocol as P
+from rocketbox.shm.layout import S
 from rocketbox.shm.ringclient import RingClient
 from rocketbox.shm.roster import GROUP, HOP
 from rocketbox.store import message, transaction
@@ -40,6 +41,7 @@ class TransactionProcessor:
         self.topics, self.ctl = broker.topics, broker.sh.control
         self.producers = broker.clients.producers
         self.turn = 0                                 # which producer connection is asked next
+        self.counts = broker.sh.slots[broker.slot]   # (its slot's row: the transactions it ended)
 
     def handlers(self) -> dict:
         return {R.END_TRANSACTION: self.end, R.CHECK_TRANSACTION_STATE: self.relay_check}
@@ -109,6 +111,7 @@ class TransactionProcessor:
         bad = [s for s in statuses if s != P.SUCCESS]
         if bad:
             return cmd.response(RC.SYSTEM_ERROR, f"the transaction's records were not stored (writer status {bad[0]})")
+        self.counts[S.TX_COMMITS if decision == transaction.COMMIT else S.TX_ROLLBACKS] += 1
         return cmd.response(RC.SUCCESS, None)
 
     def _half(self, phys: int):

@@ -101,7 +101,7 @@ LAYOUT_MAGIC = 0x52424F580C       # "RBOX" v12 (v3: group names of 255 bytes, cl
                                   # disk ratios; v8: registered_ms; v9: dispatch_unindexed, dispatch_unqueued,
                                   # retention_unconsumed; v10: slave_count, slave_lag_*, replica_wait;
                                   # v11: cut_*, ha_sent; v12: queue bytes, histograms, pulled_bytes,
-                                  # pull_ms_max, a slab's pushed_ns)
+                                  # pull_ms_max, tx_commits, tx_rollbacks, a slab's pushed_ns)
 
 SLOT_FIELDS = (
     ("owner_pid", "slot owner", "pid holding the slot (flock'ed), 0 = free"),
@@ -119,6 +119,8 @@ SLOT_FIELDS = (
     ("replica_wait", "slot owner", "CommitLog offset this owner waits for a slave to have (SYNC_MASTER), 0 = none"),
     ("pulled_bytes", "slot owner", "bytes its pulls transferred, kept across owners"),
     ("pull_ms_max", "slot owner", "the longest a pull of its took to answer, ms (getMessageEntireTimeMax)"),
+    ("tx_commits", "slot owner", "transactions its END_TRANSACTIONs committed, kept across owners"),
+    ("tx_rollbacks", "slot owner", "transactions its END_TRANSACTIONs rolled back, kept across owners"),
 )
 S: Any = type("S", (), {name.upper(): i for i, (name, _w, _m) in enumerate(SLOT_FIELDS)})
 SLOT_LEN = 16

@@ -94,6 +94,8 @@ def _bodies(w: Wire, topic: str, queues: int = 2) -> list[bytes]:
 
 
 def test_end_transaction_commits_or_rolls_back_once_and_refuses_what_does_not_match(appliance_factory):
+    from tests.integration.test_metrics import scrape
+    from tests.unit.metrics.test_collect import value
     app = appliance_factory().start()
     create_topic(app, "TxWire", 2)
     readers = [Wire("127.0.0.1", app.cfg.reader_port(i)) for i in range(2)]
@@ -105,6 +107,8 @@ def test_end_transaction_commits_or_rolls_back_once_and_refuses_what_does_not_ma
         rows = out.stdout.splitlines()
         assert out.returncode == 0 and rows[-1].startswith("1 open transactions"), out
         assert rows[1].split()[0] == str(qoff) and rows[1].split()[2:5] == ["0", "txg", "TxWire"], rows
+        asyncio.run(dispatched(app))
+        assert value(scrape(app), "rocketmq_half_messages") == 1
         for bad, why in ((_end(phys, qoff, 8, group="other"), "The producer group wrong"),
                          (_end(phys, qoff + 1, 8), "The transaction state table offset wrong"),
                          (_end(phys + 1, qoff, 8), "Find prepared transaction message failed"),
@@ -132,6 +136,9 @@ def test_end_transaction_commits_or_rolls_back_once_and_refuses_what_does_not_ma
             assert readers[1].call(R.END_TRANSACTION, _end(phys_c, qoff_c, 8)).code == RC.SUCCESS
         asyncio.run(dispatched(app))
         assert _bodies(w, "TxWire") == [b"a", b"c", b"plain"]
+        samples = scrape(app)                              # each transaction counted once, whoever ended it
+        assert [value(samples, n) for n in ("rocketmq_commit_messages_total", "rocketmq_rollback_messages_total",
+                                            "rocketmq_half_messages")] == [2, 1, 0]
         from tests.integration.test_readers import pull
         committed = {r.body: r for q in range(2) for r in message.decode_records(pull(w, "TxWire", 0, queue=q).body)}
         a = committed[b"a"]
