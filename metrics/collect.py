@@ -17,6 +17,7 @@ Counts and their meaning:
 """
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -229,11 +230,29 @@ class Collector:
         slaves = Family("rocketbox_slave_lag_bytes", "gauge",
                         "Bytes the slave furthest behind lacks (0: none connected)")
         self._sample(slaves, int(ctl[C.SLAVE_LAG_BYTES]))
+        each_bytes = Family("rocketbox_replica_lag_bytes", "gauge", "Bytes each connected slave lacks")
+        each_s = Family("rocketbox_replica_lag_seconds", "gauge",
+                        "How long ago the first byte each connected slave lacks was written")
+        for row in self._slaves():
+            self._sample(each_bytes, int(row.get("lag_bytes", 0)), slave=str(row.get("slave")))
+            self._sample(each_s, int(row.get("lag_ms", 0)) / 1000, slave=str(row.get("slave")))
         pulls = Family("rocketbox_pulls_total", "counter", "Pulls (each try of a held one) since this start")
         slots = self.sh.slots
         self._sample(pulls, int(slots[:, S.PULLS_FOUND].sum()), result="found")
         self._sample(pulls, int(slots[:, S.PULLS_MISSED].sum()), result="missed")
-        return [offsets, lag, lag_s, flush_lag, disk, limits, refusing, contained, retention, tables, slaves, pulls]
+        return [offsets, lag, lag_s, flush_lag, disk, limits, refusing, contained, retention, tables, slaves, each_bytes,
+                each_s, pulls]
+
+    def _slaves(self) -> list[dict]:
+        """What a master's replicator last wrote of its slaves (none: no file, or no replicator)."""
+        if not self.sh.control[C.SLAVE_COUNT]:
+            return []
+        try:
+            with open(self.sh.slaves_path, "rb") as f:
+                rows = json.loads(f.read())
+        except (OSError, ValueError):
+            return []
+        return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
 
     # ------------------------------------------------------------ histograms, rings, the scheduler
     def _histograms(self) -> list[Family]:

@@ -21,7 +21,9 @@ from __future__ import annotations
 import asyncio
 import bisect
 import collections
+import json
 import logging
+import os
 import time
 
 import numpy as np
@@ -44,6 +46,8 @@ class MasterService(ServerRole):
         self.cfg, self.sh, self.ctl = cfg, shared, shared.control
         self.heartbeat_s, self.housekeeping_s = cfg.haSendHeartbeatInterval / 1000, cfg.haHousekeepingInterval / 1000
         self.acked: dict[int, int] = {}             # connection id -> its slave's last report
+        self.peers: dict[int, str] = {}             # connection id -> its slave's address
+        self.listed: list | None = None             # the slaves as last written to ``slaves_path``
         self.samples: collections.deque = collections.deque()   # (CommitLog end, monotonic s) as it grew
         self.view: StoreView | None = None
         self.said_cut: set = set()                  # (slave host, its report) asked to cut, said once
@@ -83,6 +87,7 @@ class MasterService(ServerRole):
                 start = await self._cut(writer, link, reading, peer)
             link.streaming = True
             self.acked[key] = start
+            self.peers[key] = f"{peer[0]}:{peer[1]}" if peer else "?"
             self._publish()
             at = int(self.ctl[C.MIN_PHYS]) if start == 0 else start
             log.info("replicator: slave %s connected at offset %d; sending from %d", peer, start, at)
@@ -95,6 +100,7 @@ class MasterService(ServerRole):
             reading.cancel()
             reading.add_done_callback(lambda t: t.cancelled() or t.exception())   # (how it ended is said above)
             self.acked.pop(key, None)
+            self.peers.pop(key, None)
             self._publish()
             writer.close()
 
@@ -162,8 +168,21 @@ class MasterService(ServerRole):
         return end - acked, int((time.monotonic() - since) * 1000)
 
     def _publish_lag(self) -> None:
-        """The lag of the slave furthest behind (every second: its ms grow while it is silent)."""
+        """The lag of the slave furthest behind (every second: its ms grow while it is silent), and
+        each slave's, for the metrics role: ``slaves_path``, a JSON list of {"slave", "acked",
+        "lag_bytes", "lag_ms"} replaced whole when it changed."""
         self.ctl[C.SLAVE_LAG_BYTES], self.ctl[C.SLAVE_LAG_MS] = self.lag(min(self.acked.values())) if self.acked else (0, 0)
+        listed = sorted(({"slave": self.peers.get(k, "?"), "acked": a, **dict(zip(("lag_bytes", "lag_ms"), self.lag(a)))}
+                         for k, a in self.acked.items()), key=lambda d: str(d["slave"]))
+        if listed != self.listed:
+            path = self.sh.slaves_path
+            try:
+                with open(path + ".tmp", "w") as f:
+                    json.dump(listed, f)
+                os.replace(path + ".tmp", path)
+                self.listed = listed
+            except OSError as e:
+                log.warning("replicator: writing the slaves' lags to %s failed: %s", path, e)
 
     def _publish(self) -> None:
         """The highest offset a slave has and how many report, then the readers whose SYNC_MASTER

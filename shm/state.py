@@ -42,6 +42,7 @@ class SharedState:
         self.slot_wakers = [PipeWaker(f"{g.prefix}.wake.slot{i}") for i in range(g.max_slots)]
         self.locks_dir = "/dev/shm/" + g.prefix.lstrip("/") + ".locks"    # orderly consumers' queue locks, a file per group
         self.roster_dir = "/dev/shm/" + g.prefix.lstrip("/") + ".roster"  # readers' client details, a file per reader
+        self.slaves_path = "/dev/shm/" + g.prefix.lstrip("/") + ".slaves.json"   # a master's slaves (replicator/master.py)
         self.views: dict = {}
 
     def _all_wakers(self):
@@ -111,7 +112,7 @@ class SharedState:
         self.remove_dirs()
 
     def remove_dirs(self) -> None:
-        for path in (self.locks_dir, self.roster_dir):
+        for path in (self.locks_dir, self.roster_dir, self.slaves_path):
             with contextlib.suppress(FileNotFoundError):
                 if os.path.isdir(path):
                     shutil.rmtree(path)

@@ -86,7 +86,11 @@ def test_a_rocketbox_slave_copies_its_master_and_serves_reads_not_sends(applianc
                 assert send_v2(w, "Copied", b"while it sleeps").code == RC.SUCCESS
             time.sleep(2.2)
             t = ha()
+            from tests.integration.test_metrics import scrape
+            lags = {dict(labels)["slave"]: v for (name, labels), v in scrape(m).items()
+                    if name == "rocketbox_replica_lag_bytes"}   # each slave's, by its address
         assert int(t["haSlaveLagBytes"]) > 20 * 100 and int(t["haSlaveLagMs"]) >= 1000, t
+        assert len(lags) == 1 and list(lags.values())[0] >= 20 * 100 and list(lags)[0].startswith("127.0.0.1:"), lags
         caught_up(m, s)
         refused = send_v2(ws, "Copied", b"to the slave")
         assert (refused.code, refused.remark[:len(SLAVE_REMARK)]) == (RC.SERVICE_NOT_AVAILABLE, SLAVE_REMARK)
