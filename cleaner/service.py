@@ -123,6 +123,9 @@ class CleanerService(LoopRole):
             gone.append(path)
         lost = sum(cost.values())
         self.ctl[C.RETENTION_UNCONSUMED] += lost
+        self.ctl[C.RETENTION_FILES] += len(gone)
+        if forced and not due:
+            self.ctl[C.RETENTION_FORCED] += len(gone)
         why = ("forced: disk %.2f" % ratio if forced and not due else
                ("deleteWhen hour %d" % hour if due else "disk %.2f" % ratio))
         per_group = ", ".join(f"{g} on {t}: {n}" for (g, t), n in sorted(cost.items())) or "no group has an offset there"

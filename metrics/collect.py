@@ -27,7 +27,7 @@ from rocketbox.metrics.exposition import Family
 from rocketbox.shm import histogram, roster
 from rocketbox.shm.layout import HIST_HEAD, HISTOGRAMS, C, H, S
 from rocketbox.shm.tables import table_use
-from rocketbox.store import delay, scheduled, timer, transaction
+from rocketbox.store import delay, quarantine, scheduled, timer, transaction
 from rocketbox.store.view import StoreView
 
 SYSTEM_TOPICS = frozenset({delay.SCHEDULE_TOPIC, timer.TIMER_TOPIC, transaction.HALF_TOPIC, transaction.OP_TOPIC,
@@ -220,13 +220,45 @@ class Collector:
                            "Records a role stepped over since this start (logged with their offsets)")
         self._sample(contained, int(ctl[C.DISPATCH_UNINDEXED]), what="unindexed")
         self._sample(contained, int(ctl[C.DISPATCH_UNQUEUED]), what="unqueued")
-        retention = Family("rocketbox_retention_unconsumed_total", "counter",
-                           "Messages retention deleted before a subscribed group consumed them, since this start")
-        self._sample(retention, int(ctl[C.RETENTION_UNCONSUMED]))
         tables = Family("rocketbox_table_entries", "gauge", "Shared tables: entries in use and capacity")
         for t in table_use(self.sh.views, ctl):
             self._sample(tables, t.used, table=t.name, of="used")
             self._sample(tables, t.capacity, table=t.name, of="capacity")
+        pulls = Family("rocketbox_pulls_total", "counter", "Pulls (each try of a held one) since this start")
+        slots = self.sh.slots
+        self._sample(pulls, int(slots[:, S.PULLS_FOUND].sum()), result="found")
+        self._sample(pulls, int(slots[:, S.PULLS_MISSED].sum()), result="missed")
+        return [offsets, lag, lag_s, flush_lag, disk, limits, refusing, contained, tables, pulls,
+                *self._retention(), *self._replication()]
+
+    def _retention(self) -> list[Family]:
+        """What retention deleted, and what damage the quarantine keeps."""
+        ctl, cfg = self.sh.control, self.cfg
+        retention = Family("rocketbox_retention_unconsumed_total", "counter",
+                           "Messages retention deleted before a subscribed group consumed them, since this start")
+        self._sample(retention, int(ctl[C.RETENTION_UNCONSUMED]))
+        deleted = Family("rocketbox_retention_deleted_files_total", "counter",
+                         "CommitLog files retention deleted since this start: for their age, or because the disk was full")
+        forced = int(ctl[C.RETENTION_FORCED])
+        self._sample(deleted, int(ctl[C.RETENTION_FILES]) - forced, why="expired")
+        self._sample(deleted, forced, why="disk_full")
+        quarantined = Family("rocketbox_quarantined_records", "gauge",
+                             "Damaged CommitLog spans kept in the quarantine, by who found them (appliance quarantine)")
+        by: dict[str, int] = {}
+        try:
+            entries = quarantine.load(cfg.root)
+        except (OSError, ValueError):            # (a list that does not parse: appliance quarantine says which)
+            entries = []
+        for entry in entries:
+            who = str(entry.get("foundBy", "unknown"))
+            by[who] = by.get(who, 0) + 1
+        for who, n in sorted(by.items()):
+            self._sample(quarantined, n, found_by=who)
+        return [retention, deleted, quarantined]
+
+    def _replication(self) -> list[Family]:
+        """A master's slaves: the one furthest behind (the control block), and each one."""
+        ctl = self.sh.control
         slaves = Family("rocketbox_slave_lag_bytes", "gauge",
                         "Bytes the slave furthest behind lacks (0: none connected)")
         self._sample(slaves, int(ctl[C.SLAVE_LAG_BYTES]))
@@ -236,12 +268,7 @@ class Collector:
         for row in self._slaves():
             self._sample(each_bytes, int(row.get("lag_bytes", 0)), slave=str(row.get("slave")))
             self._sample(each_s, int(row.get("lag_ms", 0)) / 1000, slave=str(row.get("slave")))
-        pulls = Family("rocketbox_pulls_total", "counter", "Pulls (each try of a held one) since this start")
-        slots = self.sh.slots
-        self._sample(pulls, int(slots[:, S.PULLS_FOUND].sum()), result="found")
-        self._sample(pulls, int(slots[:, S.PULLS_MISSED].sum()), result="missed")
-        return [offsets, lag, lag_s, flush_lag, disk, limits, refusing, contained, retention, tables, slaves, each_bytes,
-                each_s, pulls]
+        return [slaves, each_bytes, each_s]
 
     def _slaves(self) -> list[dict]:
         """What a master's replicator last wrote of its slaves (none: no file, or no replicator)."""

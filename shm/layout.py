@@ -89,6 +89,8 @@ CONTROL_FIELDS = (
                           "dispatcher and the flusher have taken it"),
     ("cut_dispatched", "dispatcher", "the cut_seq whose cut the consume queues, the index and 'dispatched' took"),
     ("cut_flushed", "flusher", "the cut_seq whose cut 'flushed' and the checkpoint took"),
+    ("retention_files", "cleaner", "CommitLog files retention deleted since boot"),
+    ("retention_forced", "cleaner", "of them, those deleted because the disk was full (not for their age)"),
     ("ha_sent", "replicator", "a master: the furthest CommitLog offset it has sent a slave since this start (a "
                               "slave at or below it, or below boot_written, shares this start's history)"),
 )
@@ -101,7 +103,8 @@ LAYOUT_MAGIC = 0x52424F580C       # "RBOX" v12 (v3: group names of 255 bytes, cl
                                   # disk ratios; v8: registered_ms; v9: dispatch_unindexed, dispatch_unqueued,
                                   # retention_unconsumed; v10: slave_count, slave_lag_*, replica_wait;
                                   # v11: cut_*, ha_sent; v12: queue bytes, histograms, pulled_bytes,
-                                  # pull_ms_max, tx_commits, tx_rollbacks, a slab's pushed_ns)
+                                  # pull_ms_max, tx_commits, tx_rollbacks, retention_files, retention_forced,
+                                  # a slab's pushed_ns)
 
 SLOT_FIELDS = (
     ("owner_pid", "slot owner", "pid holding the slot (flock'ed), 0 = free"),

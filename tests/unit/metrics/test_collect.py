@@ -12,6 +12,7 @@ from rocketbox.shm.histogram import Histogram
 from rocketbox.shm.layout import C, H, S
 from rocketbox.shm.roster import Roster
 from rocketbox.shm.state import SharedState
+from rocketbox.store import quarantine
 from tests.unit.writer.rig import small_config
 
 _SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
@@ -109,6 +110,10 @@ def test_a_scrape_reads_histograms_rings_the_scheduler_and_producers(tmp_path):
             "CLIENT_INNER_PRODUCER": [{"clientId": "a", "language": "JAVA", "version": 409},
                                       {"clientId": "b", "language": "CPP", "version": 409}]}})
 
+        ctl[C.RETENTION_FILES], ctl[C.RETENTION_FORCED] = 3, 1
+        for offset in (4096, 8192):
+            quarantine.note(cfg.root, "reader-slot2", {"offset": offset, "length": 100, "foundBy": "reader-slot2"}, b"x")
+
         text = render(Collector(cfg, sh, []).families()).decode()
         samples = parse(text)
 
@@ -134,6 +139,9 @@ def test_a_scrape_reads_histograms_rings_the_scheduler_and_producers(tmp_path):
         assert value(samples, "rocketbox_timer_next_due_timestamp_seconds") == 1_700_000_000
         assert value(samples, "rocketmq_producer_connections", language="JAVA") == 1      # "a" once, in two groups
         assert value(samples, "rocketmq_producer_connections", language="CPP") == 1
+        assert value(samples, "rocketbox_retention_deleted_files_total", why="expired") == 2
+        assert value(samples, "rocketbox_retention_deleted_files_total", why="disk_full") == 1
+        assert value(samples, "rocketbox_quarantined_records", found_by="reader-slot2") == 2
     finally:
         sh.close()
         sh.unlink()
