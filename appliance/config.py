@@ -151,6 +151,8 @@ TABLE = (
     ("readerProcessNums", _int_in(1, 64), "2", "reader processes behind HAProxy"),
     ("readerPortBase", _int_in(0, 65535), "0", "reader i listens on 127.0.0.1:<base + i> (0: listenPort + 20)"),
     ("metricsPort", _int_in(0, 65535), "5557", "the metrics role serves Prometheus' /metrics here (0: no metrics role)"),
+    ("grpcListenPort", _int_in(0, 65535), "0", "the gRPC front serves RocketMQ 5.x's clients here (the 5.x proxy's "
+                                              "default is 8081; 0: no gRPC front; issue #55: sends so far)"),
     ("startNameServer", _bool, "true", "appliance start runs a name server on namesrvAddr's first address when it is "
                                        "on this host (false: this broker only registers there, e.g. a second broker "
                                        "on the host)"),
@@ -240,6 +242,7 @@ class BrokerConfig:
     readerProcessNums: int
     readerPortBase: int
     metricsPort: int
+    grpcListenPort: int
     startNameServer: bool
     haproxyBinary: str
     shmPrefix: str

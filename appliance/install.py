@@ -108,10 +108,25 @@ def build_release(checkout: str, rid: str, extras: str, opt: str = OPT) -> tuple
     _run([os.path.join(path, "bin", "pip"), "install", "-q", "--disable-pip-version-check", "-e", f"{src}{extras}"],
          "installing rocketbox (the tree, editable) and its pinned dependencies into the venv")
     write_launcher(path)
+    install_protocol(path)
     shutil.rmtree(os.path.join(src, "build"), ignore_errors=True)
     with open(os.path.join(path, ".complete"), "w") as f:
         f.write(rid + "\n")
     return path, True
+
+
+def install_protocol(venv: str) -> None:
+    """RocketMQ 5.x's gRPC protocol for the gRPC front: the official Python client's wheel (its
+    descriptors; ``grpcfront/v2.py``), in ``<venv>/rocketmq5``, apart from the venv's packages
+    (its top-level ``rocketmq`` is the 4.x C++ client's name too).  Idempotent."""
+    from rocketbox.grpcfront.v2 import PROTOCOL
+    target = os.path.join(venv, "rocketmq5")
+    name, version = PROTOCOL.split("==")
+    if os.path.isdir(os.path.join(target, f"{name.replace('-', '_')}-{version}.dist-info")):
+        return
+    shutil.rmtree(target, ignore_errors=True)
+    _run([os.path.join(venv, "bin", "pip"), "install", "-q", "--disable-pip-version-check", "--target", target, PROTOCOL],
+         f"installing RocketMQ 5.x's protocol ({PROTOCOL}) into {target}")
 
 
 def write_launcher(venv: str) -> None:

@@ -40,6 +40,7 @@ ROLES = {"nameserver": "rocketbox.nameserver.service:NameServer",
          "scheduler": "rocketbox.scheduler.service:SchedulerService",
          "reader": "rocketbox.readers.service:ReaderService",
          "haproxy": "rocketbox.haproxy.service:HaproxyService",
+         "grpc": "rocketbox.grpcfront.service:GrpcFront",
          "metrics": "rocketbox.metrics.service:MetricsService"}
 INDEXED = {"reader"}                       # run as reader-0 .. reader-<readerProcessNums - 1>
 NO_STORE = {"nameserver", "haproxy"}       # roles that do not attach the store's shared memory
@@ -93,8 +94,9 @@ def roles_for(cfg) -> list[str]:
     scheduler (delayed messages, transaction checks) on a master only, as RocketMQ's."""
     scheduler = [] if cfg.slave else ["scheduler"]
     metrics = ["metrics"] if cfg.metricsPort else []
+    grpc = ["grpc"] if cfg.grpcListenPort and not cfg.slave else []
     out = ["flusher", "dispatcher", "writer", "replicator", "cleaner", *scheduler,
-           *(f"reader-{i}" for i in range(cfg.readerProcessNums)), "haproxy", *metrics]
+           *(f"reader-{i}" for i in range(cfg.readerProcessNums)), "haproxy", *grpc, *metrics]
     from rocketbox.net.client import split_addrs
     if cfg.startNameServer and split_addrs(cfg.namesrvAddr):
         import psutil
@@ -121,6 +123,8 @@ def listeners(cfg, roles: list[str]) -> list[tuple[str, int, str]]:
             out.append((*nameserver_address(cfg), "the name server, namesrvAddr's first address"))
         elif base == "metrics":
             out.append(("0.0.0.0", cfg.metricsPort, "the metrics role's /metrics, metricsPort"))
+        elif base == "grpc":
+            out.append(("0.0.0.0", cfg.grpcListenPort, "the gRPC front (RocketMQ 5.x clients), grpcListenPort"))
         elif base == "replicator" and not cfg.slave:
             out.append(("0.0.0.0", cfg.listenPort + 1, "the HA service, listenPort + 1"))
     return out

@@ -34,7 +34,7 @@ PREFIX = "/opt/rocketbox"
 CONF = "/etc/rocketbox/broker.conf"
 STORE = "/var/lib/rocketbox"
 ORDER = ("nameserver", "flusher", "dispatcher", "writer", "replicator", "cleaner", "scheduler", "reader", "haproxy",
-         "metrics")
+         "grpc", "metrics")
 WHAT = {
     "nameserver": "name server: topic routes",
     "flusher": "flusher: SYNC_FLUSH group commit, ASYNC_FLUSH periods, the checkpoint",
@@ -45,6 +45,7 @@ WHAT = {
     "scheduler": "scheduler: delay levels, timers and transaction checks",
     "reader": "reader %i: sends, pulls and admin requests behind HAProxy",
     "haproxy": "HAProxy: the client-facing listeners",
+    "grpc": "gRPC front: RocketMQ 5.x clients on grpcListenPort",
     "metrics": "metrics: Prometheus' /metrics on metricsPort",
 }
 HARDENING = """NoNewPrivileges=yes

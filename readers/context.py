@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import os
 
-from rocketbox.readers.link import WriterLink
-from rocketbox.readers.waits import OffsetWaits
 from rocketbox.shm.layout import C, S
 from rocketbox.shm.tables import OffsetIndex, TopicIndex
+from rocketbox.shm.waits import OffsetWaits
+from rocketbox.shm.writerlink import WriterLink
 from rocketbox.store import configfile
 from rocketbox.store.groupconfig import subscription_group
 from rocketbox.store.view import StoreView

@@ -24,7 +24,6 @@ import random
 import time
 
 from rocketbox.net.server import DEFERRED
-from rocketbox.readers.link import REJECTED
 from rocketbox.readers.sendback import DLQ_PREFIX, RETRY_PREFIX, max_reconsume_times
 from rocketbox.remoting import codec, headers
 from rocketbox.remoting.codes import FAQ
@@ -35,6 +34,7 @@ from rocketbox.shm.disk import disk_remark
 from rocketbox.shm.layout import C, T
 from rocketbox.shm.ringclient import RingClient
 from rocketbox.shm.tables import queue_nums_of
+from rocketbox.shm.writerlink import REJECTED
 from rocketbox.store import delay, message, timer, transaction
 from rocketbox.store.errors import MessageRejected
 from rocketbox.store.topicconfig import PERM_INHERIT, PERM_WRITE, topic_config

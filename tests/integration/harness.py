@@ -36,8 +36,9 @@ def next_port() -> int:
 
 
 class Appliance:
-    def __init__(self, tmp_path, namesrv: bool = False, **overrides):
-        """``namesrv``: run a name server of its own (on listenPort + 30) and register with it."""
+    def __init__(self, tmp_path, namesrv: bool = False, grpc: bool = False, **overrides):
+        """``namesrv``: run a name server of its own (on listenPort + 30) and register with it;
+        ``grpc``: the gRPC front too (on listenPort + 33)."""
         self.dir = str(tmp_path)
         self.conf = os.path.join(self.dir, "broker.conf")
         port = next_port()
@@ -49,6 +50,8 @@ class Appliance:
                     "shmOffsetSlots": 1024, "namesrvAddr": "", "metricsPort": port + 31}
         if namesrv:
             settings["namesrvAddr"] = f"127.0.0.1:{port + 30}"
+        if grpc:
+            settings["grpcListenPort"] = port + 33
         settings.update(overrides)
         with open(self.conf, "w") as f:
             f.writelines(f"{k}={v}\n" for k, v in settings.items())

@@ -43,7 +43,8 @@ def test_no_module_imports_a_folder_by_its_bare_name():
     assert len(folders) >= 15
 
 
-ROLES = {"writer", "dispatcher", "flusher", "cleaner", "scheduler", "readers", "nameserver", "haproxy", "replicator"}
+ROLES = {"writer", "dispatcher", "flusher", "cleaner", "scheduler", "readers", "nameserver", "haproxy", "replicator",
+         "grpcfront"}
 SHARED = {"shm", "store", "net", "remoting"}      # what roles share; they import no role and no appliance
 
 

@@ -6,11 +6,11 @@ import asyncio
 import numpy as np
 
 from rocketbox.readers.context import ReaderContext
-from rocketbox.readers.link import OVERLOAD
 from rocketbox.readers.pull import PullProcessor
 from rocketbox.remoting.codes import ResponseCode as RC
 from rocketbox.shm.layout import C, S
 from rocketbox.shm.ringclient import PutRequest, RingClient
+from rocketbox.shm.writerlink import OVERLOAD
 from rocketbox.store import message
 from rocketbox.store.javahash import string_hash
 from rocketbox.writer.topics import topic_config

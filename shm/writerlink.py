@@ -1,6 +1,7 @@
-"""A reader's link to the writer: its ring slot seen from asyncio.  Appends, topic creation,
-committed offsets and consumer-group updates go to the writer through it, and the writer's
-replies come back through it, without ever blocking the event loop on the writer.
+"""An asyncio process's link to the writer (a reader's, the gRPC front's): its ring slot seen from
+asyncio.  Appends, topic creation, committed offsets and consumer-group updates go to the writer
+through it, and the writer's replies come back through it, without ever blocking the event loop on
+the writer.
 
 The reader's service reads the replies (``on_wake``) when the slot's waker is posted (the writer
 posts it after answering) and on its 1 s tick, so nothing hangs on a lost wake.
