@@ -1,7 +1,8 @@
 """A 5.x message (``apache.rocketmq.v2.Message``) as a 4.x stored record's parts, as the 5.x proxy
 converts one for a 4.x broker (``proxy:grpc/v2/common/GrpcConverter``): the tag as ``TAGS``, the
 keys as ``KEYS`` (space-separated), the client's message id as ``UNIQ_KEY`` (what 4.x clients call
-the msgId), a FIFO message group as ``__SHARDINGKEY``, the user properties as they are.  Sans-IO:
+the msgId), a FIFO message group as ``__SHARDINGKEY``, a delay message's delivery time as
+``TIMER_DELIVER_MS`` (a timer: ``store/timer.py``), the user properties as they are.  Sans-IO:
 protobuf messages in, property maps and errors out.
 """
 from __future__ import annotations
@@ -9,10 +10,11 @@ from __future__ import annotations
 import gzip
 import zlib
 
-from rocketbox.store import message
+from rocketbox.store import message, timer
 
 SHARDING_KEY = "__SHARDINGKEY"           # MessageConst.PROPERTY_SHARDING_KEY: a FIFO message's group
-RESERVED = {message.PROP_TAGS, message.PROP_KEYS, message.PROP_UNIQ_KEY, SHARDING_KEY}
+DELIVER_MS = timer.DELIVER_MS.decode()    # a delay message's delivery time (epoch ms): a 5.x timer
+RESERVED = {message.PROP_TAGS, message.PROP_KEYS, message.PROP_UNIQ_KEY, SHARDING_KEY, DELIVER_MS}
 
 
 class Refused(ValueError):
@@ -55,5 +57,10 @@ def properties_of(m) -> dict[str, str]:
     props[message.PROP_UNIQ_KEY] = sp.message_id
     if sp.HasField("message_group") and sp.message_group:
         props[SHARDING_KEY] = sp.message_group
+    if sp.HasField("delivery_timestamp"):                 # a delay message: a timer, as 5.x's proxy sends it
+        if sp.HasField("message_group") and sp.message_group:
+            raise Refused("MESSAGE_PROPERTY_CONFLICT_WITH_TYPE", "a message has a delivery time or a message group, not both")
+        t = sp.delivery_timestamp
+        props[DELIVER_MS] = str(t.seconds * 1000 + t.nanos // 1_000_000)
     props[message.PROP_WAIT] = "true"
     return props

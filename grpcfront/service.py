@@ -6,9 +6,9 @@ store and roles as the 4.x readers: a send goes through this process's own ring 
 Served so far, as the 5.x proxy in cluster mode over 4.x queues: ``QueryRoute`` (a topic's queues,
 this endpoint as their broker), ``Heartbeat``, the ``Telemetry`` stream's settings (a client waits
 for them before it starts), ``SendMessage`` of normal and FIFO messages (the message group stored as
-``__SHARDINGKEY``; ``grpcfront/convert.py``), ``NotifyClientTermination``.  A delay, timer or
-transactional message is refused with NOT_IMPLEMENTED and stored nowhere, as is every method not
-served yet (the consumer's: docs/GRPC.md).
+``__SHARDINGKEY``; ``grpcfront/convert.py``) and delay messages (a timer, delivered at its time),
+``NotifyClientTermination``.  A transactional message is refused with NOT_IMPLEMENTED and stored
+nowhere, as is every method not served yet (the consumer's: docs/GRPC.md).
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from rocketbox.shm.ringclient import RingClient
 from rocketbox.shm.tables import OffsetIndex, TopicIndex
 from rocketbox.shm.waits import OffsetWaits
 from rocketbox.shm.writerlink import WriterLink
-from rocketbox.store import message
+from rocketbox.store import message, timer
 from rocketbox.store.topicconfig import PERM_READ, PERM_WRITE
 
 log = logging.getLogger("rocketbox.grpcfront")
@@ -146,7 +146,7 @@ class GrpcFront(ServerRole):
             q.permission = self.proto.enum("Permission", _PERMISSION[perm])
             q.broker.name, q.broker.id = self.cfg.brokerName, 0
             q.broker.endpoints.CopyFrom(request.endpoints)
-            q.accept_message_types.extend([self.proto.enum("MessageType", t) for t in ("NORMAL", "FIFO")])
+            q.accept_message_types.extend([self.proto.enum("MessageType", t) for t in ("NORMAL", "FIFO", "DELAY")])
         return self._status(response)
 
     async def send_message(self, request, context):
@@ -163,13 +163,14 @@ class GrpcFront(ServerRole):
             try:
                 tidx, qid = self._destination(m)
                 props = message.encode_properties(convert.properties_of(m)).encode()
+                tidx, topic, qid, props = self._placed(tidx, m.topic.name, qid, props)
                 body = convert.body_of(m, self.cfg.maxMessageSize)
             except convert.Refused as e:
                 return self._status(response, e.code, str(e))
             sp = m.system_properties
             born_ts = sp.born_timestamp.seconds * 1000 + sp.born_timestamp.nanos // 1_000_000 if sp.HasField(
                 "born_timestamp") else int(time.time() * 1000)
-            record = message.encode_record(topic=m.topic.name.encode(), queue_id=qid, body=body, properties=props,
+            record = message.encode_record(topic=topic, queue_id=qid, body=body, properties=props,
                                            born_ts=born_ts, born_ip=born_ip, born_port=born_port,
                                            store_ip=ring.store_ip, store_port=ring.store_port)
             rows.append(RingClient.row(tidx, qid, 0, host, 1, self.cfg.sync_flush))
@@ -211,15 +212,30 @@ class GrpcFront(ServerRole):
         if not meta[T.PERM] & PERM_WRITE:
             raise convert.Refused("FORBIDDEN", f"the topic[{topic}] sending message is forbidden")
         sp = m.system_properties
-        if sp.HasField("delivery_timestamp") or sp.message_type in (self.proto.enum("MessageType", "DELAY"),
-                                                                    self.proto.enum("MessageType", "TRANSACTION")):
-            raise convert.Refused("NOT_IMPLEMENTED", "delay, timer and transactional messages are not served over "
-                                                     "gRPC by this broker yet: send them with a 4.x client")
+        if sp.message_type == self.proto.enum("MessageType", "TRANSACTION"):
+            raise convert.Refused("NOT_IMPLEMENTED", "transactional messages are not served over gRPC by this broker "
+                                                     "yet: send them with a 4.x client")
         qid = sp.queue_id
         if not 0 <= qid < meta[T.WRITE_QUEUE_NUMS]:
             raise convert.Refused("BAD_REQUEST", f"queue {qid} of topic {topic} does not take messages")
         assert tidx is not None
         return tidx, qid
+
+    def _placed(self, tidx: int, topic: str, qid: int, props: bytes) -> tuple[int, bytes, int, bytes]:
+        """Where a message is stored: as sent, or, with a delivery time later than now, in the
+        timer queue with its real topic and queue in its properties, as a 4.x reader stores a
+        timer (``store/timer.py``).  -> (topic index, topic bytes, queue id, properties)."""
+        now = int(time.time() * 1000)
+        try:
+            when = timer.deliver_ms(props, now, self.cfg.timerMaxDelaySec * 1000)
+        except ValueError as e:
+            raise convert.Refused("ILLEGAL_DELIVERY_TIME", str(e)) from None
+        if when is None or when <= now:
+            return tidx, topic.encode(), qid, props                      # due already: stored as sent
+        timers = self.topics.lookup(timer.TIMER_TOPIC)
+        if timers is None:
+            raise convert.Refused("INTERNAL_SERVER_ERROR", f"{timer.TIMER_TOPIC} is missing from the topic table")
+        return timers, timer.TIMER_TOPIC_BYTES, 0, timer.timer_properties(props, when, topic, qid)
 
     async def _flushed(self, end_offset: int) -> bool:
         done: asyncio.Future = self.loop.create_future()

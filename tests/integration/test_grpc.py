@@ -2,14 +2,16 @@
 as its own process: its package name is the 4.x C++ client's too) against the gRPC front
 (grpcfront/): its producer starts (routes, telemetry settings), sends normal and FIFO messages;
 what it sent is stored as 4.x records a 4.x consumer reads (tags, keys, the client's message id as
-UNIQ_KEY, user properties, the message group as __SHARDINGKEY, in queue order); a delay message
-and an unknown topic are refused and nothing of them is stored."""
+UNIQ_KEY, user properties, the message group as __SHARDINGKEY, in queue order), a delay message
+once its time is up; a delivery time past the timers' horizon and an unknown topic are refused and
+nothing of them is stored."""
 from __future__ import annotations
 
 import asyncio
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -37,25 +39,33 @@ def test_the_official_5x_producer_sends_what_a_4x_consumer_reads(appliance_facto
     create_topic(app, "Grpc5", 2)
     lines = run_5x("produce.py", f"127.0.0.1:{app.cfg.grpcListenPort}", "Grpc5", "6")
     sent = [ln.split() for ln in lines if ln.startswith("sent ")]
-    assert [(s[1], s[2]) for s in sent] == [("normal", str(i)) for i in range(6)] + [("fifo", str(i)) for i in range(6)], lines
+    assert [(s[1], s[2]) for s in sent] == [("normal", str(i)) for i in range(6)] + [
+        ("fifo", str(i)) for i in range(6)] + [("delay", "0")], lines
     refused = {ln.split(":")[0]: ln for ln in lines if ln.startswith("refused ")}
-    assert "NOT_IMPLEMENTED" in refused["refused delay"] or "50100" in refused["refused delay"], lines
+    assert "ILLEGAL_DELIVERY_TIME" in refused["refused too late"] or "40012" in refused["refused too late"], lines
     assert "NoSuchTopic5x route" in refused["refused unknown topic"], lines        # (QueryRoute: TOPIC_NOT_FOUND)
-    asyncio.run(dispatched(app))
+    ids = {s[3]: (s[1], int(s[2])) for s in sent}
+    deadline, got = time.monotonic() + 20, []
     w = Wire("127.0.0.1", app.cfg.listenPort)
     try:
-        got = [r for q in (0, 1) for r in message.decode_records(pull(w, "Grpc5", 0, queue=q).body)]
+        while len(got) < len(ids):                  # the delay message comes once its time is up (2 s)
+            assert time.monotonic() < deadline, [r.properties["UNIQ_KEY"] for r in got]
+            time.sleep(0.5)
+            asyncio.run(dispatched(app))
+            got = [r for q in (0, 1) for r in message.decode_records(pull(w, "Grpc5", 0, queue=q).body)]
     finally:
         w.close()
-    ids = {s[3]: (s[1], int(s[2])) for s in sent}
     assert sorted(r.properties["UNIQ_KEY"] for r in got) == sorted(ids)          # each once, nothing else stored
     for r in got:
         kind, i = ids[r.properties["UNIQ_KEY"]]
         if kind == "normal":
             assert (r.body, r.properties["TAGS"], r.properties["KEYS"], r.properties["p"]) == (
                 b"grpc-%d" % i, "TagA", f"k{i}", str(i)), r.properties
-        else:
+        elif kind == "fifo":
             assert (r.body, r.properties["TAGS"], r.properties["__SHARDINGKEY"]) == (b"fifo-%d" % i, "TagF", "g1")
+        else:
+            born = r.born_ts
+            assert (r.body, r.properties["TAGS"]) == (b"later", "TagD") and r.store_ts >= born + 1000, r
         assert r.born_ip == bytes([127, 0, 0, 1]) and r.born_port > 0 and r.topic == "Grpc5"
     fifo = [r for r in got if r.properties.get("__SHARDINGKEY") == "g1"]
     assert len({r.queue_id for r in fifo}) == 1                                  # one group, one queue, in order

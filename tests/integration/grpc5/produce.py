@@ -4,7 +4,8 @@ a line each.
 
     produce.py ENDPOINT TOPIC N
     -> "sent normal <i> <message id>" x N, "sent fifo <i> <message id>" x N (message group g1),
-       "refused delay: <error>", "refused unknown topic: <error>"
+       "sent delay 0 <message id>" (due in 2 s), "refused too late: <error>" (due in 500 days),
+       "refused unknown topic: <error>"
 """
 import sys
 import time
@@ -35,7 +36,10 @@ def main() -> int:
         for i in range(n):
             r = producer.send(message(topic, b"fifo-%d" % i, tag="TagF", message_group="g1"))
             print(f"sent fifo {i} {r.message_id}", flush=True)
-        for what, m in (("delay", message(topic, b"later", delivery_timestamp=int(time.time() * 1000) + 60_000)),
+        # (this client takes a delivery time in seconds since the epoch: it fills the Timestamp's seconds)
+        r = producer.send(message(topic, b"later", tag="TagD", delivery_timestamp=int(time.time()) + 2))
+        print(f"sent delay 0 {r.message_id}", flush=True)
+        for what, m in (("too late", message(topic, b"x", delivery_timestamp=int(time.time()) + 500 * 86_400)),
                         ("unknown topic", message("NoSuchTopic5x", b"x"))):
             try:
                 producer.send(m)
