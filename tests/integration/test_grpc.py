@@ -1,9 +1,9 @@
 """RocketMQ 5.x's official Python client (``rocketmq-python-client``, run from ``<venv>/rocketmq5``
 as its own process: its package name is the 4.x C++ client's too) against the gRPC front
 (grpcfront/): its producer starts (routes, telemetry settings), sends normal and FIFO messages;
-what it sent is stored as 4.x records a 4.x consumer reads (tags, keys, the client's message id as
-UNIQ_KEY, user properties, the message group as __SHARDINGKEY, in queue order), a delay message
-once its time is up; a delivery time past the timers' horizon and an unknown topic are refused and
+what it sent is stored as 4.x records that 4.x consumers, the Java 4.9.8 client among them, read
+(tags, keys, the client's message id as UNIQ_KEY, user properties, the message group as
+__SHARDINGKEY, in queue order), a delay message once its time is up; a delivery time past the timers' horizon and an unknown topic are refused and
 nothing of them is stored."""
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ import pytest
 
 from rocketbox.grpcfront import v2
 from rocketbox.store import message
-from tests.integration.harness import ROOT, create_topic, dispatched
+from tests.integration import javaclient
+from tests.integration.harness import ROOT, create_topic, dispatched, wait_route
 from tests.integration.test_readers import pull
 from tests.integration.wire import Wire
 
@@ -34,9 +35,10 @@ def run_5x(script: str, *args: str, timeout: float = 60) -> list[str]:
 
 @pytest.mark.skipif(not os.path.isdir(os.path.join(PROTOCOL_DIR, "rocketmq", "v5")),
                     reason="rocketmq-python-client is not installed in <venv>/rocketmq5: ./install.sh installs it")
-def test_the_official_5x_producer_sends_what_a_4x_consumer_reads(appliance_factory):
-    app = appliance_factory(grpc=True).start()
+def test_the_official_5x_producer_sends_what_4x_consumers_read(appliance_factory, java_classes, tmp_path):
+    app = appliance_factory(grpc=True, namesrv=True).start()
     create_topic(app, "Grpc5", 2)
+    wait_route(app, "Grpc5")
     lines = run_5x("produce.py", f"127.0.0.1:{app.cfg.grpcListenPort}", "Grpc5", "6")
     sent = [ln.split() for ln in lines if ln.startswith("sent ")]
     assert [(s[1], s[2]) for s in sent] == [("normal", str(i)) for i in range(6)] + [
@@ -70,6 +72,16 @@ def test_the_official_5x_producer_sends_what_a_4x_consumer_reads(appliance_facto
     fifo = [r for r in got if r.properties.get("__SHARDINGKEY") == "g1"]
     assert len({r.queue_id for r in fifo}) == 1                                  # one group, one queue, in order
     assert [r.body for r in sorted(fifo, key=lambda r: r.queue_offset)] == [b"fifo-%d" % i for i in range(6)]
+    # the real Java 4.9.8 client reads them as any: the 5.x message id is its msgId, tags, keys, properties
+    out = javaclient.run(java_classes, "PrintConsumer", app.namesrv, "Grpc5", "java-reads-5x", str(len(ids)),
+                         logs=str(tmp_path / "java-logs"))
+    seen = {f[1]: f[2:] for f in (ln.split(" ", 6) for ln in out.splitlines() if ln.startswith("msg "))}
+    assert sorted(seen) == sorted(ids), out
+    for msg_id, (tags, keys, p, group, body) in seen.items():
+        kind, i = ids[msg_id]
+        assert (tags, keys, p, group, body) == {"normal": ("TagA", f"k{i}", str(i), "-", f"grpc-{i}"),
+                                                "fifo": ("TagF", "null", "-", "g1", f"fifo-{i}"),
+                                                "delay": ("TagD", "null", "-", "-", "later")}[kind], out
     assert app.stop() == 0
 
 
