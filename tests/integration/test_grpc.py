@@ -1,10 +1,10 @@
 """RocketMQ 5.x's official Python client (``rocketmq-python-client``, run from ``<venv>/rocketmq5``
 as its own process: its package name is the 4.x C++ client's too) against the gRPC front
-(grpcfront/): its producer starts (routes, telemetry settings), sends normal and FIFO messages;
-what it sent is stored as 4.x records that 4.x consumers, the Java 4.9.8 client among them, read
-(tags, keys, the client's message id as UNIQ_KEY, user properties, the message group as
-__SHARDINGKEY, in queue order), a delay message once its time is up; a delivery time past the timers' horizon and an unknown topic are refused and
-nothing of them is stored."""
+(grpcfront/): its producer starts (routes, telemetry settings), sends normal, FIFO and delay
+messages; what it sent is stored as 4.x records that 4.x consumers, the Java 4.9.8 client among
+them, read (tags, keys, the client's message id as UNIQ_KEY, user properties, the message group as
+__SHARDINGKEY, in queue order), a delay message once its time is up; a delivery time past the
+timers' horizon and an unknown topic are refused and nothing of them is stored."""
 from __future__ import annotations
 
 import asyncio
