@@ -86,7 +86,7 @@ fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
 .venv/bin/pip install -q --upgrade pip >/dev/null
 .venv/bin/pip install -q -e '.[dev]'
-.venv/bin/python -c 'from rocketbox.appliance.install import write_launcher, install_protocol; write_launcher(".venv"); install_protocol(".venv")'
+.venv/bin/python -c 'from rocketbox.appliance.install import write_launcher, install_protocol; write_launcher(".venv"); install_protocol(".venv", client=True)'
 # a real client in another language for tests/integration/test_nodeclient.py, when Node is on the box
 if command -v npm >/dev/null && [ ! -d .venv/node/node_modules/ali-ons ]; then
   npm install --prefix .venv/node --no-audit --no-fund --silent ali-ons@3.12.0 urllib@2.44.1 >/dev/null 2>&1 \

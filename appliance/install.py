@@ -115,18 +115,24 @@ def build_release(checkout: str, rid: str, extras: str, opt: str = OPT) -> tuple
     return path, True
 
 
-def install_protocol(venv: str) -> None:
+def install_protocol(venv: str, client: bool = False) -> None:
     """RocketMQ 5.x's gRPC protocol for the gRPC front: the official Python client's wheel (its
     descriptors; ``grpcfront/v2.py``), in ``<venv>/rocketmq5``, apart from the venv's packages
-    (its top-level ``rocketmq`` is the 4.x C++ client's name too).  Idempotent."""
-    from rocketbox.grpcfront.v2 import PROTOCOL
+    (its top-level ``rocketmq`` is the 4.x C++ client's name too).  ``client``: with what the client
+    needs to run (the tests and ``bench.grpc`` run it); the front reads two of its files only.
+    Idempotent."""
+    from rocketbox.grpcfront import PROTOCOL  # (no protobuf here: the installer's Python may lack it)
     target = os.path.join(venv, "rocketmq5")
     name, version = PROTOCOL.split("==")
-    if os.path.isdir(os.path.join(target, f"{name.replace('-', '_')}-{version}.dist-info")):
+    marker = os.path.join(target, ".with-client" if client else ".protocol")
+    if os.path.isdir(os.path.join(target, f"{name.replace('-', '_')}-{version}.dist-info")) and (
+            os.path.exists(marker) or os.path.exists(os.path.join(target, ".with-client"))):
         return
     shutil.rmtree(target, ignore_errors=True)
-    _run([os.path.join(venv, "bin", "pip"), "install", "-q", "--disable-pip-version-check", "--target", target, PROTOCOL],
-         f"installing RocketMQ 5.x's protocol ({PROTOCOL}) into {target}")
+    _run([os.path.join(venv, "bin", "pip"), "install", "-q", "--disable-pip-version-check", "--target", target,
+          *([] if client else ["--no-deps"]), PROTOCOL], f"installing RocketMQ 5.x's protocol ({PROTOCOL}) into {target}")
+    with open(marker, "w"):
+        pass
 
 
 def write_launcher(venv: str) -> None:

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 from google.protobuf import descriptor_pool, duration_pb2, message_factory, timestamp_pb2
 
-PROTOCOL = "rocketmq-python-client==5.1.2"      # the wheel whose descriptors are the protocol (install.sh)
+from rocketbox.grpcfront import PROTOCOL
+
 PACKAGE = "apache.rocketmq.v2"
 SERVICE = f"{PACKAGE}.MessagingService"
 FILES = ("definition_pb2.py", "service_pb2.py")   # in dependency order
