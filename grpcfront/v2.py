@@ -69,16 +69,21 @@ class Protocol:
         return message_factory.GetMessageClass(self.pool.FindMessageTypeByName(full_name))
 
     def __getattr__(self, name: str) -> type:
-        """A message of the package by its short name: ``proto.SendMessageRequest``."""
+        """A message of the package by its short name: ``proto.SendMessageRequest`` (looked up once,
+        then an attribute of this object)."""
         try:
-            return self.message_class(f"{PACKAGE}.{name}")
+            cls = self.message_class(f"{PACKAGE}.{name}")
         except KeyError:
             raise AttributeError(name) from None
+        setattr(self, name, cls)
+        return cls
 
+    @functools.lru_cache(maxsize=None)          # (one Protocol a process: its few names, kept)
     def code(self, name: str) -> int:
         """A value of ``apache.rocketmq.v2.Code`` by its name."""
         return self.Code.values_by_name[name].number
 
+    @functools.lru_cache(maxsize=None)
     def enum(self, enum: str, name: str) -> int:
         """A value of one of the package's enums by its name: ``enum("MessageType", "FIFO")``."""
         return self.pool.FindEnumTypeByName(f"{PACKAGE}.{enum}").values_by_name[name].number
