@@ -177,20 +177,9 @@ class GrpcFront(ServerRole):
             sizes.append(len(record))
             records.append(record)
             ids.append(sp.message_id)
-        done: asyncio.Future = self.loop.create_future()
-        got: list = []
-
-        def answered(first, n, results, _phys, failure):
-            got.append((first, results, failure))
-            if sum(len(r) if r is not None else n for _f, r, _x in got) >= len(rows) and not done.done():
-                done.set_result(None)
-        self.link.append(rows, sizes, records, answered)
-        await done
-        results: list = [None] * len(rows)
-        for first, res, failure in got:
-            if res is None:
-                return self._status(response, "INTERNAL_SERVER_ERROR", f"not stored: {failure[1]}")
-            results[first:first + len(res)] = res
+        results, failure = await self.link.appended(rows, sizes, records)
+        if results is None:
+            return self._status(response, "INTERNAL_SERVER_ERROR", f"not stored: {failure[1]}")
         for res in results:
             if res[P.RESULT_AT.status] != P.SUCCESS:
                 return self._status(response, "INTERNAL_SERVER_ERROR",

@@ -189,19 +189,35 @@ class WriterLink:
         except Exception as e:              # e.g. a request larger than a ring entry
             slab.answered(None, None, (RC.SYSTEM_ERROR, str(e)))
 
+    async def appended(self, rows: list[tuple], sizes: list[int], parts: list) -> tuple[list | None, tuple[int, str]]:
+        """``append`` awaited: -> (the writer's P.RESULT tuples of every request, in order; the
+        failure (code, remark) of a slab that was not stored) -- (None, its failure) when one was
+        not, though the requests of another slab may have been (when they did not fit one)."""
+        done: asyncio.Future = self.loop.create_future()
+        results: list = [None] * len(rows)
+        left = [len(rows)]
+
+        def answered(first, n, res, _phys, failure):
+            if res is None:
+                if not done.done():
+                    done.set_result(failure)
+                return
+            results[first:first + len(res)] = res
+            left[0] -= len(res)
+            if left[0] <= 0 and not done.done():
+                done.set_result(None)
+        self.append(rows, sizes, parts, answered)
+        failure = await done
+        return (None, failure) if failure is not None else (results, (RC.SUCCESS, ""))
+
     async def put(self, tidx: int, queue_id: int, sys_flag: int, record: bytes) -> str | None:
         """One whole record (a send-back's copy) through this loop turn's slab -> None once the
         writer stored it, else why not."""
-        done: asyncio.Future = self.loop.create_future()
-
-        def answered(_first, _n, results, _phys, failure):
-            if not done.done():
-                done.set_result(failure[1] if results is None else results[0][P.RESULT_AT.status])
-        self.append([(0, tidx, queue_id, sys_flag, 1, 0, 0)], [len(record)], [record], answered)   # a P.REQUEST row
-        got = await done
-        if isinstance(got, str):
-            return got
-        return None if got == P.SUCCESS else f"PUT_MESSAGE_FAILED (writer status {got})"
+        results, failure = await self.appended([(0, tidx, queue_id, sys_flag, 1, 0, 0)], [len(record)], [record])  # a P.REQUEST row
+        if results is None:
+            return failure[1]
+        status = results[0][P.RESULT_AT.status]
+        return None if status == P.SUCCESS else f"PUT_MESSAGE_FAILED (writer status {status})"
 
     async def end_transaction(self, half_offset: int, rows: list[tuple], sizes: list[int],
                               records: bytes) -> tuple[list, list] | tuple[int, str]:
