@@ -25,7 +25,7 @@ import psutil
 
 from rocketbox.metrics.exposition import Family
 from rocketbox.shm import histogram, roster
-from rocketbox.shm.layout import HIST_HEAD, HISTOGRAMS, C, H, S
+from rocketbox.shm.layout import HISTOGRAMS, C, H, S
 from rocketbox.shm.tables import table_use
 from rocketbox.store import delay, quarantine, scheduled, timer, transaction
 from rocketbox.store.view import StoreView
@@ -295,12 +295,10 @@ class Collector:
                                   (H.MESSAGE_SIZE, "rocketmq_message_size",
                                    "Stored size in bytes of each record put in a consume queue since this start")):
             _n, _w, unit, bounds, _m = HISTOGRAMS[index]
-            scale = 10**6 if unit == "us" else 1
-            words = self.sh.views["histograms"][index]
+            scale = 10**6 if unit == "us" else 1          # (µs shown as seconds; counts and bytes as they are)
             family = Family(name, "histogram", what, buckets=tuple(b / scale if scale != 1 else b for b in bounds))
-            sum_ = int(words[histogram.SUM])
-            self._sample(family, (words[HIST_HEAD:HIST_HEAD + len(bounds) + 1].tolist(),
-                                  sum_ / scale if scale != 1 else sum_))
+            buckets, total, _largest = histogram.read(self.sh.views, index)
+            self._sample(family, (buckets, total / scale if scale != 1 else total))
             out.append(family)
         return out
 

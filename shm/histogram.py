@@ -80,10 +80,16 @@ class Snapshot(NamedTuple):
         return float(self.max)
 
 
-def snapshot(views: dict, index: int) -> Snapshot:
-    """Histogram ``index`` now.  Its counts are read first and the cumulative total taken as the
-    count (a value being observed meanwhile is in the buckets or not, consistently)."""
+def read(views: dict, index: int) -> tuple[list[int], int, int]:
+    """Histogram ``index`` now: (its count per bucket, not cumulative; the sum; the largest).
+    The counts are read first and their total is the count (a value being observed meanwhile is
+    in the buckets or not, consistently)."""
     w = views["histograms"][index]
-    bounds = HISTOGRAMS[index][3]
-    buckets = w[HIST_HEAD:HIST_HEAD + len(bounds) + 1].tolist()
-    return Snapshot(bounds, np.cumsum(buckets).tolist(), int(w[SUM]), int(w[MAX]))
+    buckets = w[HIST_HEAD:HIST_HEAD + len(HISTOGRAMS[index][3]) + 1].tolist()
+    return buckets, int(w[SUM]), int(w[MAX])
+
+
+def snapshot(views: dict, index: int) -> Snapshot:
+    """Histogram ``index`` now, its counts cumulative."""
+    buckets, total, largest = read(views, index)
+    return Snapshot(HISTOGRAMS[index][3], np.cumsum(buckets).tolist(), total, largest)
