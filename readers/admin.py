@@ -134,15 +134,19 @@ class AdminProcessor:
             if meta is None:
                 continue
             key = offset_key(topic, group)
+            counters += self._counters(key, meta)
             for qid in range(meta[T.READ_QUEUE_NUMS]):
-                if (counter := self.offsets.slot(key, qid)) is not None:
-                    counters.append(counter)
                 _lo, hi = self.view.offsets(topic, qid) or (0, 0)
                 consumed = max(self.link.committed_offset(key, qid) or 0, 0)
                 table[(topic, self.cfg.brokerName, qid)] = {
                     "brokerOffset": max(hi, 0), "consumerOffset": consumed,
                     "lastTimestamp": (self.view.stored_at(topic, qid, consumed - 1) or 0) if consumed > 0 else 0}
         return cmd.response(body=mqtable.encode({"consumeTps": self.b.rates.group_tps(counters)}, "offsetTable", table))
+
+    def _counters(self, key: bytes, meta) -> list[int]:
+        """The consumer offset slots of ``key`` (topic@group) on the topic's read queues: where its
+        pulls' messages are counted (``shm.stats``); none on a queue it has not committed on."""
+        return [s for qid in range(meta[T.READ_QUEUE_NUMS]) if (s := self.offsets.slot(key, qid)) is not None]
 
     def broker_stats(self, cmd, _conn):
         """VIEW_BROKER_STATS_DATA (315, what rocketmq-exporter reads for its TPS figures): one of
@@ -177,8 +181,7 @@ class AdminProcessor:
         if name == "GROUP_GET_NUMS" and "@" in key:
             topic, group = key.split("@", 1)
             meta = self.topics.live(topic)[1]
-            counters = [] if meta is None else [
-                c for qid in range(meta[T.READ_QUEUE_NUMS]) if (c := self.offsets.slot(offset_key(topic, group), qid)) is not None]
+            counters = [] if meta is None else self._counters(offset_key(topic, group), meta)
             if not counters:
                 return None
             return lambda s: stats.since_start(s.group_pulls, counters)
