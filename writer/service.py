@@ -145,27 +145,28 @@ class WriterService(LoopRole):
         """The pass's put latency (once for each record it was asked to append), each slab's wait
         in its ring before the pass (once per record), and the group commit's size."""
         records = 0
-        wait = self.ring_wait
         for _i, kind, payload in taken:
-            if kind == P.TX_END:
-                payload = payload[P.TX_END_HEAD.itemsize:]
-            elif kind != P.PUT:
-                continue
-            if len(payload) >= P.SLAB_HEAD.itemsize:
-                _nq, n, _nb, pushed_ns = P.SLAB_HEAD_S.unpack_from(payload.data, 0)
-                if n:
-                    wait.observe(max(0, began_ns - pushed_ns) // 1000, n)
-                    records += n
+            if (head := self._slab_head(kind, payload)) is not None and head[1]:
+                _nq, n, _nb, pushed_ns = head
+                self.ring_wait.observe(max(0, began_ns - pushed_ns) // 1000, n)
+                records += n
         if records:
             self.put_latency.observe((time.monotonic_ns() - began_ns) // 1000, records)
             self.commit_records.observe(records)
 
-    def _response_size(self, kind: int, payload: np.ndarray) -> int:
+    @staticmethod
+    def _slab_head(kind: int, payload: np.ndarray) -> tuple | None:
+        """A PUT or TX_END entry's SLAB_HEAD (n_requests, n_records, records_bytes, pushed_ns);
+        None for another kind, or an entry too short to hold one."""
         if kind == P.TX_END:
             payload = payload[P.TX_END_HEAD.itemsize:]
-            kind = P.PUT
-        if kind == P.PUT and len(payload) >= P.SLAB_HEAD.itemsize:
-            n_requests, n_records, _bytes, _pushed = P.SLAB_HEAD_S.unpack_from(payload.data, 0)
+        elif kind != P.PUT:
+            return None
+        return P.SLAB_HEAD_S.unpack_from(payload.data, 0) if len(payload) >= P.SLAB_HEAD.itemsize else None
+
+    def _response_size(self, kind: int, payload: np.ndarray) -> int:
+        if (head := self._slab_head(kind, payload)) is not None:
+            n_requests, n_records, _bytes, _pushed = head
             n = P.RESULT_HEAD.itemsize + n_requests * P.RESULT.itemsize + n_records * 8
         elif kind in (P.OFFSET, P.GROUP):
             return 0
