@@ -315,16 +315,21 @@ def _queue(st: dict, frames, now: float, chunks: dict) -> int:
     return n
 
 
-def run_load(proto_name: str, port: int, frames, args, window: int, rate: float = 0.0) -> dict:
-    res, gen_cpu = _fan_out(_send_load, [(proto_name, port, frames, args.conns, window, args.seconds, args.warmup,
-                                          rate / args.procs)] * args.procs, timeout=args.seconds + args.warmup + 120)
+def summarize(res: list[dict], seconds: float, gen_cpu: float) -> dict:
+    """Generator processes' reports (acked, errors, latencies in s) as a row: msgs/s, p50/p99/p99.9 ms."""
     lat = np.concatenate([r["lat"] for r in res]) * 1000
-    errors = collections.Counter()
+    errors: collections.Counter = collections.Counter()
     for r in res:
         errors.update(r["errors"])
     pct = np.percentile(lat, [50, 99, 99.9]) if len(lat) else [float("nan")] * 3
-    return {"msgs_per_s": sum(r["acked"] for r in res) / args.seconds, "p50": pct[0], "p99": pct[1],
-            "p999": pct[2], "errors": dict(errors), "msgs": sum(r["total"] for r in res), "gen_cpu_s": gen_cpu}
+    return {"msgs_per_s": sum(r["acked"] for r in res) / seconds, "p50": pct[0], "p99": pct[1], "p999": pct[2],
+            "errors": dict(errors), "gen_cpu_s": gen_cpu}
+
+
+def run_load(proto_name: str, port: int, frames, args, window: int, rate: float = 0.0) -> dict:
+    res, gen_cpu = _fan_out(_send_load, [(proto_name, port, frames, args.conns, window, args.seconds, args.warmup,
+                                          rate / args.procs)] * args.procs, timeout=args.seconds + args.warmup + 120)
+    return {**summarize(res, args.seconds, gen_cpu), "msgs": sum(r["total"] for r in res)}
 
 
 # ---------------------------------------------------------------- consume

@@ -29,7 +29,7 @@ import time
 import numpy as np
 
 from bench.appliance import BenchAppliance
-from bench.e2e import QUEUES, TOPIC, Rocketbox, _fan_out, create_topic, run_load
+from bench.e2e import QUEUES, TOPIC, Rocketbox, _fan_out, create_topic, run_load, summarize
 from rocketbox.grpcfront import v2
 from rocketbox.remoting import codec
 
@@ -114,17 +114,7 @@ def _grpc_load(endpoint: str, conns: int, window: int, seconds: float, warmup: f
 def run_grpc(endpoint: str, args, rate: float = 0.0) -> dict:
     res, gen_cpu = _fan_out(_grpc_load, [(endpoint, args.conns, args.window, args.seconds, args.warmup,
                                           rate / args.procs)] * args.procs, timeout=args.seconds + args.warmup + 120)
-    return _summary(res, args.seconds, gen_cpu)
-
-
-def _summary(res: list[dict], seconds: float, gen_cpu: float) -> dict:
-    lat = np.concatenate([r["lat"] for r in res]) * 1000
-    errors: collections.Counter = collections.Counter()
-    for r in res:
-        errors.update(r["errors"])
-    pct = np.percentile(lat, [50, 99, 99.9]) if len(lat) else [float("nan")] * 3
-    return {"msgs_per_s": sum(r["acked"] for r in res) / seconds, "p50": pct[0], "p99": pct[1], "p999": pct[2],
-            "errors": dict(errors), "gen_cpu_s": gen_cpu}
+    return summarize(res, args.seconds, gen_cpu)
 
 
 def run_client(endpoint: str, args) -> dict:
@@ -137,7 +127,7 @@ def run_client(endpoint: str, args) -> dict:
         raise RuntimeError(f"the 5.x client failed: {p.stderr[-2000:]}")
     n, *lats = p.stdout.split()
     res = [{"acked": int(n), "errors": {}, "lat": np.array([float(x) for x in lats])}]
-    return _summary(res, args.seconds, time.process_time() - t)
+    return summarize(res, args.seconds, time.process_time() - t)
 
 
 def main() -> None:
