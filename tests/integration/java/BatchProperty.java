@@ -4,19 +4,10 @@
 //   rmq java BatchProperty NAMESRV TOPIC COUNT WAIT_MS
 import java.util.ArrayList;
 import java.util.List;
-import java.util.concurrent.CountDownLatch;
-import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.AtomicInteger;
 
-import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
-import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyContext;
-import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
-import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendResult;
-import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
-import org.apache.rocketmq.common.message.MessageExt;
 
 public class BatchProperty {
     public static void main(String[] args) throws Exception {
@@ -40,29 +31,12 @@ public class BatchProperty {
             System.out.println("single=" + producer.send(new Message(topic, ("after-" + i).getBytes("UTF-8"))).getSendStatus());
         }
         producer.shutdown();
-        CountDownLatch all = new CountDownLatch(count + 3);
-        AtomicInteger got = new AtomicInteger();
         final String[] note = {"none"};
-        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer("batch-property-consumer");
-        consumer.setNamesrvAddr(namesrv);
-        consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
-        consumer.subscribe(topic, "*");
-        consumer.registerMessageListener(new MessageListenerConcurrently() {
-            public ConsumeConcurrentlyStatus consumeMessage(List<MessageExt> msgs, ConsumeConcurrentlyContext ctx) {
-                for (MessageExt m : msgs) {
-                    if (m.getUserProperty("note") != null) {
-                        note[0] = m.getUserProperty("note");
-                    }
-                    got.incrementAndGet();
-                    all.countDown();
-                }
-                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        int got = PushConsume.run(namesrv, topic, "batch-property-consumer", count + 3, waitMs, m -> {
+            if (m.getUserProperty("note") != null) {
+                note[0] = m.getUserProperty("note");
             }
         });
-        consumer.start();
-        all.await(waitMs, TimeUnit.MILLISECONDS);
-        Thread.sleep(500);
-        System.out.println("received=" + got.get() + " note=" + note[0]);
-        consumer.shutdown();
+        System.out.println("received=" + got + " note=" + note[0]);
     }
 }

@@ -3,20 +3,10 @@
 // then COUNT messages are sent and left HOLD_MS (a scraper sees the group's lag go up), and a
 // second consumer of GROUP takes them all and commits; prints "sent=<n>" and "consumed=<n>".
 //   rmq java MeteredRoundTrip NAMESRV TOPIC GROUP COUNT HOLD_MS
-import java.util.List;
-import java.util.concurrent.CountDownLatch;
-import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.AtomicInteger;
 
-import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
-import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyContext;
-import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
-import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendStatus;
-import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
-import org.apache.rocketmq.common.message.MessageExt;
 
 public class MeteredRoundTrip {
     public static void main(String[] args) throws Exception {
@@ -43,25 +33,6 @@ public class MeteredRoundTrip {
     // A push consumer of GROUP until it has taken N messages (or 30 s), then shut down (which
     // commits its offsets) -> how many it took.
     static int consumeAll(String namesrv, String topic, String group, int n) throws Exception {
-        CountDownLatch all = new CountDownLatch(n);
-        AtomicInteger consumed = new AtomicInteger();
-        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
-        consumer.setNamesrvAddr(namesrv);
-        consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
-        consumer.subscribe(topic, "*");
-        consumer.registerMessageListener(new MessageListenerConcurrently() {
-            public ConsumeConcurrentlyStatus consumeMessage(List<MessageExt> msgs, ConsumeConcurrentlyContext ctx) {
-                for (MessageExt m : msgs) {
-                    consumed.incrementAndGet();
-                    all.countDown();
-                }
-                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
-            }
-        });
-        consumer.start();
-        all.await(30000, TimeUnit.MILLISECONDS);
-        Thread.sleep(500);
-        consumer.shutdown();
-        return consumed.get();
+        return PushConsume.run(namesrv, topic, group, n, 30000, m -> { });
     }
 }
