@@ -152,7 +152,9 @@ TABLE = (
     ("readerPortBase", _int_in(0, 65535), "0", "reader i listens on 127.0.0.1:<base + i> (0: listenPort + 20)"),
     ("metricsPort", _int_in(0, 65535), "5557", "the metrics role serves Prometheus' /metrics here (0: no metrics role)"),
     ("grpcListenPort", _int_in(0, 65535), "0", "the gRPC front serves RocketMQ 5.x's clients here (the 5.x proxy's "
-                                              "default is 8081; 0: no gRPC front; issue #55: sends so far)"),
+                                              "default is 8081; 0: no gRPC front)"),
+    ("grpcMinInvisibleTimeMs", _int_in(1, 43_200_000), "10000",
+     "shortest invisible time a 5.x consumer's receive may ask (the 5.x proxy's minInvisibleTimeMillsForRecv)"),
     ("startNameServer", _bool, "true", "appliance start runs a name server on namesrvAddr's first address when it is "
                                        "on this host (false: this broker only registers there, e.g. a second broker "
                                        "on the host)"),
@@ -243,6 +245,7 @@ class BrokerConfig:
     readerPortBase: int
     metricsPort: int
     grpcListenPort: int
+    grpcMinInvisibleTimeMs: int
     startNameServer: bool
     haproxyBinary: str
     shmPrefix: str

@@ -44,10 +44,10 @@ from bench.e2e import QUEUES, TOPIC, Rocketbox
 from rocketbox.appliance.inprocess import running_store, small_config
 from rocketbox.appliance.process import set_up
 from rocketbox.net.server import Connection, RemotingServer
-from rocketbox.readers.context import ReaderContext
 from rocketbox.readers.pull import PullProcessor
 from rocketbox.readers.send import SendProcessor
 from rocketbox.remoting import codec
+from rocketbox.shm.context import ReaderContext
 from rocketbox.shm.layout import C
 from rocketbox.store import message
 from rocketbox.writer.topics import topic_config

@@ -1,14 +1,17 @@
-"""The gRPC front (issue #55, first step): RocketMQ 5.x's official clients over
-``apache.rocketmq.v2.MessagingService`` (``grpcfront/v2.py``), on ``grpcListenPort``, over the same
-store and roles as the 4.x readers: a send goes through this process's own ring slot to the writer
-(``shm/writerlink.py``), as a reader's does, and waits for the flush under SYNC_FLUSH.
+"""The gRPC front: RocketMQ 5.x's official clients over ``apache.rocketmq.v2.MessagingService``
+(``grpcfront/v2.py``), on ``grpcListenPort``, over the same store and roles as the 4.x readers (it is
+a ``ReaderContext``): a send goes through this process's own ring slot to the writer
+(``shm/writerlink.py``), as a reader's does, and waits for the flush under SYNC_FLUSH and for a
+slave under SYNC_MASTER; a receive reads the consume queues and the CommitLog (``StoreView``).
 
-Served so far, as the 5.x proxy in cluster mode over 4.x queues: ``QueryRoute`` (a topic's queues,
-this endpoint as their broker), ``Heartbeat``, the ``Telemetry`` stream's settings (a client waits
-for them before it starts), ``SendMessage`` of normal and FIFO messages (the message group stored as
+Served, as the 5.x proxy in cluster mode over 4.x queues: ``QueryRoute`` (a topic's queues, this
+endpoint as their broker), ``Heartbeat``, the ``Telemetry`` stream's settings (a client waits for
+them before it starts), ``SendMessage`` of normal and FIFO messages (the message group stored as
 ``__SHARDINGKEY``; ``grpcfront/convert.py``) and delay messages (a timer, delivered at its time),
-``NotifyClientTermination``.  A transactional message is refused with NOT_IMPLEMENTED and stored
-nowhere, as is every method not served yet (the consumer's: docs/GRPC.md).
+the SimpleConsumer's ``ReceiveMessage``, ``AckMessage``, ``ChangeInvisibleDuration`` and
+``ForwardMessageToDeadLetterQueue`` (``grpcfront/consume.py``), ``NotifyClientTermination``.  A
+transactional message is refused with NOT_IMPLEMENTED and stored nowhere, as is every method not
+served yet (docs/GRPC.md).
 """
 from __future__ import annotations
 
@@ -20,13 +23,12 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from rocketbox.grpcfront import convert, v2
+from rocketbox.grpcfront.consume import SimpleConsumers
 from rocketbox.net.role import ServerRole
 from rocketbox.shm import protocol as P
-from rocketbox.shm.layout import C, S, T
+from rocketbox.shm.context import ReaderContext
+from rocketbox.shm.layout import C, T
 from rocketbox.shm.ringclient import RingClient
-from rocketbox.shm.tables import OffsetIndex, TopicIndex
-from rocketbox.shm.waits import OffsetWaits
-from rocketbox.shm.writerlink import WriterLink
 from rocketbox.store import message, timer
 from rocketbox.store.topicconfig import PERM_READ, PERM_WRITE
 
@@ -35,18 +37,17 @@ FLUSH_TIMEOUT_S = 5.0                     # RocketMQ's syncFlushTimeout
 _PERMISSION = {PERM_READ | PERM_WRITE: "READ_WRITE", PERM_READ: "READ", PERM_WRITE: "WRITE", 0: "NONE"}
 
 
-class GrpcFront(ServerRole):
+class GrpcFront(ReaderContext, ServerRole):
     def __init__(self, cfg, shared):
-        super().__init__()
-        self.cfg, self.sh = cfg, shared
+        ReaderContext.__init__(self, cfg, shared)
+        ServerRole.__init__(self)
         self.proto = v2.load()
+        self.sync_master, self.slave_timeout_s = cfg.brokerRole == "SYNC_MASTER", cfg.slaveTimeout / 1000
 
     # ------------------------------------------------------------ life
     async def serve(self) -> None:
-        self.topics = TopicIndex(self.sh.views, self.sh.control)
-        self.link = WriterLink(self.cfg, self.sh, self.topics, OffsetIndex(self.sh.views, self.sh.control))
-        self.flushes = OffsetWaits(self.sh, self.link.slot, self.loop, C.FLUSHED, S.FLUSH_WAIT, self.sh.flusher_waker)
-        self.loop.add_reader(self.link.waker.fileno(), self._posted)
+        self.open_context()
+        self.consumers = SimpleConsumers(self)
         server = grpc.aio.server()
         server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(v2.SERVICE, self._handlers())])
         server.add_insecure_port(f"0.0.0.0:{self.cfg.grpcListenPort}")
@@ -55,23 +56,24 @@ class GrpcFront(ServerRole):
         try:
             while not self.stop_requested:
                 await self.sleep(1.0)
-                self._settle()                  # (nothing hangs on a lost post)
+                self.settle()                   # (nothing hangs on a lost post)
+                self.consumers.tick()
         finally:
             await server.stop(1.0)
-            self.loop.remove_reader(self.link.waker.fileno())
-            self.link.close()
+            self.consumers.close()
+            self.close_context()
 
-    def _posted(self) -> None:
-        self.link.waker.drain()
-        self._settle()
-
-    def _settle(self) -> None:
-        self.link.on_wake()
-        self.flushes.settle()
+    def settle(self) -> None:
+        """A post: the writer's replies, flushes, slaves; receives held until their queues grew."""
+        super().settle()
+        if hasattr(self, "consumers"):
+            self.consumers.settle()
 
     def _handlers(self) -> dict:
+        c = self.consumers
         served = {"QueryRoute": self.query_route, "Heartbeat": self.heartbeat, "SendMessage": self.send_message,
-                  "NotifyClientTermination": self.notify_termination}
+                  "NotifyClientTermination": self.notify_termination, "AckMessage": c.ack,
+                  "ChangeInvisibleDuration": c.change_invisible, "ForwardMessageToDeadLetterQueue": c.forward_to_dlq}
         out = {}
         for m in self.proto.methods:
             if m.client_streaming and m.server_streaming:
@@ -80,7 +82,7 @@ class GrpcFront(ServerRole):
                     request_deserializer=m.request.FromString, response_serializer=m.response.SerializeToString)
             elif m.server_streaming:                          # ReceiveMessage
                 out[m.name] = grpc.unary_stream_rpc_method_handler(
-                    self._not_served_replies(m), request_deserializer=m.request.FromString,
+                    _parsed_stream(m.request, c.receive if m.name == "ReceiveMessage" else self._not_served_replies(m)),
                     response_serializer=m.response.SerializeToString)
             else:                                             # (parsed here: a bad one is answered, not logged)
                 out[m.name] = grpc.unary_unary_rpc_method_handler(
@@ -89,19 +91,19 @@ class GrpcFront(ServerRole):
         return out
 
     # ------------------------------------------------------------ answers
-    def _status(self, response, code: str = "OK", why: str = "OK"):
+    def status(self, response, code: str = "OK", why: str = "OK"):
         response.status.code = self.proto.code(code)
         response.status.message = why
         return response
 
     def _not_served(self, method: v2.Method):
         async def answer(_request, _context):
-            return self._status(method.response(), "NOT_IMPLEMENTED", f"{method.name} is not served by this broker yet")
+            return self.status(method.response(), "NOT_IMPLEMENTED", f"{method.name} is not served by this broker yet")
         return answer
 
     def _not_served_replies(self, method: v2.Method):
         async def answer(_request, _context):
-            yield self._status(method.response(), "NOT_IMPLEMENTED", f"{method.name} is not served by this broker yet")
+            yield self.status(method.response(), "NOT_IMPLEMENTED", f"{method.name} is not served by this broker yet")
         return answer
 
     def _not_served_stream(self, name: str):
@@ -111,22 +113,33 @@ class GrpcFront(ServerRole):
         return answer
 
     async def heartbeat(self, _request, _context):
-        return self._status(self.proto.HeartbeatResponse())
+        return self.status(self.proto.HeartbeatResponse())
 
     async def notify_termination(self, _request, _context):
-        return self._status(self.proto.NotifyClientTerminationResponse())
+        return self.status(self.proto.NotifyClientTerminationResponse())
 
     async def telemetry(self, commands, _context):
         """The client's settings, answered with the broker's for it (what a client waits for before
-        it starts): the largest body it may send; then each later settings sync the same way."""
+        it starts): a producer's largest body (``maxMessageSize``); a consumer's group as
+        configured: FIFO or not (``consumeMessageOrderly``), its deliveries before the dead-letter
+        queue (``retryMaxTimes`` + 1) and the 4.x delay levels between them, as the 5.x proxy
+        answers; then each later settings sync the same way."""
         async for command in commands:
             if command.WhichOneof("command") != "settings":
                 continue
             reply = self.proto.TelemetryCommand()
-            reply.settings.CopyFrom(command.settings)
-            reply.settings.publishing.max_body_size = self.cfg.maxMessageSize
-            reply.settings.publishing.validate_message_type = False
-            self._status(reply)
+            settings = reply.settings
+            settings.CopyFrom(command.settings)
+            settings.publishing.max_body_size = self.cfg.maxMessageSize
+            settings.publishing.validate_message_type = False
+            sg = self.group(command.settings.subscription.group.name) if command.settings.HasField("subscription") else None
+            if sg is not None:
+                settings.subscription.fifo = bool(sg.get("consumeMessageOrderly", False))
+                settings.backoff_policy.max_attempts = int(sg.get("retryMaxTimes", 16)) + 1
+                settings.backoff_policy.customized_backoff.Clear()
+                for ms in self.cfg.delay_levels_ms:
+                    settings.backoff_policy.customized_backoff.next.add().FromMilliseconds(ms)
+            self.status(reply)
             yield reply
 
     async def query_route(self, request, _context):
@@ -136,7 +149,7 @@ class GrpcFront(ServerRole):
         topic = request.topic.name
         meta = self.topics.live(topic)[1]
         if meta is None:
-            return self._status(response, "TOPIC_NOT_FOUND", f"topic {topic} not found")
+            return self.status(response, "TOPIC_NOT_FOUND", f"topic {topic} not found")
         reads, writes = meta[T.READ_QUEUE_NUMS], meta[T.WRITE_QUEUE_NUMS]
         for qid in range(max(reads, writes)):
             q = response.message_queues.add()
@@ -147,14 +160,14 @@ class GrpcFront(ServerRole):
             q.broker.name, q.broker.id = self.cfg.brokerName, 0
             q.broker.endpoints.CopyFrom(request.endpoints)
             q.accept_message_types.extend([self.proto.enum("MessageType", t) for t in ("NORMAL", "FIFO", "DELAY")])
-        return self._status(response)
+        return self.status(response)
 
     async def send_message(self, request, context):
         """Each message stored as one 4.x record, in request order, through this slot's ring; the
         reply once the writer stored them (and, under SYNC_FLUSH, flushed them)."""
         response = self.proto.SendMessageResponse()
         if not request.messages:
-            return self._status(response, "BAD_REQUEST", "no message to send")
+            return self.status(response, "BAD_REQUEST", "no message to send")
         rows, sizes, records, ids = [], [], [], []
         host = _peer(context.peer())
         born_ip, born_port, _v6 = message.pack_host(host)
@@ -166,7 +179,7 @@ class GrpcFront(ServerRole):
                 tidx, topic, qid, props = self._placed(tidx, m.topic.name, qid, props)
                 body = convert.body_of(m, self.cfg.maxMessageSize)
             except convert.Refused as e:
-                return self._status(response, e.code, str(e))
+                return self.status(response, e.code, str(e))
             sp = m.system_properties
             born_ts = sp.born_timestamp.seconds * 1000 + sp.born_timestamp.nanos // 1_000_000 if sp.HasField(
                 "born_timestamp") else int(time.time() * 1000)
@@ -179,18 +192,19 @@ class GrpcFront(ServerRole):
             ids.append(sp.message_id)
         results, failure = await self.link.appended(rows, sizes, records)
         if results is None:
-            return self._status(response, "INTERNAL_SERVER_ERROR", f"not stored: {failure[1]}")
+            return self.status(response, "INTERNAL_SERVER_ERROR", f"not stored: {failure[1]}")
         for res in results:
             if res[P.RESULT_AT.status] != P.SUCCESS:
-                return self._status(response, "INTERNAL_SERVER_ERROR",
+                return self.status(response, "INTERNAL_SERVER_ERROR",
                                     f"not stored (writer status {res[P.RESULT_AT.status]})")
-        if self.cfg.sync_flush and not await self._flushed(max(r[P.RESULT_AT.end_offset] for r in results)):
-            return self._status(response, "MASTER_PERSISTENCE_TIMEOUT", "the messages were not flushed in time")
+        refused = await self._durable(max(r[P.RESULT_AT.end_offset] for r in results))
+        if refused is not None:
+            return self.status(response, *refused)
         for res, msg_id in zip(results, ids):
             entry = response.entries.add()
-            self._status(entry)
+            self.status(entry)
             entry.message_id, entry.offset = msg_id, res[P.RESULT_AT.queue_offset]
-        return self._status(response)
+        return self.status(response)
 
     def _destination(self, m) -> tuple[int, int]:
         """(topic index, queue id) a message goes to; Refused for one this step does not store."""
@@ -226,14 +240,31 @@ class GrpcFront(ServerRole):
             raise convert.Refused("INTERNAL_SERVER_ERROR", f"{timer.TIMER_TOPIC} is missing from the topic table")
         return timers, timer.TIMER_TOPIC_BYTES, 0, timer.timer_properties(props, when, topic, qid)
 
-    async def _flushed(self, end_offset: int) -> bool:
-        done: asyncio.Future = self.loop.create_future()
+    async def _durable(self, end_offset: int) -> tuple[str, str] | None:
+        """Under SYNC_FLUSH, the CommitLog on disk through ``end_offset``; under SYNC_MASTER, a
+        slave has it too (none connected, or the nearest too far behind: at once refused, as
+        4.9.8) -> None, else the 5.x code and why, as the proxy maps 4.x's FLUSH_DISK_TIMEOUT,
+        SLAVE_NOT_AVAILABLE and FLUSH_SLAVE_TIMEOUT."""
+        if self.cfg.sync_flush and not await _waited(self.flushes, end_offset, FLUSH_TIMEOUT_S, self.loop):
+            return "MASTER_PERSISTENCE_TIMEOUT", "the messages were not flushed in time"
+        if self.sync_master:
+            if not self.sh.control[C.SLAVE_COUNT] or end_offset - int(self.sh.control[C.SLAVE_ACKED]) >= \
+                    self.cfg.haSlaveFallbehindMax:
+                return "HA_NOT_AVAILABLE", "no slave has caught up to take the messages"
+            if not await _waited(self.replicas, end_offset, self.slave_timeout_s, self.loop):
+                return "SLAVE_PERSISTENCE_TIMEOUT", "no slave had the messages in time"
+        return None
 
-        def flushed(ok: bool) -> None:
-            if not done.done():
-                done.set_result(ok)
-        self.flushes.after(end_offset, FLUSH_TIMEOUT_S, flushed)
-        return bool(await done)
+
+async def _waited(waits, end_offset: int, timeout_s: float, loop) -> bool:
+    """``OffsetWaits.after`` awaited: True once the offset reached ``end_offset``, False at the time-out."""
+    done: asyncio.Future = loop.create_future()
+
+    def reached(ok: bool) -> None:
+        if not done.done():
+            done.set_result(ok)
+    waits.after(end_offset, timeout_s, reached)
+    return bool(await done)
 
 
 def _parsed(request_type, handler):
@@ -245,6 +276,18 @@ def _parsed(request_type, handler):
         except DecodeError:
             await context.abort(grpc.StatusCode.INTERNAL, "Invalid protobuf byte sequence")
         return await handler(request, context)
+    return answer
+
+
+def _parsed_stream(request_type, handler):
+    """``_parsed`` for a method that answers with a stream (``ReceiveMessage``)."""
+    async def answer(raw: bytes, context):
+        try:
+            request = request_type.FromString(raw)
+        except DecodeError:
+            await context.abort(grpc.StatusCode.INTERNAL, "Invalid protobuf byte sequence")
+        async for reply in handler(request, context):
+            yield reply
     return answer
 
 

@@ -18,6 +18,7 @@ from rocketbox.shm import disk, stats
 from rocketbox.shm.layout import C, T
 from rocketbox.store import delay, message, scheduled, topicjournal
 from rocketbox.store.errors import StoreError
+from rocketbox.store.groupconfig import subscription_group
 from rocketbox.store.topicconfig import QueueNumsOutOfRange, check_queue_nums, topic_config
 
 SYSTEM_TOPICS_FOR_ADMIN = SYSTEM_TOPICS | {"TBW102"}
@@ -36,7 +37,8 @@ class AdminProcessor:
         return {R.VIEW_MESSAGE_BY_ID: self.view_message, R.UPDATE_AND_CREATE_TOPIC: self.create_topic,
                 R.GET_ALL_TOPIC_CONFIG: self.all_topics, R.GET_BROKER_RUNTIME_INFO: self.runtime_info,
                 R.GET_TOPIC_STATS_INFO: self.topic_stats, R.GET_CONSUME_STATS: self.consume_stats,
-                R.CONSUME_MESSAGE_DIRECTLY: self.consume_directly, R.VIEW_BROKER_STATS_DATA: self.broker_stats}
+                R.CONSUME_MESSAGE_DIRECTLY: self.consume_directly, R.VIEW_BROKER_STATS_DATA: self.broker_stats,
+                R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.update_group}
 
     def _stored(self, phys: int) -> bytes:
         """The whole record at CommitLog offset ``phys``; ValueError naming the offset if none is."""
@@ -93,6 +95,22 @@ class AdminProcessor:
         except QueueNumsOutOfRange as e:
             return cmd.response(RC.SYSTEM_ERROR, str(e))
         return self._create(cmd, tc)
+
+    # ------------------------------------------------------------ consumer groups
+    def update_group(self, cmd, _conn):
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200, ``mqadmin updateSubGroup``): the body's
+        SubscriptionGroupConfig over RocketMQ's defaults, to the writer (subscriptionGroup.json);
+        kept as sent, 5.x's fields among them (``consumeMessageOrderly``: a FIFO group for the
+        gRPC front's consumers)."""
+        try:
+            sg = json.loads(cmd.body or b"null")
+            name = sg["groupName"]
+            if not isinstance(name, str) or not name or not isinstance(sg.get("retryMaxTimes", 0), int):
+                raise ValueError("groupName is not a name, or retryMaxTimes not a number")
+        except (ValueError, TypeError, KeyError) as e:
+            return cmd.response(RC.SYSTEM_ERROR, f"the body is not a SubscriptionGroupConfig: {e}")
+        self.link.push_group({**subscription_group(name), **sg})
+        return cmd.response()
 
     async def _create(self, cmd, tc):
         status = await self.link.create_topic(tc)

@@ -2,7 +2,7 @@
 
 The store side is ``StoreView.pull``: consume-queue entries as a numpy view, the tag filter as one
 vector op over their tag codes, the records as views of the CommitLog mmap joined into the body.
-A pull that finds nothing new (PULL_NOT_FOUND) with the SUSPEND flag is held (``readers/holds.py``)
+A pull that finds nothing new (PULL_NOT_FOUND) with the SUSPEND flag is held (``shm/holds.py``)
 until the queue grows by a message its tag filter takes or ``suspendTimeoutMillis`` passes, then
 run once more and answered with the request's opaque.
 
@@ -21,46 +21,20 @@ import functools
 import time
 
 from rocketbox.net.server import DEFERRED
-from rocketbox.readers.holds import HeldPulls
 from rocketbox.readers.offsets import offset_key
 from rocketbox.remoting import codec, headers, sql92
 from rocketbox.remoting.codes import FAQ
 from rocketbox.remoting.codes import RequestCode as R
 from rocketbox.remoting.codes import ResponseCode as RC
-from rocketbox.remoting.subscription import parse_expression
+from rocketbox.shm.holds import HeldPulls
 from rocketbox.shm.layout import S, T
-from rocketbox.store import message
 from rocketbox.store import view as SV
-from rocketbox.store.javahash import string_hash
+from rocketbox.store.filters import sql_filter, tag_codes
 from rocketbox.store.topicconfig import PERM_READ
 
 COMMIT_OFFSET, SUSPEND, SUBSCRIPTION = 0x1, 0x2, 0x4
 UNCOUNTED_MAX = 4096       # (topic@group, queue)s counted ahead of their offset slot; more are not counted
 _ANSWER = codec.ResponseTemplate(("suggestWhichBrokerId", "nextBeginOffset", "minOffset", "maxOffset"), {})
-
-
-@functools.lru_cache(maxsize=1024)
-def tag_codes(expression: str | None) -> tuple[int, ...] | None:
-    """``TagA || TagB`` -> their hash codes; None (no filter) for ``*`` or empty (FilterAPI).
-    Kept per expression: a pull consumer sends its expression with every pull."""
-    _expr, tags = parse_expression(expression)
-    return tuple([string_hash(t) for t in tags]) or None
-
-
-@functools.lru_cache(maxsize=1024)
-def sql_filter(expression: str):
-    """An SQL92 subscription compiled once (``remoting/sql92.py``) -> keep(properties bytes) for
-    ``StoreView.pull``: only the properties it names are read out of each record's. SQLError
-    when it does not parse."""
-    predicate = sql92.compile(expression)
-    names = {n: n.encode() for n in predicate.names}
-
-    def keep(props: bytes) -> bool:
-        def get(name: str) -> str | None:
-            v = message.property_value(props, names.get(name) or name.encode())
-            return None if v is None else v.decode("utf-8", "replace")
-        return predicate(get)
-    return keep
 
 
 class PullProcessor:

@@ -24,7 +24,7 @@ import random
 import time
 
 from rocketbox.net.server import DEFERRED
-from rocketbox.readers.sendback import DLQ_PREFIX, RETRY_PREFIX, max_reconsume_times
+from rocketbox.readers.sendback import max_reconsume_times
 from rocketbox.remoting import codec, headers
 from rocketbox.remoting.codes import FAQ
 from rocketbox.remoting.codes import RequestCode as R
@@ -37,6 +37,7 @@ from rocketbox.shm.tables import queue_nums_of
 from rocketbox.shm.writerlink import REJECTED
 from rocketbox.store import delay, message, timer, transaction
 from rocketbox.store.errors import MessageRejected
+from rocketbox.store.groupconfig import DLQ_PREFIX, RETRY_PREFIX
 from rocketbox.store.topicconfig import PERM_INHERIT, PERM_WRITE, topic_config
 
 SYSTEM_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", timer.TIMER_TOPIC, transaction.HALF_TOPIC, transaction.OP_TOPIC,

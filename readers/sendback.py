@@ -23,9 +23,9 @@ from rocketbox.remoting.codes import RequestCode as R
 from rocketbox.remoting.codes import ResponseCode as RC
 from rocketbox.shm.layout import T
 from rocketbox.store import delay, message
+from rocketbox.store.groupconfig import DLQ_PREFIX, RETRY_PREFIX, returned_properties
 from rocketbox.store.topicconfig import PERM_RW, PERM_WRITE, topic_config
 
-RETRY_PREFIX, DLQ_PREFIX = "%RETRY%", "%DLQ%"
 VERSION_WITH_MAX = 121          # MQVersion V3_4_9: from it the header's maxReconsumeTimes counts
 
 
@@ -73,10 +73,7 @@ class SendBackProcessor:
                 return cmd.response(RC.SYSTEM_ERROR, f"topic[{target}] not exist")
         else:
             target, level = retry, level or 3 + reconsume
-        origin = message.offset_msg_id(head.store_ip, head.store_port, h["offset"])
-        props = message.with_properties(props, {b"RETRY_TOPIC": topic, b"ORIGIN_MESSAGE_ID": origin.encode()},
-                                only_if_absent={b"RETRY_TOPIC", b"ORIGIN_MESSAGE_ID"})
-        props = message.with_properties(props, {b"WAIT": b"false", delay.DELAY: b"%d" % level})
+        props = returned_properties(head, topic, props, level)
         qid = random.randrange(max(1, self.topics.row(tidx)[T.WRITE_QUEUE_NUMS]))     # (1 queue: 0)
         if level > 0:
             tidx = self.topics.lookup(delay.SCHEDULE_TOPIC)

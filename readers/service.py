@@ -21,7 +21,6 @@ from rocketbox.net.role import ServerRole
 from rocketbox.net.server import RemotingServer
 from rocketbox.readers.admin import AdminProcessor
 from rocketbox.readers.clients import ClientProcessor
-from rocketbox.readers.context import ReaderContext
 from rocketbox.readers.metadata import MetadataProcessor
 from rocketbox.readers.offsets import OffsetProcessor
 from rocketbox.readers.pull import PullProcessor
@@ -32,6 +31,7 @@ from rocketbox.readers.send import SendProcessor
 from rocketbox.readers.sendback import SendBackProcessor
 from rocketbox.readers.timers import TimerProcessor
 from rocketbox.readers.transactions import TransactionProcessor
+from rocketbox.shm.context import ReaderContext
 from rocketbox.shm.layout import C
 from rocketbox.shm.stats import Rates
 

@@ -122,7 +122,7 @@ class StoreView:
 
     def tags(self, topic: str, queue_id: int, start: int, end: int) -> np.ndarray | None:
         """The tag hash codes of the queue's messages [start, end) (what a held pull's filter
-        looks at, ``readers/holds.py``), or None when an entry cannot be read."""
+        looks at, ``shm/holds.py``), or None when an entry cannot be read."""
         parts = []
         while start < end:
             e = self._entries(topic, queue_id, start, end - start)

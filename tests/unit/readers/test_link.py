@@ -5,9 +5,9 @@ import asyncio
 
 import numpy as np
 
-from rocketbox.readers.context import ReaderContext
 from rocketbox.readers.pull import PullProcessor
 from rocketbox.remoting.codes import ResponseCode as RC
+from rocketbox.shm.context import ReaderContext
 from rocketbox.shm.layout import C, S
 from rocketbox.shm.ringclient import PutRequest, RingClient
 from rocketbox.shm.writerlink import OVERLOAD

@@ -6,10 +6,10 @@ import asyncio
 from bench.e2e import Rocketbox
 from bench.paths import _Transport
 from rocketbox.net.server import Connection, RemotingServer
-from rocketbox.readers.context import ReaderContext
 from rocketbox.readers.send import SendProcessor
 from rocketbox.remoting import codec
 from rocketbox.remoting.codes import ResponseCode as RC
+from rocketbox.shm.context import ReaderContext
 from rocketbox.store import message
 from rocketbox.writer.topics import topic_config
 from tests.unit.writer.rig import running_store, small_config

@@ -1,28 +1,27 @@
-"""What every processor of a reader shares: its configuration, the shared state and tables, its
-view of the store, its link to the writer, its SYNC_FLUSH waits and its event loop.
+"""What every process that serves clients from the store shares: its configuration, the shared
+state and tables, its view of the store, its link to the writer, its SYNC_FLUSH and SYNC_MASTER
+waits, the consumer groups and its event loop.
 
-The reader's service is one of these; ``bench.paths`` and the reader tests open one around the
-processors they drive.  Opened inside a running loop (the link claims a ring slot and its waker
+A reader's service is one of these, and so is the gRPC front; ``bench.paths`` and the reader tests
+open one around the processors they drive.  Opened inside a running loop (the link claims a ring slot and its waker
 joins the loop).
 """
 from __future__ import annotations
 
 import asyncio
-import os
 
 from rocketbox.shm.layout import C, S
 from rocketbox.shm.tables import OffsetIndex, TopicIndex
 from rocketbox.shm.waits import OffsetWaits
 from rocketbox.shm.writerlink import WriterLink
-from rocketbox.store import configfile
-from rocketbox.store.groupconfig import subscription_group
+from rocketbox.store.groupconfig import GroupTable
 from rocketbox.store.view import StoreView
 
 
 class ReaderContext:
     def __init__(self, cfg, shared):
         self.cfg, self.sh = cfg, shared
-        self._groups_mtime, self._groups = -1.0, {}
+        self.groups = GroupTable(cfg)
 
     def open_context(self) -> "ReaderContext":
         self.loop = asyncio.get_running_loop()
@@ -60,21 +59,8 @@ class ReaderContext:
         self.link.close()
 
     def group(self, name: str) -> dict | None:
-        """A consumer group's SubscriptionGroupConfig: subscriptionGroup.json's (the writer's, read
-        again when it changes), else RocketMQ's defaults when groups are created on demand
-        (autoCreateSubscriptionGroup), else None."""
-        path = os.path.join(self.cfg.config_dir, "subscriptionGroup.json")
-        try:
-            mtime = os.stat(path).st_mtime
-        except OSError:
-            mtime = -1.0
-        if mtime != self._groups_mtime:
-            data = (configfile.read(path) or {}) if mtime >= 0 else {}
-            self._groups, self._groups_mtime = data.get("subscriptionGroupTable") or {}, mtime
-        found = self._groups.get(name)
-        if found is None and self.cfg.autoCreateSubscriptionGroup:
-            return subscription_group(name)
-        return found
+        """A consumer group's SubscriptionGroupConfig (``GroupTable.group``)."""
+        return self.groups.group(name)
 
     def group_exists(self, group: str) -> bool:
         """A pull's group must exist unless groups are created on demand (autoCreateSubscriptionGroup)."""
