@@ -4,9 +4,9 @@ each.
 
     consume.py ENDPOINT TOPIC GROUP TAG N
     -> "got <message id> <attempt> <tag> <body> <keys> <property p> <message group>" for each of the
-       N messages of TAG (2 s invisible); "kept <message id>": the first, not acked; the second's
-       invisible time changed to 30 s ("changed <message id>"), then acked with the handle that
-       gave; the rest acked;
+       N messages of TAG (30 s invisible); "kept <message id>": the first, not acked, its invisible
+       time changed to 1 s; the second's changed to 30 s ("changed <message id>"), then acked with
+       the handle that gave; the rest acked;
        "again <message id> <attempt>": the kept one, received once its invisible time was over;
        not acked either, so it goes to the dead-letter queue when its attempts are used up;
        "after <n>": what one more receive got, 4 s later
@@ -23,10 +23,10 @@ def describe(m) -> str:
             f"{m.message_group or '-'}")
 
 
-def receive_all(consumer, n: int, timeout: float) -> list:
+def receive_all(consumer, n: int, timeout: float, invisible_s: int) -> list:
     got, deadline = [], time.monotonic() + timeout
     while len(got) < n and time.monotonic() < deadline:
-        got.extend(consumer.receive(16, 2) or [])
+        got.extend(consumer.receive(16, invisible_s) or [])
     return got
 
 
@@ -36,17 +36,18 @@ def main() -> int:
                               await_duration=2)
     consumer.startup()
     try:
-        got = receive_all(consumer, n, 30)
+        got = receive_all(consumer, n, 30, 30)
         for m in got:
             print("got", describe(m), flush=True)
         kept, changed, rest = got[0], got[1], got[2:]
         print("kept", kept.message_id, flush=True)
+        consumer.change_invisible_duration(kept, 1)
         consumer.change_invisible_duration(changed, 30)
         print("changed", changed.message_id, flush=True)
         consumer.ack(changed)
         for m in rest:
             consumer.ack(m)
-        again = receive_all(consumer, 1, 15)
+        again = receive_all(consumer, 1, 15, 2)
         for m in again:
             print("again", m.message_id, m.delivery_attempt, flush=True)
         time.sleep(4)

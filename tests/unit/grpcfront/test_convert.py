@@ -71,3 +71,46 @@ def test_the_protocol_is_the_wheels_and_a_file_that_is_not_generated_says_so(tmp
         v2.serialized_descriptor(str(tmp_path / "x_pb2.py"))
     with pytest.raises(v2.ProtocolMissing, match="install.sh installs rocketmq-python-client==5.1.2"):
         v2.load(str(tmp_path))
+
+
+def _stored(m, **record):
+    """The 4.x record a 5.x message is stored as, read back as a reader reads it."""
+    from rocketbox.store import message
+    props = message.encode_properties(convert.properties_of(m)).encode()
+    raw = message.encode_record(topic=m.topic.name.encode(), queue_id=1, body=convert.body_of(m, 1 << 20), properties=props,
+                                born_ts=1_700_000_000_123, born_ip=bytes([10, 0, 0, 7]), born_port=4321,
+                                store_ip=bytes([127, 0, 0, 1]), store_port=10911, **record)
+    return next(message.record_fields(raw, "test"))
+
+
+def test_a_stored_5x_message_is_received_as_it_was_sent():
+    proto = v2.load()
+    sent = _message(tag="TagA", keys=["k1", "k2"], message_group="g1", user={"color": "red"})
+    head, body, topic, props = _stored(sent)
+    got = convert.message_of(proto, head, body, topic, props, receipt_handle="rbx1.1.0.5", attempt=3, invisible_ms=30_000)
+    sp = got.system_properties
+    assert (got.topic.name, got.body, dict(got.user_properties)) == ("T", b"hello", {"color": "red"})
+    assert (sp.tag, list(sp.keys), sp.message_id, sp.message_group) == ("TagA", ["k1", "k2"], "01ABC", "g1")
+    assert sp.message_type == proto.enum("MessageType", "FIFO")
+    assert (sp.receipt_handle, sp.delivery_attempt, sp.invisible_duration.ToMilliseconds()) == ("rbx1.1.0.5", 3, 30_000)
+    assert (sp.born_timestamp.ToMilliseconds(), sp.born_host, sp.store_host) == (1_700_000_000_123, "10.0.0.7:4321",
+                                                                                 "127.0.0.1:10911")
+    assert (sp.body_digest.type, sp.body_digest.checksum) == (proto.enum("DigestType", "CRC32"), "3610A686")  # crc32(b"hello")
+    assert sp.queue_id == 1
+
+
+def test_a_4x_record_is_received_with_its_system_properties_kept_out_and_its_body_inflated():
+    import zlib
+
+    from rocketbox.store import message
+    proto = v2.load()
+    props = message.encode_properties({"TAGS": "TagB", "KEYS": "a b", "WAIT": "true", "DELAY": "3", "REAL_TOPIC": "T",
+                                       "mine": "1"}).encode()
+    raw = message.encode_record(topic=b"T", queue_id=0, body=zlib.compress(b"x" * 5000), properties=props,
+                                sys_flag=message.COMPRESSED, born_ts=1, born_ip=bytes(4), born_port=1,
+                                store_ip=bytes([127, 0, 0, 1]), store_port=10911)
+    head, body, topic, p = next(message.record_fields(raw, "test"))
+    got = convert.message_of(proto, head, body, topic, p, receipt_handle="h", attempt=1, invisible_ms=1000)
+    assert (got.body, dict(got.user_properties), got.system_properties.tag) == (b"x" * 5000, {"mine": "1"}, "TagB")
+    assert got.system_properties.message_id == message.offset_msg_id(bytes([127, 0, 0, 1]), 10911, head.phys_offset)
+    assert got.system_properties.message_type == proto.enum("MessageType", "DELAY")
