@@ -212,6 +212,31 @@ def test_bad_requests_get_grpc_and_5x_codes_and_store_nothing(appliance_factory)
 
 
 @NEEDS_5X
+@pytest.mark.skipif(javaclient.missing() is not None, reason=str(javaclient.missing()))
+def test_the_java_4x_producers_messages_reach_the_5x_consumer(appliance_factory, request, tmp_path):
+    """The real Java 4.9.8 producer's sends, received by the 5.x SimpleConsumer: each once, its
+    key, its body, and the message id the Java client gave it (its UNIQ_KEY)."""
+    app = appliance_factory(grpc=True, namesrv=True).start()
+    create_topic(app, "Grpc5J", 2)
+    wait_route(app, "Grpc5J")
+    out = javaclient.run(request.getfixturevalue("java_classes"), "ClusterProducer", app.namesrv, "Grpc5J", "j", "8",
+                         logs=str(tmp_path / "java-logs"))
+    assert sorted(out.split()[2::3]) == sorted(f"j-{i}" for i in range(8)), out
+    lines = run_5x("consume.py", f"127.0.0.1:{app.cfg.grpcListenPort}", "Grpc5J", "G5J", "*", "8", "drain", timeout=90)
+    got = [ln.split() for ln in lines if ln.startswith("got ")]
+    assert sorted((g[4], g[5], g[2]) for g in got) == sorted((f"j-{i}", f"j-{i}", "1") for i in range(8)), lines
+    asyncio.run(dispatched(app))
+    w = Wire("127.0.0.1", app.cfg.listenPort)
+    try:
+        stored = {r.properties["KEYS"]: r.properties["UNIQ_KEY"] for q in (0, 1)
+                  for r in message.decode_records(pull(w, "Grpc5J", 0, queue=q).body)}
+    finally:
+        w.close()
+    assert {g[4]: g[1] for g in got} == stored
+    assert app.stop() == 0
+
+
+@NEEDS_5X
 def test_the_official_5x_simple_consumer_receives_acks_redelivers_and_dead_letters(appliance_factory):
     """4.x sends (tags, keys, a property; one of another tag, one with a message group) received by
     the 5.x SimpleConsumer through its tag filter; acked ones never come back; one whose invisible

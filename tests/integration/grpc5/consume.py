@@ -2,7 +2,7 @@
 5.x Python client's SimpleConsumer receives from the gRPC front, and says what happened, a line
 each.
 
-    consume.py ENDPOINT TOPIC GROUP TAG N
+    consume.py ENDPOINT TOPIC GROUP TAG N [drain]
     -> "got <message id> <attempt> <tag> <body> <keys> <property p> <message group>" for each of the
        N messages of TAG (30 s invisible); "kept <message id>": the first, not acked, its invisible
        time changed to 1 s; the second's changed to 30 s ("changed <message id>"), then acked with
@@ -10,6 +10,7 @@ each.
        "again <message id> <attempt>": the kept one, received once its invisible time was over;
        not acked either, so it goes to the dead-letter queue when its attempts are used up;
        "after <n>": what one more receive got, 4 s later
+    With ``drain``: the N messages received, each printed as "got ..." and acked.
 """
 import sys
 import time
@@ -39,6 +40,10 @@ def main() -> int:
         got = receive_all(consumer, n, 30, 30)
         for m in got:
             print("got", describe(m), flush=True)
+        if sys.argv[6:] == ["drain"]:
+            for m in got:
+                consumer.ack(m)
+            return 0
         kept, changed, rest = got[0], got[1], got[2:]
         print("kept", kept.message_id, flush=True)
         consumer.change_invisible_duration(kept, 1)
