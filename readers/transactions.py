@@ -18,21 +18,18 @@ END_TRANSACTION right behind its SEND_OK finds it on any reader.
 from __future__ import annotations
 
 import logging
-import time
 
 from rocketbox.net.pending import next_opaque
 from rocketbox.remoting import headers
 from rocketbox.remoting.codec import RPC_ONEWAY, Command
 from rocketbox.remoting.codes import RequestCode as R
 from rocketbox.remoting.codes import ResponseCode as RC
-from rocketbox.shm import protocol as P
+from rocketbox.shm import txend
 from rocketbox.shm.layout import S
-from rocketbox.shm.ringclient import RingClient
 from rocketbox.shm.roster import GROUP, HOP
 from rocketbox.store import message, transaction
 
 log = logging.getLogger("rocketbox.reader")
-NOT_FOUND = "Find prepared transaction message failed"
 
 
 class TransactionProcessor:
@@ -70,56 +67,21 @@ class TransactionProcessor:
         decision = h["commitOrRollback"]
         if decision not in (transaction.COMMIT, transaction.ROLLBACK):
             return None                               # unknown (0) and anything else: no answer, as 4.9.8
-        phys = h["commitLogOffset"]
-        half = self._half(phys)
+        half = txend.half_at(self.view, h["commitLogOffset"])
         if half is None:
-            return cmd.response(RC.SYSTEM_ERROR, NOT_FOUND)
-        head, body, props = half
-        why = self._mismatch(head, props, h)
+            return cmd.response(RC.SYSTEM_ERROR, txend.NOT_FOUND)
+        why = self._mismatch(half.head, half.props, h)
         if why is not None:
             return cmd.response(RC.SYSTEM_ERROR, why)
-        ring = self.link.ring
-        op = transaction.op_record(head.queue_offset, ring.store_ip, ring.store_port, int(time.time() * 1000))
-        op_topic = self.topics.lookup(transaction.OP_TOPIC)
-        if op_topic is None:
-            return cmd.response(RC.SYSTEM_ERROR, f"{transaction.OP_TOPIC} is missing from the topic table")
-        rows, sizes, records = [], [], []
-        if decision == transaction.COMMIT:
-            committed = transaction.committed_record(head, body, props, phys)
-            real = message.property_value(props, transaction.REAL_TOPIC).decode("utf-8", "surrogateescape")
-            tidx = self.topics.lookup(real)
-            if tidx is None:
-                return cmd.response(RC.TOPIC_NOT_EXIST, f"topic[{real}] not exist, apply first please!")
-            qid = int(message.property_value(props, transaction.REAL_QID) or b"0")
-            sys_flag = (head.sys_flag & ~message.TX_MASK) | message.TX_COMMIT
-            rows.append(RingClient.row(tidx, qid, sys_flag, ("", 0), 1, False))
-            sizes.append(len(committed))
-            records.append(committed)
-        rows.append(RingClient.row(op_topic, 0, 0, ("", 0), 1, False))
-        sizes.append(len(op))
-        records.append(op)
-        got = await self.link.end_transaction(head.queue_offset, rows, sizes, b"".join(records))
-        if len(got) == 2 and isinstance(got[0], int):        # not stored: (code, remark)
-            code, remark = got
-            return cmd.response(code, remark)
-        results = got[0]
-        statuses = [r[P.RESULT_AT.status] for r in results]
-        if all(s == P.TX_ENDED for s in statuses):
+        ended = await txend.end(self.link, self.topics, half, decision == transaction.COMMIT)
+        if not ended.ok:
+            return cmd.response(RC.TOPIC_NOT_EXIST if ended.code == "TOPIC_NOT_EXIST" else RC.SYSTEM_ERROR, ended.why)
+        if ended.before:
             log.info("END_TRANSACTION for the half at queue offset %d (%s) repeated: it was ended before",
-                     head.queue_offset, h["msgId"])
+                     half.head.queue_offset, h["msgId"])
             return cmd.response(RC.SUCCESS, None)
-        bad = [s for s in statuses if s != P.SUCCESS]
-        if bad:
-            return cmd.response(RC.SYSTEM_ERROR, f"the transaction's records were not stored (writer status {bad[0]})")
         self.counts[S.TX_COMMITS if decision == transaction.COMMIT else S.TX_ROLLBACKS] += 1
         return cmd.response(RC.SUCCESS, None)
-
-    def _half(self, phys: int):
-        """(header, body, properties) of the half message stored at ``phys``, or None when none is."""
-        s = self.view.stored(phys)
-        if s is None or s.topic != transaction.HALF_TOPIC_BYTES:
-            return None
-        return s.head, s.body, s.props
 
     @staticmethod
     def _mismatch(head, props: bytes, h) -> str | None:
