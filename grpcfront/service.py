@@ -22,14 +22,15 @@ import time
 import grpc
 from google.protobuf.message import DecodeError
 
-from rocketbox.grpcfront import convert, v2
+from rocketbox.grpcfront import convert, transactions, v2
 from rocketbox.grpcfront.consume import SimpleConsumers
+from rocketbox.grpcfront.transactions import Transactions
 from rocketbox.net.role import ServerRole
 from rocketbox.shm import protocol as P
 from rocketbox.shm.context import ReaderContext
 from rocketbox.shm.layout import C, T
 from rocketbox.shm.ringclient import RingClient
-from rocketbox.store import message, timer
+from rocketbox.store import message, timer, transaction
 from rocketbox.store.topicconfig import PERM_READ, PERM_WRITE
 
 log = logging.getLogger("rocketbox.grpcfront")
@@ -48,6 +49,8 @@ class GrpcFront(ReaderContext, ServerRole):
     async def serve(self) -> None:
         self.open_context()
         self.consumers = SimpleConsumers(self)
+        self.tx = Transactions(self)
+        await self.tx.start()
         server = grpc.aio.server()
         server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(v2.SERVICE, self._handlers())])
         server.add_insecure_port(f"0.0.0.0:{self.cfg.grpcListenPort}")
@@ -60,6 +63,7 @@ class GrpcFront(ReaderContext, ServerRole):
                 self.consumers.tick()
         finally:
             await server.stop(1.0)
+            await self.tx.close()
             self.consumers.close()
             self.close_context()
 
@@ -72,7 +76,7 @@ class GrpcFront(ReaderContext, ServerRole):
     def _handlers(self) -> dict:
         c = self.consumers
         served = {"QueryRoute": self.query_route, "Heartbeat": self.heartbeat, "SendMessage": self.send_message,
-                  "NotifyClientTermination": self.notify_termination, "AckMessage": c.ack,
+                  "NotifyClientTermination": self.notify_termination, "AckMessage": c.ack, "EndTransaction": self.tx.end,
                   "ChangeInvisibleDuration": c.change_invisible, "ForwardMessageToDeadLetterQueue": c.forward_to_dlq}
         out = {}
         for m in self.proto.methods:
@@ -118,29 +122,45 @@ class GrpcFront(ReaderContext, ServerRole):
     async def notify_termination(self, _request, _context):
         return self.status(self.proto.NotifyClientTerminationResponse())
 
-    async def telemetry(self, commands, _context):
-        """The client's settings, answered with the broker's for it (what a client waits for before
-        it starts): a producer's largest body (``maxMessageSize``); a consumer's group as
-        configured: FIFO or not (``consumeMessageOrderly``), its deliveries before the dead-letter
-        queue (``retryMaxTimes`` + 1) and the 4.x delay levels between them, as the 5.x proxy
-        answers; then each later settings sync the same way."""
-        async for command in commands:
-            if command.WhichOneof("command") != "settings":
-                continue
-            reply = self.proto.TelemetryCommand()
-            settings = reply.settings
-            settings.CopyFrom(command.settings)
-            settings.publishing.max_body_size = self.cfg.maxMessageSize
-            settings.publishing.validate_message_type = False
-            sg = self.group(command.settings.subscription.group.name) if command.settings.HasField("subscription") else None
-            if sg is not None:
-                settings.subscription.fifo = bool(sg.get("consumeMessageOrderly", False))
-                settings.backoff_policy.max_attempts = int(sg.get("retryMaxTimes", 16)) + 1
-                settings.backoff_policy.customized_backoff.Clear()
-                for ms in self.cfg.delay_levels_ms:
-                    settings.backoff_policy.customized_backoff.next.add().FromMilliseconds(ms)
-            self.status(reply)
-            yield reply
+    async def telemetry(self, commands, context):
+        """A client's Telemetry stream: each settings command answered with the broker's settings
+        for it (what a client waits for before it starts), its topics kept for the transactions'
+        check-back; the check-back's commands written to it as they come (``Transactions``)."""
+        stream = self.tx.opened()
+        client_id = dict(context.invocation_metadata() or ()).get("x-mq-client-id", "")
+        peer = "%s:%d" % _peer(context.peer())
+
+        async def write() -> None:
+            while True:
+                await context.write(await stream.out.get())
+        writer = asyncio.ensure_future(write())
+        try:
+            async for command in commands:
+                if command.WhichOneof("command") == "settings":
+                    self.tx.settled(stream, command.settings, client_id, peer)
+                    stream.out.put_nowait(self._settings_reply(command.settings))
+        finally:
+            writer.cancel()
+            self.tx.closed(stream)
+
+    def _settings_reply(self, asked):
+        """The broker's settings for a client: a producer's largest body (``maxMessageSize``); a
+        consumer's group as configured: FIFO or not (``consumeMessageOrderly``), its deliveries
+        before the dead-letter queue (``retryMaxTimes`` + 1) and the 4.x delay levels between
+        them, as the 5.x proxy answers."""
+        reply = self.proto.TelemetryCommand()
+        settings = reply.settings
+        settings.CopyFrom(asked)
+        settings.publishing.max_body_size = self.cfg.maxMessageSize
+        settings.publishing.validate_message_type = False
+        sg = self.group(asked.subscription.group.name) if asked.HasField("subscription") else None
+        if sg is not None:
+            settings.subscription.fifo = bool(sg.get("consumeMessageOrderly", False))
+            settings.backoff_policy.max_attempts = int(sg.get("retryMaxTimes", 16)) + 1
+            settings.backoff_policy.customized_backoff.Clear()
+            for ms in self.cfg.delay_levels_ms:
+                settings.backoff_policy.customized_backoff.next.add().FromMilliseconds(ms)
+        return self.status(reply)
 
     async def query_route(self, request, _context):
         """A topic's queues (read and write ones as 4.x's route has them), this endpoint as the
@@ -159,7 +179,8 @@ class GrpcFront(ReaderContext, ServerRole):
             q.permission = self.proto.enum("Permission", _PERMISSION[perm])
             q.broker.name, q.broker.id = self.cfg.brokerName, 0
             q.broker.endpoints.CopyFrom(request.endpoints)
-            q.accept_message_types.extend([self.proto.enum("MessageType", t) for t in ("NORMAL", "FIFO", "DELAY")])
+            q.accept_message_types.extend([self.proto.enum("MessageType", t) for t in ("NORMAL", "FIFO", "DELAY",
+                                                                                     "TRANSACTION")])
         return self.status(response)
 
     async def send_message(self, request, context):
@@ -172,11 +193,16 @@ class GrpcFront(ReaderContext, ServerRole):
         host = _peer(context.peer())
         born_ip, born_port, _v6 = message.pack_host(host)
         ring = self.link.ring
+        halves = []
         for m in request.messages:
             try:
                 tidx, qid = self._destination(m)
-                props = message.encode_properties(convert.properties_of(m)).encode()
-                tidx, topic, qid, props = self._placed(tidx, m.topic.name, qid, props)
+                if m.system_properties.message_type == self.proto.enum("MessageType", "TRANSACTION"):
+                    props = self.tx.half_properties(convert.properties_of(m), m.topic.name, qid)
+                    tidx, topic, qid = self._half_topic(), transaction.HALF_TOPIC_BYTES, 0
+                else:
+                    props = message.encode_properties(convert.properties_of(m)).encode()
+                    tidx, topic, qid, props = self._placed(tidx, m.topic.name, qid, props)
                 body = convert.body_of(m, self.cfg.maxMessageSize)
             except convert.Refused as e:
                 return self.status(response, e.code, str(e))
@@ -190,6 +216,7 @@ class GrpcFront(ReaderContext, ServerRole):
             sizes.append(len(record))
             records.append(record)
             ids.append(sp.message_id)
+            halves.append(topic == transaction.HALF_TOPIC_BYTES)
         results, failure = await self.link.appended(rows, sizes, records)
         if results is None:
             return self.status(response, "INTERNAL_SERVER_ERROR", f"not stored: {failure[1]}")
@@ -200,11 +227,19 @@ class GrpcFront(ReaderContext, ServerRole):
         refused = await self._durable(max(r[P.RESULT_AT.end_offset] for r in results))
         if refused is not None:
             return self.status(response, *refused)
-        for res, msg_id in zip(results, ids):
+        for res, msg_id, size, half in zip(results, ids, sizes, halves):
             entry = response.entries.add()
             self.status(entry)
             entry.message_id, entry.offset = msg_id, res[P.RESULT_AT.queue_offset]
+            if half:                    # (the half's CommitLog offset: where its record ends, less its size)
+                entry.transaction_id = transactions.transaction_id(res[P.RESULT_AT.end_offset] - size, entry.offset)
         return self.status(response)
+
+    def _half_topic(self) -> int:
+        tidx = self.topics.lookup(transaction.HALF_TOPIC)
+        if tidx is None:
+            raise convert.Refused("INTERNAL_SERVER_ERROR", f"{transaction.HALF_TOPIC} is missing from the topic table")
+        return tidx
 
     def _destination(self, m) -> tuple[int, int]:
         """(topic index, queue id) a message goes to; Refused for one this step does not store."""
@@ -216,8 +251,11 @@ class GrpcFront(ReaderContext, ServerRole):
             raise convert.Refused("FORBIDDEN", f"the topic[{topic}] sending message is forbidden")
         sp = m.system_properties
         if sp.message_type == self.proto.enum("MessageType", "TRANSACTION"):
-            raise convert.Refused("NOT_IMPLEMENTED", "transactional messages are not served over gRPC by this broker "
-                                                     "yet: send them with a 4.x client")
+            if self.cfg.rejectTransactionMessage:
+                raise convert.Refused("FORBIDDEN", "this broker takes no transactional message (rejectTransactionMessage)")
+            if sp.HasField("delivery_timestamp") or (sp.HasField("message_group") and sp.message_group):
+                raise convert.Refused("MESSAGE_PROPERTY_CONFLICT_WITH_TYPE", "a transactional message has no delivery "
+                                                                             "time and no message group")
         qid = sp.queue_id
         if not 0 <= qid < meta[T.WRITE_QUEUE_NUMS]:
             raise convert.Refused("BAD_REQUEST", f"queue {qid} of topic {topic} does not take messages")

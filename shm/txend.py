@@ -55,7 +55,7 @@ async def end(link, topics, half: Half, commit: bool) -> Ended:
     rows, sizes, records = [], [], []
     if commit:
         committed = transaction.committed_record(head, body, props, head.phys_offset)
-        real = message.property_value(props, transaction.REAL_TOPIC).decode("utf-8", "surrogateescape")
+        real = (message.property_value(props, transaction.REAL_TOPIC) or b"").decode("utf-8", "surrogateescape")
         tidx = topics.lookup(real)
         if tidx is None:
             return Ended(False, False, f"topic[{real}] not exist, apply first please!", "TOPIC_NOT_EXIST")

@@ -212,6 +212,45 @@ def test_bad_requests_get_grpc_and_5x_codes_and_store_nothing(appliance_factory)
 
 
 @NEEDS_5X
+def test_the_5x_transactional_producer_commits_rolls_back_and_answers_the_check_back(appliance_factory):
+    """Three 5.x half messages: the committed one is delivered, the rolled-back one never, the one
+    left open is checked back over the producer's Telemetry stream and committed by its checker's
+    answer; a made-up transaction id is refused."""
+    app = appliance_factory(grpc=True, transactionTimeOut=1000, transactionCheckInterval=1000).start()
+    create_topic(app, "Grpc5T", 1)
+    lines = run_5x("transact.py", f"127.0.0.1:{app.cfg.grpcListenPort}", "Grpc5T", timeout=90)
+    sent = {ln.split()[1]: ln.split()[2] for ln in lines if ln.startswith("sent ")}
+    assert sorted(sent) == ["commit", "open", "rollback"], lines
+    assert [ln.split()[1:] for ln in lines if ln.startswith("checked ")] == [[sent["open"], "COMMIT", "tx-open"]], lines
+    deadline, got = time.monotonic() + 10, []
+    w = Wire("127.0.0.1", app.cfg.listenPort)
+    try:
+        while len(got) < 2:
+            assert time.monotonic() < deadline, got
+            time.sleep(0.2)
+            asyncio.run(dispatched(app))
+            got = message.decode_records(pull(w, "Grpc5T", 0).body)
+        time.sleep(1)
+        asyncio.run(dispatched(app))
+        got = message.decode_records(pull(w, "Grpc5T", 0).body)
+    finally:
+        w.close()
+    assert sorted((r.body, r.properties["UNIQ_KEY"], r.properties["TAGS"]) for r in got) == sorted(
+        [(b"tx-commit", sent["commit"], "TagT"), (b"tx-open", sent["open"], "TagT")])
+    raw = Raw(app.cfg.grpcListenPort)
+    try:
+        for tid in ("nope", "rbxtx1.fffff.0"):         # not one; of no half
+            req = raw.proto.EndTransactionRequest(transaction_id=tid, message_id="X",
+                                                  resolution=raw.proto.enum("TransactionResolution", "COMMIT"))
+            req.topic.name = "Grpc5T"
+            assert raw.call("EndTransaction", req, raw.proto.EndTransactionResponse).status.code == \
+                raw.proto.code("INVALID_TRANSACTION_ID")
+    finally:
+        raw.close()
+    assert app.stop() == 0
+
+
+@NEEDS_5X
 @pytest.mark.skipif(javaclient.missing() is not None, reason=str(javaclient.missing()))
 def test_the_java_4x_producers_messages_reach_the_5x_consumer(appliance_factory, request, tmp_path):
     """The real Java 4.9.8 producer's sends, received by the 5.x SimpleConsumer: each once, its
