@@ -22,7 +22,7 @@ import time
 import grpc
 from google.protobuf.message import DecodeError
 
-from rocketbox.grpcfront import convert, transactions, v2
+from rocketbox.grpcfront import consume, convert, transactions, v2
 from rocketbox.grpcfront.consume import SimpleConsumers
 from rocketbox.grpcfront.transactions import Transactions
 from rocketbox.net.role import ServerRole
@@ -77,6 +77,7 @@ class GrpcFront(ReaderContext, ServerRole):
         c = self.consumers
         served = {"QueryRoute": self.query_route, "Heartbeat": self.heartbeat, "SendMessage": self.send_message,
                   "NotifyClientTermination": self.notify_termination, "AckMessage": c.ack, "EndTransaction": self.tx.end,
+                  "QueryAssignment": self.query_assignment,
                   "ChangeInvisibleDuration": c.change_invisible, "ForwardMessageToDeadLetterQueue": c.forward_to_dlq}
         out = {}
         for m in self.proto.methods:
@@ -155,7 +156,12 @@ class GrpcFront(ReaderContext, ServerRole):
         settings.publishing.validate_message_type = False
         sg = self.group(asked.subscription.group.name) if asked.HasField("subscription") else None
         if sg is not None:
-            settings.subscription.fifo = bool(sg.get("consumeMessageOrderly", False))
+            sub = settings.subscription
+            sub.fifo = bool(sg.get("consumeMessageOrderly", False))
+            if not sub.long_polling_timeout.ToMilliseconds():        # (a push consumer asks none: it polls this long)
+                sub.long_polling_timeout.FromMilliseconds(consume.DEFAULT_POLL_MS)
+            if not sub.receive_batch_size:
+                sub.receive_batch_size = consume.MAX_BATCH
             settings.backoff_policy.max_attempts = int(sg.get("retryMaxTimes", 16)) + 1
             settings.backoff_policy.customized_backoff.Clear()
             for ms in self.cfg.delay_levels_ms:
@@ -181,6 +187,26 @@ class GrpcFront(ReaderContext, ServerRole):
             q.broker.endpoints.CopyFrom(request.endpoints)
             q.accept_message_types.extend([self.proto.enum("MessageType", t) for t in ("NORMAL", "FIFO", "DELAY",
                                                                                      "TRANSACTION")])
+        return self.status(response)
+
+    async def query_assignment(self, request, _context):
+        """A push consumer's queues: all of the topic's on this broker, as one assignment of queue
+        -1 (a receive from it takes any readable queue), as the 5.x proxy assigns a broker's
+        queues in cluster mode (pop)."""
+        response = self.proto.QueryAssignmentResponse()
+        topic = request.topic.name
+        meta = self.topics.live(topic)[1]
+        if meta is None:
+            return self.status(response, "TOPIC_NOT_FOUND", f"topic {topic} not found")
+        if self.group(request.group.name) is None:
+            return self.status(response, "CONSUMER_GROUP_NOT_FOUND", f"consumer group {request.group.name} not found")
+        if meta[T.PERM] & PERM_READ and meta[T.READ_QUEUE_NUMS]:
+            q = response.assignments.add().message_queue
+            q.topic.CopyFrom(request.topic)
+            q.id = -1
+            q.permission = self.proto.enum("Permission", _PERMISSION[meta[T.PERM] & (PERM_READ | PERM_WRITE)])
+            q.broker.name, q.broker.id = self.cfg.brokerName, 0
+            q.broker.endpoints.CopyFrom(request.endpoints)
         return self.status(response)
 
     async def send_message(self, request, context):

@@ -251,6 +251,24 @@ def test_the_5x_transactional_producer_commits_rolls_back_and_answers_the_check_
 
 
 @NEEDS_5X
+def test_the_5x_push_consumer_is_assigned_the_queues_and_gets_a_failed_message_again(appliance_factory):
+    """QueryAssignment and the push consumer's receives: every message consumed; the one its
+    listener failed comes again after the first back-off (the 4.x delay levels: 1 s), attempt 2."""
+    app = appliance_factory(grpc=True).start()
+    create_topic(app, "Grpc5P", 2)
+    w = Wire("127.0.0.1", app.cfg.listenPort)
+    try:
+        for i in range(6):
+            assert send_v2(w, "Grpc5P", b"p-%d" % i, queue=i % 2).code == 0
+    finally:
+        w.close()
+    lines = run_5x("push.py", f"127.0.0.1:{app.cfg.grpcListenPort}", "Grpc5P", "G5P", "6", timeout=90)
+    consumed = [tuple(ln.split()[1:]) for ln in lines if ln.startswith("consumed ")]
+    assert sorted(consumed) == sorted([(f"p-{i}", "1") for i in range(6)] + [("p-0", "2")]), lines
+    assert app.stop() == 0
+
+
+@NEEDS_5X
 @pytest.mark.skipif(javaclient.missing() is not None, reason=str(javaclient.missing()))
 def test_the_java_4x_producers_messages_reach_the_5x_consumer(appliance_factory, request, tmp_path):
     """The real Java 4.9.8 producer's sends, received by the 5.x SimpleConsumer: each once, its
@@ -374,4 +392,54 @@ def test_a_restarted_front_keeps_its_leases_acks_and_attempts(appliance_factory)
     finally:
         raw.close()
         w.close()
+    assert app.stop() == 0
+
+
+def test_a_fifo_group_gets_a_queue_in_order_one_batch_at_a_time(appliance_factory):
+    """A FIFO group (consumeMessageOrderly, as 5.x's group config) takes nothing more from a queue
+    while a message of it is invisible, gets that message again (its attempt counted) before any
+    after it, and the next once it is acked; a group that is not FIFO takes the next at once."""
+    app = appliance_factory(grpc=True, grpcMinInvisibleTimeMs=1000).start()
+    create_topic(app, "Grpc5F", 1)
+    make_group(app, "GF", consumeMessageOrderly=True)
+    w = Wire("127.0.0.1", app.cfg.listenPort)
+    raw = Raw(app.cfg.grpcListenPort)
+    ok = raw.proto.code("OK")
+
+    def take(group: str, poll_ms: int = 0) -> list:
+        return [(r.message.body, r.message.system_properties.delivery_attempt, r.message.system_properties.receipt_handle)
+                for r in raw.receive(group, "Grpc5F", batch=1, poll_ms=poll_ms) if r.HasField("message")]
+    try:
+        for i in range(3):
+            assert send_v2(w, "Grpc5F", b"f-%d" % i).code == 0
+        asyncio.run(dispatched(app))
+        [(body, attempt, handle)] = take("GF")
+        assert (body, attempt) == (b"f-0", 1)
+        assert take("GF") == []                                        # f-0 is invisible: the queue waits
+        assert [b for b, _a, _h in take("GN")] == [b"f-0"] and [b for b, _a, _h in take("GN")] == [b"f-1"]   # not FIFO
+        assert raw.change("GF", "Grpc5F", handle, 1000).status.code == ok
+        [(body, attempt, handle)] = take("GF", poll_ms=5000)           # due again: f-0 first, attempt 2
+        assert (body, attempt) == (b"f-0", 2)
+        assert raw.ack("GF", "Grpc5F", handle).status.code == ok
+        assert [(b, a) for b, a, _h in take("GF")] == [(b"f-1", 1)]
+    finally:
+        raw.close()
+        w.close()
+    assert app.stop() == 0
+
+
+def test_a_sync_master_send_with_no_slave_is_refused_ha_not_available(appliance_factory):
+    """SYNC_MASTER: a 5.x send waits for a slave as a 4.x one does; with none connected it is
+    answered HA_NOT_AVAILABLE at once (4.x's SLAVE_NOT_AVAILABLE, as the 5.x proxy maps it)."""
+    app = appliance_factory(grpc=True, brokerRole="SYNC_MASTER").start()
+    create_topic(app, "Grpc5S", 1)
+    raw = Raw(app.cfg.grpcListenPort)
+    try:
+        send = raw.proto.SendMessageRequest()
+        m = send.messages.add()
+        m.topic.name, m.body, m.system_properties.message_id = "Grpc5S", b"x", "S1"
+        got = raw.call("SendMessage", send, raw.proto.SendMessageResponse)
+        assert got.status.code == raw.proto.code("HA_NOT_AVAILABLE"), got
+    finally:
+        raw.close()
     assert app.stop() == 0
