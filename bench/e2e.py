@@ -34,8 +34,14 @@ CPU steadiness for ``--box-seconds``: how fast this box runs Python right now (i
 every ``--metrics-every`` s (1) all along, as a Prometheus would; 0 runs the appliance without it,
 so the two can be compared.
 
+The gRPC rows (RocketMQ 5.x's protocol, issue #55; ``--no-grpc`` leaves them out) are rocketbox's
+alone: the appliance runs its gRPC front too, and after its 4.x rows ``bench.grpc``'s raw gRPC
+load (``grpc.aio``, the same procs x conns x window, one message a SendMessage) and the official
+Python 5.x client's synchronous sends (``--grpc-client-threads`` threads) run against it, each
+printed beside the remoting path's single sends of the same run.
+
     .venv/bin/python -m bench.e2e [--seconds 5] [--procs 2] [--conns 4] [--window 16] [--batch 32] [--binary]
-                                  [--no-rocketmq] [--rocketmq DIR] [--rocketmq-warmup 8]
+                                  [--no-rocketmq] [--rocketmq DIR] [--rocketmq-warmup 8] [--no-grpc]
 
 Transactions, request-reply and SQL92-filtered consumes, which need a client's logic between
 requests (an END_TRANSACTION after each half's answer, a responder), are ``bench.features``' rows,
@@ -67,6 +73,7 @@ import psutil
 from bench import hiccups
 from bench.appliance import BenchAppliance, wait_port
 from rocketbox.appliance import config
+from rocketbox.grpcfront import v2
 from rocketbox.remoting import codec
 from rocketbox.remoting.codec import Command
 from rocketbox.remoting.codes import RequestCode as R
@@ -438,14 +445,16 @@ def with_cpu(server, run, *args, **kwargs) -> dict:
 class RocketboxServer:
     name = "rocketbox"
 
-    def __init__(self, mode: str, base: str, port: int, readers: int, metrics_every: float = 1.0):
+    def __init__(self, mode: str, base: str, port: int, readers: int, metrics_every: float = 1.0, grpc: bool = False):
         """``metrics_every``: seconds between two scrapes of the metrics role's /metrics, as a
-        Prometheus would make them, all along (0: no metrics role)."""
+        Prometheus would make them, all along (0: no metrics role); ``grpc``: the gRPC front too,
+        on ``port`` + 33 (``grpc_endpoint``)."""
         self.port, self.mode, self.metrics_every = port, mode, metrics_every
+        self.grpc_endpoint = f"127.0.0.1:{port + 33}" if grpc else None
         self.app = BenchAppliance(f"rbx-e2e-{mode}-", base, {
             "flushDiskType": mode, "listenPort": port, "brokerName": "bench", "brokerIP1": "127.0.0.1",
             "shmPrefix": "/rbx-e2e", "namesrvAddr": "", "readerProcessNums": readers,
-            **({} if metrics_every > 0 else {"metricsPort": 0})})
+            **({} if metrics_every > 0 else {"metricsPort": 0}), **({"grpcListenPort": port + 33} if grpc else {})})
         self.dir, self.conf = self.app.dir, self.app.conf
         self.scraping = threading.Event()
         self.scrapes, self.scrape_failures = 0, 0
@@ -625,6 +634,8 @@ def main() -> None:
     ap.add_argument("--rocketmq-warmup", type=float, default=8,
                     help="RocketMQ's warm-up per row, for its JIT (at least 8 s for figures worth quoting)")
     ap.add_argument("--box-seconds", type=float, default=2, help="bench.hiccups' CPU steadiness check first (0: skip)")
+    ap.add_argument("--no-grpc", action="store_true", help="leave out the gRPC rows (RocketMQ 5.x's protocol, rocketbox only)")
+    ap.add_argument("--grpc-client-threads", type=int, default=8, help="threads of the official 5.x client's gRPC row")
     ap.add_argument("--metrics-every", type=float, default=1.0,
                     help="seconds between scrapes of rocketbox's /metrics during its rows (0: no metrics role)")
     args = ap.parse_args()
@@ -638,10 +649,12 @@ def main() -> None:
         sys.exit(f"bench.e2e: no Apache RocketMQ 4.9.8 at {args.rocketmq} (its rmq script) or no java on PATH; "
                  f"--rocketmq DIR, or --no-rocketmq")
     redis_version = subprocess.run([args.redis_server, "--version"], capture_output=True, text=True).stdout.strip()
+    with_grpc = not args.no_grpc and os.path.isdir(os.path.join(v2.default_dir(), "rocketmq", "v5"))
     print(f"# e2e benchmark: body={args.body}B seconds={args.seconds} warmup={args.warmup} procs={args.procs} "
           f"conns/proc={args.conns} window={args.window} batch={args.batch}x{args.batch_window} rate={args.rate:.0f} "
           f"readers={args.readers} send-headers={'ROCKETMQ' if args.binary else 'JSON'} "
-          f"metrics={f'scraped every {args.metrics_every:g} s' if args.metrics_every > 0 else 'off'} cpus={os.cpu_count()} "
+          f"metrics={f'scraped every {args.metrics_every:g} s' if args.metrics_every > 0 else 'off'} "
+          f"grpc={f'{v2.PROTOCOL} client-threads={args.grpc_client_threads}' if with_grpc else 'off'} cpus={os.cpu_count()} "
           f"store={args.dir or tempfile.gettempdir()}")
     print(f"# {redis_version}; appendonly yes; " + (f"Apache RocketMQ 4.9.8 ({args.rocketmq}), 1 GiB heap, "
                                                    f"warm-up {max(args.warmup, args.rocketmq_warmup):g} s per row; "
@@ -659,7 +672,8 @@ def main() -> None:
     for mode in args.modes.split(","):
         fsync = PAIRS[mode]
         rows: dict = collections.defaultdict(dict)
-        servers = [RocketboxServer(mode, args.dir, args.port, args.readers, args.metrics_every)]
+        servers = [RocketboxServer(mode, args.dir, args.port, args.readers, args.metrics_every, grpc=with_grpc)]
+        grpc_rows: dict = {}
         if with_rmq:
             servers.append(RocketMQServer(mode, args.dir, args.port + 200, args.rocketmq))
         servers.append(RedisServer(fsync, args.dir, args.port + 100, args.redis_server))
@@ -682,6 +696,13 @@ def main() -> None:
                     server, run_load, proto, server.port, single, run_args, args.window, rate=args.rate)
                 server.prepare_consume()
                 rows["consume"][proto] = with_cpu(server, run_consume, server, args)
+                if isinstance(server, RocketboxServer) and server.grpc_endpoint:
+                    from bench import grpc as grpc_bench  # (it imports this module: here, not at the top)
+                    run_args.client_threads = args.grpc_client_threads
+                    grpc_rows["gRPC send single (raw)"] = with_cpu(server, grpc_bench.run_grpc,
+                                                                           server.grpc_endpoint, run_args)
+                    grpc_rows["gRPC send (5.x Python client)"] = with_cpu(server, grpc_bench.run_client,
+                                                                         server.grpc_endpoint, run_args)
             finally:
                 server.stop()
         for row, r in rows.items():
@@ -698,6 +719,14 @@ def main() -> None:
                 f"{name}: " + " ".join(f"{k} {v:.1f}" for k, v in sorted(r[name]["cpu"].items()) if v >= 0.05)
                 + f" ({r[name]['cpu_pct']:.0f}% of a core; load generator {r[name]['gen_pct']:.0f}%)"
                 for name in names), flush=True)
+        remoting = rows["send single"]["rocketbox"]["msgs_per_s"]
+        for row, r in grpc_rows.items():              # rocketbox alone: RocketMQ 4.9.8 and Redis have no gRPC front
+            print(f"{mode + ' ' + row:<40} {r['msgs_per_s']:>10.0f}   {r['p50']:.2f}/{r['p99']:.2f}/{r['p999']:.2f}"
+                  f"   (rocketbox only; its remoting send single: {remoting:.0f} msgs/s, "
+                  f"{remoting / max(r['msgs_per_s'], 1):.1f}x)" + (f"  errors: {r['errors']}" if r.get("errors") else ""),
+                  flush=True)
+            print("#   gRPC CPU µs/msg rocketbox: " + " ".join(f"{k} {v:.1f}" for k, v in sorted(r["cpu"].items()) if v >= 0.05)
+                  + f" ({r['cpu_pct']:.0f}% of a core; load generator {r['gen_pct']:.0f}%)", flush=True)
         rbx = servers[0]
         if isinstance(rbx, RocketboxServer) and rbx.metrics_every > 0:
             print(f"#   rocketbox's /metrics (its metrics role): {rbx.scrapes} scrapes answered, "

@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import collections
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -40,19 +41,21 @@ endpoint, topic, seconds, warmup, threads = sys.argv[1], sys.argv[2], float(sys.
 p = Producer(ClientConfiguration(endpoint, Credentials()), (topic,))
 p.startup()
 t0 = time.perf_counter(); m0, t_end = t0 + warmup, t0 + warmup + seconds
-lats, lock = [], threading.Lock()
+lats, total, lock = [], [0], threading.Lock()
 def run():
     m = Message(); m.topic, m.body, m.tag = topic, b"x" * 1024, "TagA"
     while (now := time.perf_counter()) < t_end:
         p.send(m)
         t = time.perf_counter()
+        with lock:
+            total[0] += 1
         if now >= m0:
             with lock:
                 lats.append(t - now)
 ts = [threading.Thread(target=run) for _ in range(threads)]
 [t.start() for t in ts]; [t.join() for t in ts]
 p.shutdown()
-print(len(lats), " ".join("%.6f" % x for x in lats))
+print(total[0], len(lats), " ".join("%.6f" % x for x in lats))
 """
 
 
@@ -84,10 +87,10 @@ def _grpc_load(endpoint: str, conns: int, window: int, seconds: float, warmup: f
                  for ch in channels]
         t0 = time.perf_counter()
         m0, t_end = t0 + warmup, t0 + warmup + seconds
-        acked, errors, lats, issued = 0, collections.Counter(), [], [0]
+        acked, total, errors, lats, issued = 0, 0, collections.Counter(), [], [0]
 
         async def worker(call, k: int):
-            nonlocal acked
+            nonlocal acked, total
             while (now := time.perf_counter()) < t_end:
                 if rate > 0:
                     due = t0 + issued[0] / rate
@@ -100,34 +103,37 @@ def _grpc_load(endpoint: str, conns: int, window: int, seconds: float, warmup: f
                 k += conns * window
                 if r.status.code != ok:
                     errors[r.status.code] += 1
-                elif sent >= m0:
+                    continue
+                total += 1
+                if sent >= m0:
                     acked += 1
                     lats.append(time.perf_counter() - sent)
         await asyncio.gather(*(worker(calls[c], c * window + w) for c in range(conns) for w in range(window)))
         for ch in channels:
             await ch.close()
-        return acked, dict(errors), lats
-    acked, errors, lats = asyncio.run(main())
-    out.put({"acked": acked, "errors": errors, "lat": np.array(lats, dtype=np.float64)})
+        return acked, total, dict(errors), lats
+    acked, total, errors, lats = asyncio.run(main())
+    out.put({"acked": acked, "total": total, "errors": errors, "lat": np.array(lats, dtype=np.float64)})
 
 
 def run_grpc(endpoint: str, args, rate: float = 0.0) -> dict:
     res, gen_cpu = _fan_out(_grpc_load, [(endpoint, args.conns, args.window, args.seconds, args.warmup,
                                           rate / args.procs)] * args.procs, timeout=args.seconds + args.warmup + 120)
-    return summarize(res, args.seconds, gen_cpu)
+    return {**summarize(res, args.seconds, gen_cpu), "msgs": sum(r["total"] for r in res)}
 
 
 def run_client(endpoint: str, args) -> dict:
     """The official Python 5.x client, in its own process (``PYTHONPATH=<venv>/rocketmq5``)."""
-    t = time.process_time()
+    t = resource.getrusage(resource.RUSAGE_CHILDREN)
     p = subprocess.run([sys.executable, "-c", CLIENT, endpoint, TOPIC, str(args.seconds), str(args.warmup),
                         str(args.client_threads)], env=dict(os.environ, PYTHONPATH=v2.default_dir()),
                        capture_output=True, text=True, timeout=args.seconds + args.warmup + 120, cwd="/tmp")
     if p.returncode:
         raise RuntimeError(f"the 5.x client failed: {p.stderr[-2000:]}")
-    n, *lats = p.stdout.split()
+    total, n, *lats = p.stdout.split()
     res = [{"acked": int(n), "errors": {}, "lat": np.array([float(x) for x in lats])}]
-    return summarize(res, args.seconds, time.process_time() - t)
+    u = resource.getrusage(resource.RUSAGE_CHILDREN)          # (the client's process: the load generator)
+    return {**summarize(res, args.seconds, u.ru_utime + u.ru_stime - t.ru_utime - t.ru_stime), "msgs": int(total)}
 
 
 def main() -> None:

@@ -21,7 +21,7 @@ def test_e2e_bench_prints_every_row_for_the_three_servers(tmp_path):
     port = 29000 + (os.getpid() % 10) * 300     # its own ports: above the harness's, below the ephemeral range
     r = subprocess.run([sys.executable, "-m", "bench.e2e", "--seconds", "0.5", "--warmup", "0.2",
                         "--rocketmq-warmup", "1", "--modes", "ASYNC_FLUSH", "--rate", "2000", "--port", str(port),
-                        "--dir", str(tmp_path), "--box-seconds", "0.5"],
+                        "--dir", str(tmp_path), "--box-seconds", "0.5", "--no-grpc"],
                        cwd=ROOT, capture_output=True, text=True, timeout=170)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "errors" not in r.stdout, r.stdout
@@ -52,12 +52,13 @@ def test_e2e_bench_prints_every_row_for_the_three_servers(tmp_path):
 
 def test_e2e_bench_with_binary_headers_and_no_metrics_role(tmp_path):
     """The ROCKETMQ binary headers, rocketbox without its metrics role (``--metrics-every 0``), and
-    Redis alone beside it (``--no-rocketmq``)."""
+    Redis alone beside it (``--no-rocketmq``); the gRPC rows, rocketbox's alone, beside its remoting
+    single sends."""
     port = 29000 + (os.getpid() % 10) * 300 + 100
     r = subprocess.run([sys.executable, "-m", "bench.e2e", "--seconds", "0.5", "--warmup", "0.2", "--no-rocketmq",
                         "--modes", "ASYNC_FLUSH", "--rate", "2000", "--port", str(port), "--dir", str(tmp_path),
-                        "--box-seconds", "0", "--binary", "--metrics-every", "0"],
-                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+                        "--box-seconds", "0", "--binary", "--metrics-every", "0", "--grpc-client-threads", "2"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=150)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "errors" not in r.stdout and "send-headers=ROCKETMQ metrics=off " in r.stdout, r.stdout
     rows = {m.group(1).strip(): (float(m.group(2)), float(m.group(3)))
@@ -67,6 +68,11 @@ def test_e2e_bench_with_binary_headers_and_no_metrics_role(tmp_path):
     roles = re.findall(r"^#   CPU µs/msg rocketbox: (.+?) \(", r.stdout, re.M)
     assert len(roles) == 4 and all("reader-0" in line for line in roles), roles
     assert "/metrics" not in r.stdout                             # no metrics role, nothing scraped
+    grpc = {m.group(1): float(m.group(2)) for m in re.finditer(
+        r"^ASYNC_FLUSH (gRPC .+?)\s{2,}(\d+)\s+[\d.]+/[\d.]+/[\d.]+\s+\(rocketbox only; its remoting send single: (\d+)",
+        r.stdout, re.M)}
+    assert sorted(grpc) == ["gRPC send (5.x Python client)", "gRPC send single (raw)"] and all(grpc.values()), r.stdout
+    assert len(re.findall(r"^#   gRPC CPU µs/msg rocketbox: .*\bgrpc \d", r.stdout, re.M)) == 2, r.stdout
 
 
 def test_client_bench_prints_the_python_and_java_clients_cpu_per_message(tmp_path):
