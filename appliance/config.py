@@ -151,8 +151,8 @@ TABLE = (
     ("readerProcessNums", _int_in(1, 64), "2", "reader processes behind HAProxy"),
     ("readerPortBase", _int_in(0, 65535), "0", "reader i listens on 127.0.0.1:<base + i> (0: listenPort + 20)"),
     ("metricsPort", _int_in(0, 65535), "5557", "the metrics role serves Prometheus' /metrics here (0: no metrics role)"),
-    ("grpcListenPort", _int_in(0, 65535), "0", "the gRPC front serves RocketMQ 5.x's clients here (the 5.x proxy's "
-                                              "default is 8081; 0: no gRPC front)"),
+    ("grpcListenPort", _int_in(0, 65535), "8081", "the gRPC front serves RocketMQ 5.x's clients here (the 5.x "
+                                                 "proxy's port; 0: no gRPC front)"),
     ("grpcMinInvisibleTimeMs", _int_in(1, 43_200_000), "10000",
      "shortest invisible time a 5.x consumer's receive may ask (the 5.x proxy's minInvisibleTimeMillsForRecv)"),
     ("startNameServer", _bool, "true", "appliance start runs a name server on namesrvAddr's first address when it is "

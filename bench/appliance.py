@@ -29,6 +29,7 @@ class BenchAppliance:
         self.log_path = os.path.join(self.dir, "appliance.log")
         if "listenPort" in settings:         # the metrics role's port beside the broker's, not 5557 for every run
             settings = {"metricsPort": int(settings["listenPort"]) + 31, **settings}
+        settings = {"grpcListenPort": 0, **settings}     # (no gRPC front unless a bench asks for one)
         with open(self.conf, "w") as f:
             f.writelines(f"{k}={v}\n" for k, v in {"storePathRootDir": f"{self.dir}/store", **settings}.items())
         self.proc: subprocess.Popen | None = None

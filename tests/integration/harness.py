@@ -50,8 +50,7 @@ class Appliance:
                     "shmOffsetSlots": 1024, "namesrvAddr": "", "metricsPort": port + 31}
         if namesrv:
             settings["namesrvAddr"] = f"127.0.0.1:{port + 30}"
-        if grpc:
-            settings["grpcListenPort"] = port + 33
+        settings["grpcListenPort"] = port + 33 if grpc else 0
         settings.update(overrides)
         with open(self.conf, "w") as f:
             f.writelines(f"{k}={v}\n" for k, v in settings.items())

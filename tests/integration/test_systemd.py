@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.skipif(why is not None, reason=why or ""), pytest.mark
 STORE = "/var/lib/rocketbox"
 UNITS = ["rocketbox-store", "rocketbox-nameserver", "rocketbox-flusher", "rocketbox-dispatcher", "rocketbox-writer",
          "rocketbox-replicator", "rocketbox-cleaner", "rocketbox-scheduler", "rocketbox-reader@0", "rocketbox-reader@1",
-         "rocketbox-haproxy", "rocketbox-stopping"]
+         "rocketbox-haproxy", "rocketbox-grpc", "rocketbox-stopping"]
 ROLE_UNITS = [u for u in UNITS if u not in ("rocketbox-store", "rocketbox-stopping")]
 
 
@@ -51,7 +51,7 @@ class Box:
         """broker.conf as an operator writes it before the install (which keeps it): this test's
         ports, small files and rings; the store where the install puts it."""
         return "\n".join([f"storePathRootDir={STORE}", f"listenPort={self.port}", f"namesrvAddr={self.namesrv}",
-                          f"metricsPort={self.port + 31}",
+                          f"metricsPort={self.port + 31}", f"grpcListenPort={self.port + 33}",
                           "brokerName=rbxbox", "brokerIP1=127.0.0.1", "mappedFileSizeCommitLog=4194304",
                           "mappedFileSizeConsumeQueue=20000", "maxMessageSize=65536", "ringRequestBytes=1048576",
                           "ringResponseBytes=262144", "maxHashSlotNum=1000", "maxIndexNum=4000",
