@@ -22,7 +22,7 @@ from rocketbox.grpcfront import convert, leases
 from rocketbox.grpcfront.leases import Lease, QueueState
 from rocketbox.remoting import sql92
 from rocketbox.shm.holds import HeldPulls
-from rocketbox.shm.layout import T
+from rocketbox.shm.layout import S, T
 from rocketbox.store import filters, message
 from rocketbox.store import view as SV
 from rocketbox.store.groupconfig import DLQ_PREFIX, offset_key, returned_properties
@@ -61,6 +61,7 @@ class SimpleConsumers:
         self.wakers: dict[asyncio.Future, int] = {}           # held receives -> when a lease of theirs falls due
         self.min_invisible_ms = self.cfg.grpcMinInvisibleTimeMs
         self.dead_lettering: set[tuple[bytes, int, int]] = set()
+        self.counts = memoryview(front.sh.slots[front.slot])
 
     def close(self) -> None:
         self.journal.close()
@@ -111,9 +112,14 @@ class SimpleConsumers:
                 break
             await self._held(plan, deadline)
         self.journal.write()
+        row = self.counts                      # (what the metrics' messages and bytes out sum, as a reader's pulls)
         if not got:
+            row[S.PULLS_MISSED] += 1
             yield self.f.status(R(), "MESSAGE_NOT_FOUND", "no new message")
             return
+        row[S.PULLS_FOUND] += 1
+        row[S.PULLED_MSGS] += len(got)
+        row[S.PULLED_BYTES] += sum(len(m.body) for m in got)
         yield self.f.status(R(), "OK", "OK")
         for m in got:
             r = R()

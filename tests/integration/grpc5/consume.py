@@ -9,7 +9,7 @@ each.
        the handle that gave; the rest acked;
        "again <message id> <attempt>": the kept one, received once its invisible time was over;
        not acked either, so it goes to the dead-letter queue when its attempts are used up;
-       "after <n>": what one more receive got, 4 s later
+       "after <n>": what one more receive got (a second later, 2 s of long polling)
     With ``drain``: the N messages received, each printed as "got ..." and acked.
 """
 import sys
@@ -55,7 +55,7 @@ def main() -> int:
         again = receive_all(consumer, 1, 15, 2)
         for m in again:
             print("again", m.message_id, m.delivery_attempt, flush=True)
-        time.sleep(4)
+        time.sleep(1)
         print("after", len(consumer.receive(16, 2) or []), flush=True)
     finally:
         consumer.shutdown()
