@@ -106,6 +106,13 @@ class DispatcherService(LoopRole):
         self.commitlog = MappedFileQueue(self.cfg.commitlog_dir, self.cfg.mappedFileSizeCommitLog, False).load()
         self.queues = QueueIndex(self.sh.views, self.ctl)
         if self.cfg.messageIndexEnable:
+            if not self.recovering:
+                # a dispatcher started again after it died alone: the pass it died in may have put
+                # part of a record's keys (an IndexFile filled between two of them), and the pass is
+                # done again from ``dispatched``, past end_phys's skip; what it put goes, so the
+                # record's keys are all put again (recovery trims the same way after a crash)
+                indexfile.trim(self.cfg.index_dir, int(self.ctl[C.DISPATCHED]), self.cfg.maxHashSlotNum,
+                               self.cfg.maxIndexNum)
             files = indexfile.list_index_files(self.cfg.index_dir)
             if files:
                 self.index = indexfile.IndexFile(files[-1], self.cfg.maxHashSlotNum, self.cfg.maxIndexNum, True).open()

@@ -229,3 +229,37 @@ def test_a_dispatcher_out_of_descriptors_waits_says_so_once_and_catches_up(tmp_p
             cq = ConsumeQueue(cfg.root, "Wide", q, cfg.mappedFileSizeConsumeQueue // 20 * 20, False).load()
             assert cq.max_offset == 1, q
             cq.close()
+
+
+def test_a_dispatcher_that_died_between_a_records_keys_puts_them_all_again(tmp_path):
+    """A pass fills an IndexFile between two keys of one record, and the dispatcher dies before the
+    next file is made (before it says ``dispatched``): started again, it puts that record's keys
+    again, every one (the end_phys skip alone would step over the record and lose its second key)."""
+    from rocketbox.dispatcher.service import DispatcherService
+    cfg = small_config(tmp_path / "store", "x", mappedFileSizeCommitLog=1 << 20, maxIndexNum=6, maxHashSlotNum=8)
+    with running_store(cfg) as (sh, w, d, c):
+        reqs = [PutRequest("TBW102", 0, [b"m%d" % i], [{"UNIQ_KEY": f"U{i}", "KEYS": f"k{i}"}]) for i in range(3)]
+        ticket = c.submit(reqs)
+        while w.step():
+            pass
+        results = c.collect(ticket, 1)
+        assert all(r.ok for r in results)
+        d.step()
+        files = indexfile.list_index_files(cfg.index_dir)
+        assert len(files) == 2                 # 5 keys a file: the third record's U2 in the first, k2 in the second
+        third = results[2].phys_offsets[0]
+        # what a dispatcher killed after U2 and before the second file leaves: no second file, and
+        # ``dispatched`` still before the pass (here: before the third record, done again from there)
+        d.close()
+        os.unlink(files[1])
+        sh.control[C.DISPATCHED] = third
+        again = DispatcherService(cfg, sh).open()
+        try:
+            again.step()
+            assert int(sh.control[C.DISPATCHED]) == int(sh.control[C.WRITTEN])
+        finally:
+            again.close()
+        for i, r in enumerate(results):
+            for key in (f"U{i}", f"k{i}"):
+                found = indexfile.find(cfg.index_dir, f"TBW102#{key}", cfg.maxHashSlotNum, cfg.maxIndexNum)
+                assert r.phys_offsets[0] in found, (key, found)
