@@ -27,13 +27,14 @@ SLOW = {"test_bench", "test_bench_features", "test_bench_ha", "test_query", "tes
         "test_client_install", "test_client_resilience", "test_examples", "test_gaps", "test_cppclient",
         "test_nodeclient", "test_transactions", "test_crash", "test_damage", "test_disk",
         "test_retention", "test_orderly", "test_reset_offset", "test_admin", "test_clients", "test_readers",
-        "test_nameserver", "test_spark", "test_systemd", "test_metrics"}
+        "test_nameserver", "test_spark", "test_systemd", "test_metrics", "test_bench_inprocess", "test_grpc_consumers"}
 
 
 # the modules that take longest, longest first: handed to the workers before the rest (--dist
 # loadfile gives out modules in collection order), so no worker starts one of them at the end
-LONGEST = ["test_spark", "test_bench", "test_bench_features", "test_bench_ha", "test_cluster", "test_failover", "test_systemd",
-           "test_cppclient", "test_examples", "test_metrics", "test_appliance",
+LONGEST = ["test_spark", "test_bench", "test_bench_features", "test_bench_inprocess", "test_bench_ha", "test_cluster",
+           "test_failover", "test_systemd", "test_cppclient", "test_examples", "test_grpc_consumers", "test_grpc",
+           "test_metrics", "test_appliance",
            "test_crash", "test_transactions", "test_damage", "test_delay", "test_timer", "test_gaps", "test_readers", "test_client_install"]
 
 
