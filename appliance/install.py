@@ -119,7 +119,7 @@ def install_protocol(venv: str, client: bool = False) -> None:
     """RocketMQ 5.x's gRPC protocol for the gRPC front: the official Python client's wheel (its
     descriptors; ``grpcfront/v2.py``), in ``<venv>/rocketmq5``, apart from the venv's packages
     (its top-level ``rocketmq`` is the 4.x C++ client's name too).  ``client``: with what the client
-    needs to run (the tests and ``bench.grpc`` run it); the front reads two of its files only.
+    needs to run (the tests and ``bench.e2e``'s gRPC rows run it); the front reads two of its files only.
     Idempotent."""
     from rocketbox.grpcfront import PROTOCOL  # (no protobuf here: the installer's Python may lack it)
     target = os.path.join(venv, "rocketmq5")

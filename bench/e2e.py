@@ -35,7 +35,7 @@ every ``--metrics-every`` s (1) all along, as a Prometheus would; 0 runs the app
 so the two can be compared.
 
 The gRPC rows (RocketMQ 5.x's protocol, issue #55; ``--no-grpc`` leaves them out) are rocketbox's
-alone: the appliance runs its gRPC front too, and after its 4.x rows ``bench.grpc``'s raw gRPC
+alone: the appliance runs its gRPC front too, and after its 4.x rows ``bench/grpc.py``'s raw gRPC
 load (``grpc.aio``, the same procs x conns x window, one message a SendMessage) and the official
 Python 5.x client's synchronous sends (``--grpc-client-threads`` threads) run against it, each
 printed beside the remoting path's single sends of the same run.

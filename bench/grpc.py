@@ -1,24 +1,18 @@
-"""gRPC sends (RocketMQ 5.x's protocol, the gRPC front) beside the 4.x remoting path, on one appliance
-under the same load shape, in the same run (issue #55).
+"""The gRPC rows of ``bench.e2e`` (RocketMQ 5.x's protocol, the gRPC front; issue #55): load
+generators for an appliance that runs its gRPC front, each returning a row as ``bench.e2e``'s
+``summarize`` makes one.
 
-One appliance (ASYNC_FLUSH, HAProxy in front of ``--readers`` readers, the gRPC front on
-listenPort + 33; the real RocketMQ 4.9.8 has no gRPC front to compare with). Rows:
+  run_grpc     SendMessage of one message, ``window`` calls in flight per channel (``grpc.aio``),
+               ``procs`` processes x ``conns`` channels (the remoting rows' shape); ``rate`` > 0
+               paces them
+  run_client   the official Python client's ``Producer.send`` (synchronous, as its users call it),
+               ``client_threads`` threads in one process (``PYTHONPATH=<venv>/rocketmq5``)
 
-  remoting send single   SEND_MESSAGE_V2 with JSON headers, pipelined (``bench.e2e``'s generator)
-  gRPC send single       SendMessage of one message, ``--window`` calls in flight per channel
-                         (``grpc.aio``), ``--procs`` processes x ``--conns`` channels
-  gRPC send at RATE/s    the same paced at ``--rate`` msgs/s: p50/p99/p99.9
-  5.x client send        the official Python client's ``Producer.send`` (synchronous, as its
-                         users call it), ``--client-threads`` threads in one process
-
-Each row counts acknowledged messages in the measured window (after ``--warmup`` s) and prints
-the appliance's CPU per message by role.
-
-    .venv/bin/python -m bench.grpc [--seconds 5] [--procs 2] [--conns 4] [--window 16] [--rate 5000]
+Each counts acknowledged messages in the measured window (after ``warmup`` s), and every one
+acknowledged (``msgs``) for the CPU per message.
 """
 from __future__ import annotations
 
-import argparse
 import asyncio
 import collections
 import os
@@ -29,10 +23,8 @@ import time
 
 import numpy as np
 
-from bench.appliance import BenchAppliance
-from bench.e2e import QUEUES, TOPIC, Rocketbox, _fan_out, create_topic, run_load, summarize
+from bench.e2e import QUEUES, TOPIC, _fan_out, summarize
 from rocketbox.grpcfront import v2
-from rocketbox.remoting import codec
 
 CLIENT = """
 import sys, threading, time
@@ -134,54 +126,3 @@ def run_client(endpoint: str, args) -> dict:
     res = [{"acked": int(n), "errors": {}, "lat": np.array([float(x) for x in lats])}]
     u = resource.getrusage(resource.RUSAGE_CHILDREN)          # (the client's process: the load generator)
     return {**summarize(res, args.seconds, u.ru_utime + u.ru_stime - t.ru_utime - t.ru_stime), "msgs": int(total)}
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(prog="bench.grpc", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seconds", type=float, default=5.0)
-    ap.add_argument("--warmup", type=float, default=1.0)
-    ap.add_argument("--procs", type=int, default=2)
-    ap.add_argument("--conns", type=int, default=4)
-    ap.add_argument("--window", type=int, default=16)
-    ap.add_argument("--rate", type=float, default=5000.0)
-    ap.add_argument("--client-threads", type=int, default=8)
-    ap.add_argument("--readers", type=int, default=2)
-    ap.add_argument("--port", type=int, default=31911)
-    ap.add_argument("--dir", default=None)
-    args = ap.parse_args()
-    app = BenchAppliance("rbx-grpc-", args.dir, {
-        "flushDiskType": "ASYNC_FLUSH", "listenPort": args.port, "brokerName": "bench", "brokerIP1": "127.0.0.1",
-        "shmPrefix": "/rbx-grpc", "namesrvAddr": "", "readerProcessNums": args.readers, "metricsPort": 0,
-        "grpcListenPort": args.port + 33})
-    print(f"# grpc benchmark: body=1024B seconds={args.seconds:g} warmup={args.warmup:g} procs={args.procs} "
-          f"conns/proc={args.conns} window={args.window} rate={args.rate:g} client-threads={args.client_threads} "
-          f"readers={args.readers} flush=ASYNC_FLUSH cpus={os.cpu_count()} protocol={v2.PROTOCOL}")
-    print(f"{'row':<28} {'msgs/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'p99.9 ms':>9}  rocketbox CPU µs/msg by role")
-
-    def ready():
-        app.wait_serving()
-        create_topic(args.port, TOPIC, QUEUES)
-    app.start(ready=ready)
-    endpoint = f"127.0.0.1:{args.port + 33}"
-    try:
-        rows = [("remoting send single", lambda: run_load("rocketbox", args.port, Rocketbox.send_frames(
-                    b"x" * 1024, 1, codec.JSON), args, args.window)),
-                ("gRPC send single", lambda: run_grpc(endpoint, args)),
-                (f"gRPC send at {args.rate:g}/s", lambda: run_grpc(endpoint, args, rate=args.rate)),
-                ("5.x client send", lambda: run_client(endpoint, args))]
-        for name, run in rows:
-            before = app.role_cpu()
-            r = run()
-            after = app.role_cpu()
-            n = r["msgs_per_s"] * args.seconds or 1
-            cpu = " ".join(f"{role} {(after[role] - before.get(role, 0)) / n * 1e6:.1f}" for role in sorted(after)
-                           if after[role] - before.get(role, 0) > 0.005)
-            errs = f"  errors {r['errors']}" if r["errors"] else ""
-            print(f"{name:<28} {r['msgs_per_s']:>10.0f} {r['p50']:>8.2f} {r['p99']:>8.2f} {r['p999']:>9.2f}  {cpu}{errs}",
-                  flush=True)
-    finally:
-        app.stop()
-
-
-if __name__ == "__main__":
-    main()

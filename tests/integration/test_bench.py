@@ -170,23 +170,3 @@ def test_soak_bench_samples_every_role_while_clients_come_and_go(tmp_path):
     cycles = int(samples[-1][1])
     assert cycles >= 1 and f"# {cycles * 20} of {cycles * 20} sends acknowledged over {cycles} cycles" in r.stdout
     assert os.listdir(tmp_path) == []
-
-
-
-
-@pytest.mark.skipif(not os.path.isdir(os.path.join(sys.prefix, "rocketmq5", "rocketmq", "v5")),
-                    reason="rocketmq-python-client is not installed in <venv>/rocketmq5")
-def test_grpc_bench_prints_the_remoting_grpc_and_5x_client_rows(tmp_path):
-    port = 29000 + (os.getpid() % 10) * 300 + 200     # within test_e2e's block, clear of its ports and floor's
-    r = subprocess.run([sys.executable, "-m", "bench.grpc", "--seconds", "0.5", "--warmup", "0.2", "--rate", "500",
-                        "--client-threads", "2", "--port", str(port), "--dir", str(tmp_path)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=170)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert "errors" not in r.stdout, r.stdout
-    assert "# grpc benchmark: body=1024B" in r.stdout and "protocol=rocketmq-python-client==5.1.2" in r.stdout
-    rows = {m.group(1).strip(): (float(m.group(2)), m.group(3)) for m in
-            re.finditer(r"^(\S.+?)\s{2,}(\d+)\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+(.*)$", r.stdout, re.M)}
-    assert set(rows) == {"remoting send single", "gRPC send single", "gRPC send at 500/s", "5.x client send"}, r.stdout
-    assert all(n > 0 for n, _cpu in rows.values()), rows
-    assert "grpc " in rows["gRPC send single"][1] and "reader-0" in rows["remoting send single"][1], rows
-    assert os.listdir(tmp_path) == []                 # the appliance's temp dir is gone
