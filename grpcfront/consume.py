@@ -4,7 +4,9 @@
 attempt counted, to the group's dead-letter queue (``%DLQ%<group>``) once it was delivered
 ``retryMaxTimes + 1`` times.  The state (``grpcfront/leases.py``) is this object's alone.
 
-A receive takes one queue (the client's choice; ``-1``: any of the topic's): the leases due again
+A receive takes any of the topic's readable queues, from a rotating start: the request's queue
+names only the broker, as the 5.x proxy takes it (its pop names queue -1), so a consumer long
+polling does not wait on one queue while another holds messages.  From each queue the leases due again
 first, then messages never handed out (``StoreView.pull``, with the tag or SQL92 filter), each a
 lease of the request's invisible time.  A FIFO group (``consumeMessageOrderly``, as 5.x's group
 config) takes nothing from a queue while any of its messages is invisible.  Finding nothing, the
@@ -152,9 +154,8 @@ class SimpleConsumers:
                 raise Refused("ILLEGAL_INVISIBLE_TIME", f"the invisible time {invisible_ms} ms is not within "
                                                         f"[{self.min_invisible_ms}, {MAX_INVISIBLE_MS}] ms")
         reads = meta[T.READ_QUEUE_NUMS]
-        qid = request.message_queue.id
-        if qid >= reads:
-            raise Refused("BAD_REQUEST", f"queue {qid} of topic {topic} cannot be read (it has {reads})")
+        if not reads:
+            raise Refused("FORBIDDEN", f"topic {topic} has no queue to read")
         codes, keep = None, None
         fe = request.filter_expression
         kind = fe.type if request.HasField("filter_expression") else 0
@@ -170,7 +171,7 @@ class SimpleConsumers:
         except ValueError as e:
             raise Refused("BAD_REQUEST", str(e)) from None
         poll_ms = request.long_polling_timeout.ToMilliseconds() if request.HasField("long_polling_timeout") else DEFAULT_POLL_MS
-        return {"topic": topic, "group": group, "key": key, "qids": [qid] if qid >= 0 else list(range(reads)),
+        return {"topic": topic, "group": group, "key": key, "qids": list(range(reads)),
                 "batch": min(request.batch_size, MAX_BATCH), "invisible_ms": invisible_ms, "codes": codes,
                 "keep": keep, "fifo": bool(sg.get("consumeMessageOrderly", False)),
                 "most": int(sg.get("retryMaxTimes", 16)) + 1, "poll_ms": max(0, poll_ms)}

@@ -62,10 +62,10 @@ class Raw:
                                         else r.SerializeToString(), response_deserializer=response.FromString)(request, timeout=10)
 
     def receive(self, group: str, topic: str, invisible_ms: int = 30_000, poll_ms: int = 0, sql: str | None = None,
-                batch: int = 4) -> list:
+                batch: int = 4, queue: int = -1) -> list:
         p = self.proto
         req = p.ReceiveMessageRequest(batch_size=batch)
-        req.group.name, req.message_queue.topic.name, req.message_queue.id = group, topic, -1
+        req.group.name, req.message_queue.topic.name, req.message_queue.id = group, topic, queue
         req.invisible_duration.FromMilliseconds(invisible_ms)
         req.long_polling_timeout.FromMilliseconds(poll_ms)
         if sql is not None:
