@@ -91,7 +91,10 @@ def message_of(proto, head: message.Header, body: bytes, topic: bytes, props: by
     m = proto.Message()
     m.topic.name = topic.decode("utf-8", "replace")
     if head.sys_flag & message.COMPRESSED:
-        body = zlib.decompress(body)
+        try:
+            body = zlib.decompress(body)
+        except zlib.error:          # (flagged so, but not zlib: received as stored, not a receive that fails forever)
+            pass
     m.body = body
     fields = message.parse_properties(props.decode("utf-8", "replace"))
     for k, v in fields.items():

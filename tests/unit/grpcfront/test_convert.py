@@ -114,3 +114,7 @@ def test_a_4x_record_is_received_with_its_system_properties_kept_out_and_its_bod
     assert (got.body, dict(got.user_properties), got.system_properties.tag) == (b"x" * 5000, {"mine": "1"}, "TagB")
     assert got.system_properties.message_id == message.offset_msg_id(bytes([127, 0, 0, 1]), 10911, head.phys_offset)
     assert got.system_properties.message_type == proto.enum("MessageType", "DELAY")
+    raw = message.encode_record(topic=b"T", queue_id=0, body=b"not zlib", properties=props, sys_flag=message.COMPRESSED,
+                                born_ts=1, born_ip=bytes(4), born_port=1, store_ip=bytes([127, 0, 0, 1]), store_port=10911)
+    head, body, topic, p = next(message.record_fields(raw, "test"))       # flagged compressed, but not: as stored
+    assert convert.message_of(proto, head, body, topic, p, receipt_handle="h", attempt=1, invisible_ms=1000).body == b"not zlib"
