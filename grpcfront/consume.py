@@ -64,6 +64,7 @@ class SimpleConsumers:
         self.min_invisible_ms = self.cfg.grpcMinInvisibleTimeMs
         self.dead_lettering: set[tuple[bytes, int, int]] = set()
         self.counts = memoryview(front.sh.slots[front.slot])
+        self.journal_warned_at = -60_000
 
     def close(self) -> None:
         self.journal.close()
@@ -90,9 +91,14 @@ class SimpleConsumers:
             for o in due:
                 if st.leases[o].attempt >= most:
                     self._dead_letter_soon(key, qid, o, group, topic, "its attempts are used up")
-        self.journal.sync()
-        if self.journal.size() > leases.COMPACT_BYTES:
-            self.journal.compact(self.states)
+        try:
+            self.journal.sync()
+            if self.journal.size() > leases.COMPACT_BYTES:
+                self.journal.compact(self.states)
+        except OSError as e:              # (a full disk: the front keeps serving; the next tick tries again)
+            if now - self.journal_warned_at >= 60_000:
+                self.journal_warned_at = now
+                log.error("the leases' journal %s cannot be synced or compacted: %s", self.journal.path, e)
 
     # ------------------------------------------------------------ receive
     async def receive(self, request, context):

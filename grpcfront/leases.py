@@ -183,12 +183,13 @@ class Journal:
         self.pending.append(f"A {key.decode()} {qid} {offset}\n")
 
     def write(self) -> None:
-        """The lines so far, to the OS (before the client hears of them)."""
+        """The lines so far, to the OS (before the client hears of them).  A write that fails (a
+        full disk) keeps them, to be written with the next (a line written twice replays the same)."""
         if self.pending:
             data = "".join(self.pending).encode()
-            self.pending = []
             while data:
                 data = data[os.write(self.fd, data):]
+            self.pending = []
             self.dirty = True
 
     def sync(self) -> None:
