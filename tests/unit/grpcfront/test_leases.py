@@ -73,3 +73,14 @@ def test_a_line_the_journal_cannot_read_is_stepped_over(tmp_path, caplog):
     assert (st.committed, sorted(st.leases), st.acked) == (6, [6], {7})
     assert (b"U@h", 0) not in states                          # an ack of a queue never started
     assert "stepped over" in caplog.text
+
+
+def test_lines_written_twice_replay_the_same(tmp_path):
+    """A write that failed part-way is written again whole: its lines twice give the same state."""
+    lines = "C T@g 0 0\nL T@g 0 0 1 99 7\nL T@g 0 1 1 99 8\nA T@g 0 0\nL T@g 0 1 2 150 9\n"
+    once, twice = tmp_path / "once", tmp_path / "twice"
+    once.write_text(lines)
+    twice.write_text(lines + lines)
+    _same(Journal(str(once)).replay(), Journal(str(twice)).replay())
+    st = Journal(str(twice)).replay()[(b"T@g", 0)]
+    assert (st.committed, st.leases) == (1, {1: Lease(2, 150, 9)})
