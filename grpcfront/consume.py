@@ -42,6 +42,12 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def max_deliveries(sg: dict | None) -> int:
+    """How often a group's message is delivered before the dead-letter queue: its retryMaxTimes
+    (RocketMQ's default 16 for a group not configured) and the first delivery, as the 5.x proxy."""
+    return int((sg or {}).get("retryMaxTimes", 16)) + 1
+
+
 class Refused(Exception):
     def __init__(self, code: str, why: str):
         super().__init__(why)
@@ -86,8 +92,7 @@ class SimpleConsumers:
             if not due:
                 continue
             topic, _at, group = key.decode().partition("@")
-            sg = self.f.group(group)
-            most = int(sg.get("retryMaxTimes", 16)) + 1 if sg is not None else 17
+            most = max_deliveries(self.f.group(group))
             for o in due:
                 if st.leases[o].attempt >= most:
                     self._dead_letter_soon(key, qid, o, group, topic, "its attempts are used up")
@@ -180,7 +185,7 @@ class SimpleConsumers:
         return {"topic": topic, "group": group, "key": key, "qids": list(range(reads)),
                 "batch": min(request.batch_size, MAX_BATCH), "invisible_ms": invisible_ms, "codes": codes,
                 "keep": keep, "fifo": bool(sg.get("consumeMessageOrderly", False)),
-                "most": int(sg.get("retryMaxTimes", 16)) + 1, "poll_ms": max(0, poll_ms)}
+                "most": max_deliveries(sg), "poll_ms": max(0, poll_ms)}
 
     def state(self, key: bytes, qid: int, topic: str) -> QueueState:
         st = self.states.get((key, qid))

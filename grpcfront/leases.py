@@ -92,6 +92,10 @@ class QueueState:
         self.acked.add(offset)
         if offset >= self.next:
             self.next = offset + 1
+        return self._advance()
+
+    def _advance(self) -> bool:
+        """The committed offset over the acks that join it -> whether it moved."""
         moved = False
         while self.committed in self.acked:
             self.acked.discard(self.committed)
@@ -106,9 +110,7 @@ class QueueState:
             self.next = max(self.next, offset)
             self.leases = {o: lease for o, lease in self.leases.items() if o >= offset}
             self.acked = {o for o in self.acked if o >= offset}
-            while self.committed in self.acked:
-                self.acked.discard(self.committed)
-                self.committed += 1
+            self._advance()
 
 
 Key = tuple[bytes, int]              # (topic@group, queue id)

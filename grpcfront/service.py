@@ -5,13 +5,13 @@ a ``ReaderContext``): a send goes through this process's own ring slot to the wr
 slave under SYNC_MASTER; a receive reads the consume queues and the CommitLog (``StoreView``).
 
 Served, as the 5.x proxy in cluster mode over 4.x queues: ``QueryRoute`` (a topic's queues, this
-endpoint as their broker), ``Heartbeat``, the ``Telemetry`` stream's settings (a client waits for
-them before it starts), ``SendMessage`` of normal and FIFO messages (the message group stored as
-``__SHARDINGKEY``; ``grpcfront/convert.py``) and delay messages (a timer, delivered at its time),
-the SimpleConsumer's ``ReceiveMessage``, ``AckMessage``, ``ChangeInvisibleDuration`` and
-``ForwardMessageToDeadLetterQueue`` (``grpcfront/consume.py``), ``NotifyClientTermination``.  A
-transactional message is refused with NOT_IMPLEMENTED and stored nowhere, as is every method not
-served yet (docs/GRPC.md).
+endpoint as their broker), ``Heartbeat``, the ``Telemetry`` stream (settings; transaction
+check-backs), ``SendMessage`` of normal and FIFO messages (the message group stored as
+``__SHARDINGKEY``; ``grpcfront/convert.py``), delay messages (a timer, delivered at its time) and
+transactional ones, ``EndTransaction`` (``grpcfront/transactions.py``), ``QueryAssignment``, the
+consumers' ``ReceiveMessage``, ``AckMessage``, ``ChangeInvisibleDuration`` and
+``ForwardMessageToDeadLetterQueue`` (``grpcfront/consume.py``), ``NotifyClientTermination``.  The
+other methods are answered NOT_IMPLEMENTED (docs/GRPC.md).
 """
 from __future__ import annotations
 
@@ -28,13 +28,12 @@ from rocketbox.grpcfront.transactions import Transactions
 from rocketbox.net.role import ServerRole
 from rocketbox.shm import protocol as P
 from rocketbox.shm.context import ReaderContext
-from rocketbox.shm.layout import C, T
+from rocketbox.shm.layout import T
 from rocketbox.shm.ringclient import RingClient
 from rocketbox.store import message, timer, transaction
 from rocketbox.store.topicconfig import PERM_READ, PERM_WRITE
 
 log = logging.getLogger("rocketbox.grpcfront")
-FLUSH_TIMEOUT_S = 5.0                     # RocketMQ's syncFlushTimeout
 _PERMISSION = {PERM_READ | PERM_WRITE: "READ_WRITE", PERM_READ: "READ", PERM_WRITE: "WRITE", 0: "NONE"}
 
 
@@ -43,7 +42,6 @@ class GrpcFront(ReaderContext, ServerRole):
         ReaderContext.__init__(self, cfg, shared)
         ServerRole.__init__(self)
         self.proto = v2.load()
-        self.sync_master, self.slave_timeout_s = cfg.brokerRole == "SYNC_MASTER", cfg.slaveTimeout / 1000
 
     # ------------------------------------------------------------ life
     async def serve(self) -> None:
@@ -162,7 +160,7 @@ class GrpcFront(ReaderContext, ServerRole):
                 sub.long_polling_timeout.FromMilliseconds(consume.DEFAULT_POLL_MS)
             if not sub.receive_batch_size:
                 sub.receive_batch_size = consume.MAX_BATCH
-            settings.backoff_policy.max_attempts = int(sg.get("retryMaxTimes", 16)) + 1
+            settings.backoff_policy.max_attempts = consume.max_deliveries(sg)
             settings.backoff_policy.customized_backoff.Clear()
             for ms in self.cfg.delay_levels_ms:
                 settings.backoff_policy.customized_backoff.next.add().FromMilliseconds(ms)
@@ -178,13 +176,8 @@ class GrpcFront(ReaderContext, ServerRole):
             return self.status(response, "TOPIC_NOT_FOUND", f"topic {topic} not found")
         reads, writes = meta[T.READ_QUEUE_NUMS], meta[T.WRITE_QUEUE_NUMS]
         for qid in range(max(reads, writes)):
-            q = response.message_queues.add()
-            q.topic.CopyFrom(request.topic)
-            q.id = qid
-            perm = meta[T.PERM] & ((PERM_READ if qid < reads else 0) | (PERM_WRITE if qid < writes else 0))
-            q.permission = self.proto.enum("Permission", _PERMISSION[perm])
-            q.broker.name, q.broker.id = self.cfg.brokerName, 0
-            q.broker.endpoints.CopyFrom(request.endpoints)
+            q = self._queue(response.message_queues.add(), request, qid,
+                            meta[T.PERM] & ((PERM_READ if qid < reads else 0) | (PERM_WRITE if qid < writes else 0)))
             q.accept_message_types.extend([self.proto.enum("MessageType", t) for t in ("NORMAL", "FIFO", "DELAY",
                                                                                      "TRANSACTION")])
         return self.status(response)
@@ -201,13 +194,18 @@ class GrpcFront(ReaderContext, ServerRole):
         if self.group(request.group.name) is None:
             return self.status(response, "CONSUMER_GROUP_NOT_FOUND", f"consumer group {request.group.name} not found")
         if meta[T.PERM] & PERM_READ and meta[T.READ_QUEUE_NUMS]:
-            q = response.assignments.add().message_queue
-            q.topic.CopyFrom(request.topic)
-            q.id = -1
-            q.permission = self.proto.enum("Permission", _PERMISSION[meta[T.PERM] & (PERM_READ | PERM_WRITE)])
-            q.broker.name, q.broker.id = self.cfg.brokerName, 0
-            q.broker.endpoints.CopyFrom(request.endpoints)
+            self._queue(response.assignments.add().message_queue, request, -1, meta[T.PERM] & (PERM_READ | PERM_WRITE))
         return self.status(response)
+
+    def _queue(self, q, request, qid: int, perm: int):
+        """``q`` (a MessageQueue) filled in: the request's topic, queue ``qid``, its permission, this
+        broker at the endpoints the client reached it by."""
+        q.topic.CopyFrom(request.topic)
+        q.id = qid
+        q.permission = self.proto.enum("Permission", _PERMISSION[perm])
+        q.broker.name, q.broker.id = self.cfg.brokerName, 0
+        q.broker.endpoints.CopyFrom(request.endpoints)
+        return q
 
     async def send_message(self, request, context):
         """Each message stored as one 4.x record, in request order, through this slot's ring; the
@@ -233,12 +231,11 @@ class GrpcFront(ReaderContext, ServerRole):
             except convert.Refused as e:
                 return self.status(response, e.code, str(e))
             sp = m.system_properties
-            born_ts = sp.born_timestamp.seconds * 1000 + sp.born_timestamp.nanos // 1_000_000 if sp.HasField(
-                "born_timestamp") else int(time.time() * 1000)
+            born_ts = sp.born_timestamp.ToMilliseconds() if sp.HasField("born_timestamp") else int(time.time() * 1000)
             record = message.encode_record(topic=topic, queue_id=qid, body=body, properties=props,
                                            born_ts=born_ts, born_ip=born_ip, born_port=born_port,
                                            store_ip=ring.store_ip, store_port=ring.store_port)
-            rows.append(RingClient.row(tidx, qid, 0, host, 1, self.cfg.sync_flush))
+            rows.append(RingClient.row(tidx, qid, 0, host, 1, self.sync_flush))
             sizes.append(len(record))
             records.append(record)
             ids.append(sp.message_id)
@@ -309,11 +306,10 @@ class GrpcFront(ReaderContext, ServerRole):
         slave has it too (none connected, or the nearest too far behind: at once refused, as
         4.9.8) -> None, else the 5.x code and why, as the proxy maps 4.x's FLUSH_DISK_TIMEOUT,
         SLAVE_NOT_AVAILABLE and FLUSH_SLAVE_TIMEOUT."""
-        if self.cfg.sync_flush and not await _waited(self.flushes, end_offset, FLUSH_TIMEOUT_S, self.loop):
+        if self.sync_flush and not await _waited(self.flushes, end_offset, self.flush_timeout_s, self.loop):
             return "MASTER_PERSISTENCE_TIMEOUT", "the messages were not flushed in time"
         if self.sync_master:
-            if not self.sh.control[C.SLAVE_COUNT] or end_offset - int(self.sh.control[C.SLAVE_ACKED]) >= \
-                    self.cfg.haSlaveFallbehindMax:
+            if self.slave_unavailable(end_offset):
                 return "HA_NOT_AVAILABLE", "no slave has caught up to take the messages"
             if not await _waited(self.replicas, end_offset, self.slave_timeout_s, self.loop):
                 return "SLAVE_PERSISTENCE_TIMEOUT", "no slave had the messages in time"
@@ -331,26 +327,26 @@ async def _waited(waits, end_offset: int, timeout_s: float, loop) -> bool:
     return bool(await done)
 
 
+async def _parse(request_type, raw: bytes, context):
+    """The request parsed from its bytes; bytes that are not one are answered INTERNAL "Invalid
+    protobuf byte sequence", as grpc-java's marshaller (the 5.x proxy's) does."""
+    try:
+        return request_type.FromString(raw)
+    except DecodeError:
+        await context.abort(grpc.StatusCode.INTERNAL, "Invalid protobuf byte sequence")
+
+
 def _parsed(request_type, handler):
-    """``handler`` of the request parsed from its bytes; bytes that are not one are answered
-    INTERNAL "Invalid protobuf byte sequence", as grpc-java's marshaller (the 5.x proxy's) does."""
+    """``handler`` of the request ``_parse`` gives (a method answered once)."""
     async def answer(raw: bytes, context):
-        try:
-            request = request_type.FromString(raw)
-        except DecodeError:
-            await context.abort(grpc.StatusCode.INTERNAL, "Invalid protobuf byte sequence")
-        return await handler(request, context)
+        return await handler(await _parse(request_type, raw, context), context)
     return answer
 
 
 def _parsed_stream(request_type, handler):
     """``_parsed`` for a method that answers with a stream (``ReceiveMessage``)."""
     async def answer(raw: bytes, context):
-        try:
-            request = request_type.FromString(raw)
-        except DecodeError:
-            await context.abort(grpc.StatusCode.INTERNAL, "Invalid protobuf byte sequence")
-        async for reply in handler(request, context):
+        async for reply in handler(await _parse(request_type, raw, context), context):
             yield reply
     return answer
 

@@ -94,9 +94,8 @@ class Transactions:
     def settled(self, s: Stream, settings, client_id: str, peer: str) -> None:
         """A stream's settings: the topics it publishes (a producer's) and who it is."""
         topics = tuple(sorted(t.name for t in settings.publishing.topics)) if settings.HasField("publishing") else ()
-        lang = self.proto.pool.FindEnumTypeByName("apache.rocketmq.v2.Language").values_by_number.get(
-            settings.user_agent.language)
-        who = {"clientAddr": peer, "clientId": client_id, "language": _LANGUAGES.get(lang.name if lang else "", "OTHER"),
+        lang = self.proto.enum_name("Language", settings.user_agent.language)
+        who = {"clientAddr": peer, "clientId": client_id, "language": _LANGUAGES.get(lang or "", "OTHER"),
                "version": 0}
         if (topics, who) != (s.topics, s.who):
             s.topics, s.who = topics, who
@@ -118,9 +117,8 @@ class Transactions:
         """EndTransaction: the half named by the transaction id committed or rolled back."""
         proto = self.proto
         response = proto.EndTransactionResponse()
-        resolution = proto.pool.FindEnumTypeByName("apache.rocketmq.v2.TransactionResolution").values_by_number.get(
-            request.resolution)
-        if resolution is None or resolution.name not in ("COMMIT", "ROLLBACK"):
+        resolution = proto.enum_name("TransactionResolution", request.resolution)
+        if resolution not in ("COMMIT", "ROLLBACK"):
             return self.f.status(response, "BAD_REQUEST", "the resolution is neither COMMIT nor ROLLBACK")
         try:
             phys, qoff = parse_transaction_id(request.transaction_id)
@@ -130,7 +128,7 @@ class Transactions:
         if half is None or half.head.queue_offset != qoff or half.group != request.topic.name:
             return self.f.status(response, "INVALID_TRANSACTION_ID", f"no open transaction {request.transaction_id} "
                                                                      f"of topic {request.topic.name}")
-        commit = resolution.name == "COMMIT"
+        commit = resolution == "COMMIT"
         ended = await txend.end(self.f.link, self.f.topics, half, commit)
         if not ended.ok:
             return self.f.status(response, "TOPIC_NOT_FOUND" if ended.code == "TOPIC_NOT_EXIST" else "INTERNAL_SERVER_ERROR",

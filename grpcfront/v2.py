@@ -88,6 +88,11 @@ class Protocol:
         """A value of one of the package's enums by its name: ``enum("MessageType", "FIFO")``."""
         return self.pool.FindEnumTypeByName(f"{PACKAGE}.{enum}").values_by_name[name].number
 
+    def enum_name(self, enum: str, number: int) -> str | None:
+        """The name of a value of one of the package's enums; None for a number it does not have."""
+        value = self.pool.FindEnumTypeByName(f"{PACKAGE}.{enum}").values_by_number.get(number)
+        return None if value is None else value.name
+
 
 @functools.lru_cache(maxsize=None)
 def load(directory: str | None = None) -> Protocol:

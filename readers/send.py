@@ -58,8 +58,9 @@ class SendProcessor:
         self.no_transactions = f"the broker[{self.cfg.brokerIP1}] sending transaction message is forbidden"
         self.stored_reply = codec.ResponseTemplate(("msgId", "queueId", "queueOffset"), self.region)
         self.msg_id = message.MsgIds(self.ring.store_ip, self.ring.store_port)
-        self.sync_flush, self.flush_timeout_s = self.cfg.sync_flush, self.cfg.syncFlushTimeout / 1000
-        self.sync_master, self.slave_timeout_s = self.cfg.brokerRole == "SYNC_MASTER", self.cfg.slaveTimeout / 1000
+        self.sync_flush, self.flush_timeout_s = broker.sync_flush, broker.flush_timeout_s
+        self.sync_master, self.slave_timeout_s = broker.sync_master, broker.slave_timeout_s
+        self.slave_unavailable = broker.slave_unavailable
         self.max_level = len(self.cfg.delay_levels_ms)   # a DELAY past it is the last level
         self.max_timer_ms = self.cfg.timerMaxDelaySec * 1000
         self.topic_bytes: dict[str, bytes] = {}      # names that passed the checks, encoded
@@ -220,7 +221,7 @@ class SendProcessor:
         one furthest on more than ``haSlaveFallbehindMax`` behind, is SLAVE_NOT_AVAILABLE at once."""
         code = _SUCCESS if flushed else int(RC.FLUSH_DISK_TIMEOUT)
         if self.sync_master:
-            if not self.ctl[C.SLAVE_COUNT] or end - int(self.ctl[C.SLAVE_ACKED]) >= self.cfg.haSlaveFallbehindMax:
+            if self.slave_unavailable(end):
                 code = int(RC.SLAVE_NOT_AVAILABLE)
             else:
                 self.replicas.after(end, self.slave_timeout_s, functools.partial(self._replicated, waits, code))

@@ -22,6 +22,8 @@ class ReaderContext:
     def __init__(self, cfg, shared):
         self.cfg, self.sh = cfg, shared
         self.groups = GroupTable(cfg)
+        self.sync_flush, self.flush_timeout_s = cfg.sync_flush, cfg.syncFlushTimeout / 1000
+        self.sync_master, self.slave_timeout_s = cfg.brokerRole == "SYNC_MASTER", cfg.slaveTimeout / 1000
 
     def open_context(self) -> "ReaderContext":
         self.loop = asyncio.get_running_loop()
@@ -57,6 +59,13 @@ class ReaderContext:
         self.loop.remove_reader(self.link.waker.fileno())
         self.view.close()
         self.link.close()
+
+    def slave_unavailable(self, end_offset: int) -> bool:
+        """SYNC_MASTER: no slave is connected, or the one furthest on is more than
+        ``haSlaveFallbehindMax`` behind ``end_offset``: a send is refused at once, not waited for
+        (4.9.8's SLAVE_NOT_AVAILABLE)."""
+        ctl = self.sh.control
+        return not ctl[C.SLAVE_COUNT] or end_offset - int(ctl[C.SLAVE_ACKED]) >= self.cfg.haSlaveFallbehindMax
 
     def group(self, name: str) -> dict | None:
         """A consumer group's SubscriptionGroupConfig (``GroupTable.group``)."""
